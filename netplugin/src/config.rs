@@ -1,0 +1,132 @@
+//! Settings read from `NCCL_BPF_*` environment variables.
+//!
+//! A bad value never stops the job: it is reported through NCCL's logger and the default is
+//! used instead. The listening side decides the transport shape (streams, inline limit, chunk
+//! size) and ships it in the handle, so both ends of a connection always agree.
+
+use std::fmt;
+
+/// Transport settings, with the defaults documented in the README.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// `NCCL_BPF_NSTREAMS`: data streams (each with its own helper thread) per connection,
+    /// besides the control stream. 0 sends everything on the control stream.
+    pub nstreams: u32,
+    /// `NCCL_BPF_INLINE_BYTES`: messages up to this size travel on the control stream,
+    /// progressed by NCCL's proxy thread inside `test`, with no thread hand-off.
+    pub inline_bytes: u32,
+    /// `NCCL_BPF_MIN_CHUNK`: smallest piece a large message is cut into across data streams.
+    pub min_chunk: u32,
+    /// `NCCL_BPF_SPEED_MBPS`: overrides the port speed reported to NCCL (0 = read from sysfs).
+    pub speed_mbps: u32,
+}
+
+pub const MAX_STREAMS: u32 = 16;
+
+impl Default for Config {
+    fn default() -> Self {
+        Config { nstreams: 4, inline_bytes: 16 * 1024, min_chunk: 64 * 1024, speed_mbps: 0 }
+    }
+}
+
+/// A value of an `NCCL_BPF_*` variable that could not be used.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BadSetting {
+    pub var: &'static str,
+    pub value: String,
+    pub expected: String,
+}
+
+impl fmt::Display for BadSetting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}={:?} ignored: expected {}", self.var, self.value, self.expected)
+    }
+}
+
+fn parse_u32(
+    get: &dyn Fn(&str) -> Option<String>,
+    var: &'static str,
+    min: u32,
+    max: u32,
+    slot: &mut u32,
+    bad: &mut Vec<BadSetting>,
+) {
+    let Some(value) = get(var) else { return };
+    let trimmed = value.trim();
+    if trimmed.is_empty() {
+        return;
+    }
+    match parse_size(trimmed) {
+        Some(v) if (u64::from(min)..=u64::from(max)).contains(&v) => *slot = v as u32,
+        _ => bad.push(BadSetting {
+            var,
+            value,
+            expected: format!("an integer from {min} to {max} (suffix K or M allowed)"),
+        }),
+    }
+}
+
+/// Parses `123`, `64K`, `1M`.
+fn parse_size(s: &str) -> Option<u64> {
+    let (digits, mult) = match s.as_bytes().last()? {
+        b'k' | b'K' => (&s[..s.len() - 1], 1024),
+        b'm' | b'M' => (&s[..s.len() - 1], 1024 * 1024),
+        _ => (s, 1),
+    };
+    digits.parse::<u64>().ok()?.checked_mul(mult)
+}
+
+impl Config {
+    /// Reads the settings through `get` (the environment in production, a map in tests).
+    pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> (Config, Vec<BadSetting>) {
+        let mut c = Config::default();
+        let mut bad = Vec::new();
+        parse_u32(get, "NCCL_BPF_NSTREAMS", 0, MAX_STREAMS, &mut c.nstreams, &mut bad);
+        parse_u32(get, "NCCL_BPF_INLINE_BYTES", 0, 1 << 30, &mut c.inline_bytes, &mut bad);
+        parse_u32(get, "NCCL_BPF_MIN_CHUNK", 4096, 1 << 30, &mut c.min_chunk, &mut bad);
+        parse_u32(get, "NCCL_BPF_SPEED_MBPS", 0, 10_000_000, &mut c.speed_mbps, &mut bad);
+        (c, bad)
+    }
+
+    pub fn from_env() -> (Config, Vec<BadSetting>) {
+        Config::from_lookup(&|k| std::env::var(k).ok())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn with(pairs: &[(&str, &str)]) -> (Config, Vec<BadSetting>) {
+        let m: HashMap<String, String> =
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_lookup(&move |k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_when_unset() {
+        let (c, bad) = with(&[]);
+        assert_eq!(c, Config::default());
+        assert!(bad.is_empty());
+    }
+
+    #[test]
+    fn parses_values_and_suffixes() {
+        let (c, bad) = with(&[("NCCL_BPF_NSTREAMS", "8"), ("NCCL_BPF_INLINE_BYTES", "64K"), ("NCCL_BPF_MIN_CHUNK", "1M")]);
+        assert!(bad.is_empty(), "{bad:?}");
+        assert_eq!((c.nstreams, c.inline_bytes, c.min_chunk), (8, 65536, 1 << 20));
+    }
+
+    #[test]
+    fn bad_values_keep_defaults_and_are_reported() {
+        let (c, bad) = with(&[("NCCL_BPF_NSTREAMS", "lots"), ("NCCL_BPF_MIN_CHUNK", "12"), ("NCCL_BPF_INLINE_BYTES", "99999999999999999999")]);
+        assert_eq!(c, Config::default());
+        let vars: Vec<_> = bad.iter().map(|b| b.var).collect();
+        assert_eq!(vars, ["NCCL_BPF_NSTREAMS", "NCCL_BPF_INLINE_BYTES", "NCCL_BPF_MIN_CHUNK"]);
+        assert!(bad[0].to_string().contains("NCCL_BPF_NSTREAMS=\"lots\" ignored"));
+        let (c, bad) = with(&[("NCCL_BPF_NSTREAMS", "17")]);
+        assert_eq!(c.nstreams, 4);
+        assert_eq!(bad.len(), 1);
+    }
+}

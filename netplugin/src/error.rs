@@ -1,0 +1,75 @@
+//! Errors of the net plugin, each mapped to the `ncclResult_t` NCCL expects.
+
+use ncclnet_headers::NcclResult;
+use std::fmt;
+use std::io;
+
+#[derive(Debug)]
+pub enum NetError {
+    /// A system call failed (`ncclSystemError`).
+    Io { op: &'static str, source: io::Error },
+    /// The peer closed the connection or reset it (`ncclRemoteError`).
+    PeerClosed { op: &'static str, detail: String },
+    /// An incoming message is larger than the posted receive buffer (`ncclInvalidUsage`).
+    Truncated { incoming: u64, posted: usize },
+    /// The connection handle is not one of ours or is corrupt (`ncclInvalidUsage`).
+    BadHandle(String),
+    /// NCCL called us in a way the ABI does not allow (`ncclInternalError`).
+    Misuse(String),
+    /// No usable device or a bad device index (`ncclSystemError` / `ncclInternalError`).
+    NoDevice(String),
+    /// The comm failed earlier; every later operation reports the first error.
+    Broken(String),
+    /// A panic was caught at the C ABI (`ncclInternalError`).
+    Panic(String),
+}
+
+impl NetError {
+    pub fn io(op: &'static str, source: io::Error) -> Self {
+        use io::ErrorKind::*;
+        match source.kind() {
+            ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof => {
+                NetError::PeerClosed { op, detail: source.to_string() }
+            }
+            _ => NetError::Io { op, source },
+        }
+    }
+
+    pub fn code(&self) -> NcclResult {
+        match self {
+            NetError::Io { .. } | NetError::NoDevice(_) => NcclResult::SYSTEM_ERROR,
+            NetError::PeerClosed { .. } | NetError::Broken(_) => NcclResult::REMOTE_ERROR,
+            NetError::Truncated { .. } | NetError::BadHandle(_) => NcclResult::INVALID_USAGE,
+            NetError::Misuse(_) | NetError::Panic(_) => NcclResult::INTERNAL_ERROR,
+        }
+    }
+
+    /// The same error for a later operation on a comm that already failed.
+    pub fn as_broken(&self) -> NetError {
+        NetError::Broken(format!("connection failed earlier: {self}"))
+    }
+}
+
+impl fmt::Display for NetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NetError::Io { op, source } => write!(f, "{op}: {source}"),
+            NetError::PeerClosed { op, detail } => {
+                write!(f, "{op}: connection closed by remote peer ({detail})")
+            }
+            NetError::Truncated { incoming, posted } => write!(
+                f,
+                "message truncated: peer sent {incoming} bytes but the receive buffer holds {posted}"
+            ),
+            NetError::BadHandle(m) => write!(f, "bad connection handle: {m}"),
+            NetError::Misuse(m) => write!(f, "invalid call: {m}"),
+            NetError::NoDevice(m) => write!(f, "{m}"),
+            NetError::Broken(m) => write!(f, "{m}"),
+            NetError::Panic(m) => write!(f, "internal panic caught at the C ABI: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for NetError {}
+
+pub type NetResult<T> = Result<T, NetError>;

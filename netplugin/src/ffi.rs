@@ -1,0 +1,684 @@
+//! The C ABI: `ncclNetPlugin_v7` … `ncclNetPlugin_v12`, each a thin adapter over one
+//! implementation.
+//!
+//! Every entry point runs inside [`guard`], which catches panics and turns errors into the
+//! `ncclResult_t` NCCL expects, with a line in NCCL's log. Raw pointers from NCCL are checked
+//! for NULL here and turned into safe Rust values before anything else sees them.
+
+use crate::buf::Buf;
+use crate::comm::{Comm, ReqSlot};
+use crate::error::{NetError, NetResult};
+use crate::log::set_logger;
+use crate::plugin::{self, NET_NAME, NetContext};
+use crate::setup::{self, ListenComm};
+use crate::wire::HANDLE_SIZE;
+use ncclnet_headers::net::*;
+use ncclnet_headers::{DebugLogger, NcclResult, ProfilerCallback};
+use std::ffi::{c_int, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Mutex;
+
+type Vp = *mut c_void;
+
+/// Runs `f`, catching panics; logs and converts errors.
+pub fn guard(what: &'static str, f: impl FnOnce() -> NetResult<()>) -> NcclResult {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => NcclResult::SUCCESS,
+        Ok(Err(e)) => {
+            let code = e.code();
+            crate::nlog!(WARN, NET, "{what} failed: {e} ({})", code.name());
+            code
+        }
+        Err(payload) => {
+            let msg = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            let e = NetError::Panic(msg);
+            crate::nlog!(WARN, NET, "{what}: {e}");
+            e.code()
+        }
+    }
+}
+
+/// Writes `v` through an out-pointer NCCL gave us.
+fn put<T>(p: *mut T, v: T, what: &str) -> NetResult<()> {
+    if p.is_null() {
+        return Err(NetError::Misuse(format!("NULL {what} pointer")));
+    }
+    // SAFETY: non-null out-pointer from NCCL, valid for one T per the ABI.
+    unsafe { p.write(v) };
+    Ok(())
+}
+
+fn handle_buf<'a>(handle: Vp) -> NetResult<&'a mut [u8; HANDLE_SIZE]> {
+    if handle.is_null() {
+        return Err(NetError::Misuse("NULL handle".into()));
+    }
+    // SAFETY: NCCL's handle is a writable 128-byte buffer (NCCL_NET_HANDLE_MAXSIZE).
+    Ok(unsafe { &mut *(handle as *mut [u8; HANDLE_SIZE]) })
+}
+
+fn comm_ref<'a>(comm: Vp) -> NetResult<&'a Comm> {
+    if comm.is_null() {
+        return Err(NetError::Misuse("NULL comm".into()));
+    }
+    // SAFETY: send/recv comms we hand to NCCL are Box<Comm> pointers, live until closed.
+    Ok(unsafe { &*(comm as *const Comm) })
+}
+
+fn request_out(request: *mut Vp, slot: Option<&ReqSlot>) -> NetResult<()> {
+    put(request, slot.map_or(std::ptr::null_mut(), |s| s as *const ReqSlot as Vp), "request")
+}
+
+// ---------------------------------------------------------------- shared implementations
+
+fn init_process(log: DebugLogger) -> NcclResult {
+    set_logger(log);
+    guard("init", || plugin::init().map(|_| ()))
+}
+
+unsafe extern "C" fn devices(ndev: *mut c_int) -> NcclResult {
+    guard("devices", || put(ndev, plugin::get()?.devices.len() as c_int, "ndev"))
+}
+
+/// Properties in the newest layout; older versions copy from it.
+fn props_v12(dev: c_int) -> NetResult<NetPropertiesV12> {
+    let p = plugin::get()?;
+    let d = p.device(dev)?;
+    let mut devs = [0; NET_MAX_DEVS_PER_NIC_V12];
+    devs[0] = dev;
+    Ok(NetPropertiesV12 {
+        name: d.name.as_ptr() as *mut _,
+        pci_path: d.pci_path.as_ref().map_or(std::ptr::null_mut(), |s| s.as_ptr() as *mut _),
+        guid: dev as u64,
+        ptr_support: PtrType::HOST.0,
+        reg_is_global: 0,
+        force_flush: 0,
+        speed: d.speed_mbps,
+        port: 0,
+        latency: 0.0,
+        max_comms: 65536,
+        max_recvs: 1,
+        net_device_type: NetDeviceType::HOST,
+        net_device_version: 0,
+        v_props: NetVDevicePropsV12 { ndevs: 1, devs },
+        max_p2p_bytes: MAX_NET_SIZE_BYTES,
+        max_coll_bytes: 512 << 20,
+        max_multi_request_size: 1,
+        rail_id: NET_ID_UNDEF,
+        plane_id: NET_ID_UNDEF,
+    })
+}
+
+fn v_props_v11(p: &NetPropertiesV12) -> NetVDevicePropsV11 {
+    let mut devs = [0; NET_MAX_DEVS_PER_NIC_V11];
+    devs.copy_from_slice(&p.v_props.devs[..NET_MAX_DEVS_PER_NIC_V11]);
+    NetVDevicePropsV11 { ndevs: p.v_props.ndevs, devs }
+}
+
+fn listen(dev: c_int, handle: Vp, listen_comm: *mut Vp) -> NetResult<()> {
+    let p = plugin::get()?;
+    let d = p.device(dev)?;
+    let l = setup::listen(d.bind_addr(), p.shape(), handle_buf(handle)?)?;
+    put(listen_comm, Box::into_raw(l) as Vp, "listenComm")
+}
+
+fn connect(dev: c_int, handle: Vp, send_comm: *mut Vp) -> NetResult<()> {
+    plugin::get()?.device(dev)?;
+    // Report "in progress" unless the comm is up.
+    put(send_comm, std::ptr::null_mut(), "sendComm")?;
+    if let Some(c) = setup::connect(handle_buf(handle)?)? {
+        put(send_comm, Box::into_raw(c) as Vp, "sendComm")?;
+    }
+    Ok(())
+}
+
+unsafe extern "C" fn accept(listen_comm: Vp, recv_comm: *mut Vp, _dev: *mut *mut NetDeviceHandle) -> NcclResult {
+    guard("accept", || {
+        put(recv_comm, std::ptr::null_mut(), "recvComm")?;
+        if listen_comm.is_null() {
+            return Err(NetError::Misuse("NULL listenComm".into()));
+        }
+        // SAFETY: listen comms we hand out are Box<ListenComm>, used by one thread at a time.
+        let l = unsafe { &mut *(listen_comm as *mut ListenComm) };
+        if let Some(c) = l.accept()? {
+            put(recv_comm, Box::into_raw(c) as Vp, "recvComm")?;
+        }
+        Ok(())
+    })
+}
+
+fn reg_mr(comm: Vp, size: usize, type_: c_int, mhandle: *mut Vp) -> NetResult<()> {
+    comm_ref(comm)?;
+    if type_ != PtrType::HOST.0 {
+        return Err(NetError::Misuse(format!(
+            "regMr of memory type {type_}: this plugin carries host memory only (NCCL_PTR_HOST)"
+        )));
+    }
+    let _ = size;
+    // Host memory needs no registration; the handle is only a token.
+    put(mhandle, comm, "mhandle")
+}
+
+unsafe extern "C" fn reg_mr_v8(comm: Vp, _data: Vp, size: usize, type_: c_int, mhandle: *mut Vp) -> NcclResult {
+    guard("regMr", || reg_mr(comm, size, type_, mhandle))
+}
+
+unsafe extern "C" fn reg_mr_v7(comm: Vp, _data: Vp, size: c_int, type_: c_int, mhandle: *mut Vp) -> NcclResult {
+    guard("regMr", || reg_mr(comm, size.max(0) as usize, type_, mhandle))
+}
+
+unsafe extern "C" fn dereg_mr(_comm: Vp, _mhandle: Vp) -> NcclResult {
+    NcclResult::SUCCESS
+}
+
+fn isend(comm: Vp, data: Vp, size: usize, request: *mut Vp) -> NetResult<()> {
+    let c = comm_ref(comm)?;
+    // SAFETY: NCCL lends `data` for `size` bytes until the request completes.
+    let buf = unsafe { Buf::new(data.cast(), size) };
+    let slot = c.isend(buf)?;
+    request_out(request, slot)
+}
+
+fn irecv(comm: Vp, n: c_int, data: *mut Vp, size0: Option<usize>, request: *mut Vp) -> NetResult<()> {
+    // Always overwrite *request: NCCL may have stored the 0x1 hint there.
+    put(request, std::ptr::null_mut(), "request")?;
+    let c = comm_ref(comm)?;
+    if n != 1 {
+        return Err(NetError::Misuse(format!("irecv with n={n}, but maxRecvs is 1")));
+    }
+    let size = size0.ok_or_else(|| NetError::Misuse("NULL sizes".into()))?;
+    if data.is_null() {
+        return Err(NetError::Misuse("NULL data".into()));
+    }
+    // SAFETY: data points to n = 1 buffer pointers; that buffer is lent for `size` bytes.
+    let buf = unsafe { Buf::new((*data).cast(), size) };
+    let slot = c.irecv(buf)?;
+    request_out(request, slot)
+}
+
+unsafe extern "C" fn isend_v9(comm: Vp, data: Vp, size: usize, _tag: c_int, _mh: Vp, request: *mut Vp) -> NcclResult {
+    guard("isend", || isend(comm, data, size, request))
+}
+
+unsafe extern "C" fn isend_v7(comm: Vp, data: Vp, size: c_int, _tag: c_int, _mh: Vp, request: *mut Vp) -> NcclResult {
+    guard("isend", || {
+        let size = usize::try_from(size).map_err(|_| NetError::Misuse(format!("negative size {size}")))?;
+        isend(comm, data, size, request)
+    })
+}
+
+unsafe extern "C" fn isend_v10(
+    comm: Vp,
+    data: Vp,
+    size: usize,
+    _tag: c_int,
+    _mh: Vp,
+    _phandle: Vp,
+    request: *mut Vp,
+) -> NcclResult {
+    guard("isend", || isend(comm, data, size, request))
+}
+
+/// Reads `sizes[0]` of type `T` if the array is non-NULL.
+fn first<T: Copy>(p: *mut T) -> Option<T> {
+    // SAFETY: a non-null sizes array holds n >= 1 entries.
+    (!p.is_null()).then(|| unsafe { *p })
+}
+
+unsafe extern "C" fn irecv_v7(
+    comm: Vp,
+    n: c_int,
+    data: *mut Vp,
+    sizes: *mut c_int,
+    _tags: *mut c_int,
+    _mh: *mut Vp,
+    request: *mut Vp,
+) -> NcclResult {
+    guard("irecv", || {
+        let s = first(sizes).map(|s| s.max(0) as usize);
+        irecv(comm, n, data, s, request)
+    })
+}
+
+unsafe extern "C" fn irecv_v9(
+    comm: Vp,
+    n: c_int,
+    data: *mut Vp,
+    sizes: *mut usize,
+    _tags: *mut c_int,
+    _mh: *mut Vp,
+    request: *mut Vp,
+) -> NcclResult {
+    guard("irecv", || irecv(comm, n, data, first(sizes), request))
+}
+
+unsafe extern "C" fn irecv_v10(
+    comm: Vp,
+    n: c_int,
+    data: *mut Vp,
+    sizes: *mut usize,
+    _tags: *mut c_int,
+    _mh: *mut Vp,
+    _phandles: *mut Vp,
+    request: *mut Vp,
+) -> NcclResult {
+    guard("irecv", || irecv(comm, n, data, first(sizes), request))
+}
+
+unsafe extern "C" fn iflush(
+    _comm: Vp,
+    _n: c_int,
+    _data: *mut Vp,
+    _sizes: *mut c_int,
+    _mh: *mut Vp,
+    request: *mut Vp,
+) -> NcclResult {
+    // Host memory needs no flush: a NULL request means "already done".
+    guard("iflush", || put(request, std::ptr::null_mut(), "request"))
+}
+
+unsafe extern "C" fn test(request: Vp, done: *mut c_int, sizes: *mut c_int) -> NcclResult {
+    guard("test", || {
+        if request.is_null() {
+            return Err(NetError::Misuse("test() on a NULL request".into()));
+        }
+        // SAFETY: requests we hand out point to ReqSlots of live comms; `comm()` checks a magic.
+        let slot = unsafe { &*(request as *const ReqSlot) };
+        let (comm, idx) = slot.comm()?;
+        match comm.test(idx)? {
+            Some(size) => {
+                if !sizes.is_null() {
+                    put(sizes, size.min(c_int::MAX as usize) as c_int, "sizes")?;
+                }
+                put(done, 1, "done")
+            }
+            None => put(done, 0, "done"),
+        }
+    })
+}
+
+unsafe extern "C" fn close_comm(comm: Vp) -> NcclResult {
+    guard("close", || {
+        if !comm.is_null() {
+            // SAFETY: NCCL closes each comm we created exactly once.
+            unsafe { Box::from_raw(comm as *mut Comm) }.close();
+        }
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn close_listen(comm: Vp) -> NcclResult {
+    guard("closeListen", || {
+        if !comm.is_null() {
+            // SAFETY: NCCL closes each listen comm we created exactly once.
+            drop(unsafe { Box::from_raw(comm as *mut ListenComm) });
+        }
+        Ok(())
+    })
+}
+
+// ---------------------------------------------------------------- version adapters
+
+unsafe extern "C" fn init_v7(log: DebugLogger) -> NcclResult {
+    init_process(log)
+}
+
+unsafe extern "C" fn init_v10(log: DebugLogger, _prof: ProfilerCallback) -> NcclResult {
+    init_process(log)
+}
+
+unsafe extern "C" fn init_v11(
+    ctx: *mut Vp,
+    comm_id: u64,
+    config: *mut NetCommConfig,
+    log: DebugLogger,
+    _prof: ProfilerCallback,
+) -> NcclResult {
+    let r = init_process(log);
+    if !r.is_success() {
+        return r;
+    }
+    guard("init", || {
+        // SAFETY: NCCL's config points to a temporary we copy now (or is NULL).
+        let traffic_class = if config.is_null() { NET_TRAFFIC_CLASS_UNDEF } else { unsafe { (*config).traffic_class } };
+        let c = Box::new(NetContext { comm_id, traffic_class, attr: Mutex::new(None) });
+        put(ctx, Box::into_raw(c) as Vp, "ctx")
+    })
+}
+
+unsafe extern "C" fn finalize(ctx: Vp) -> NcclResult {
+    guard("finalize", || {
+        if !ctx.is_null() {
+            // SAFETY: ctx came from init_v11 and NCCL finalizes it once.
+            drop(unsafe { Box::from_raw(ctx as *mut NetContext) });
+        }
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn set_net_attr(ctx: Vp, attr: *mut NetAttr) -> NcclResult {
+    guard("setNetAttr", || {
+        if ctx.is_null() || attr.is_null() {
+            return Ok(());
+        }
+        // SAFETY: ctx is a live NetContext; attr points to a NetAttr for this call.
+        let (c, a) = unsafe { (&*(ctx as *const NetContext), *attr) };
+        *c.attr.lock().unwrap_or_else(|e| e.into_inner()) = Some(a);
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn listen_v7(dev: c_int, handle: Vp, listen_comm: *mut Vp) -> NcclResult {
+    guard("listen", || listen(dev, handle, listen_comm))
+}
+
+unsafe extern "C" fn listen_v11(_ctx: Vp, dev: c_int, handle: Vp, listen_comm: *mut Vp) -> NcclResult {
+    guard("listen", || listen(dev, handle, listen_comm))
+}
+
+unsafe extern "C" fn connect_v7(dev: c_int, handle: Vp, send_comm: *mut Vp, _dc: *mut *mut NetDeviceHandle) -> NcclResult {
+    guard("connect", || connect(dev, handle, send_comm))
+}
+
+unsafe extern "C" fn connect_v10(
+    dev: c_int,
+    _config: *mut NetCommConfig,
+    handle: Vp,
+    send_comm: *mut Vp,
+    _dc: *mut *mut NetDeviceHandle,
+) -> NcclResult {
+    guard("connect", || connect(dev, handle, send_comm))
+}
+
+unsafe extern "C" fn connect_v11(
+    _ctx: Vp,
+    dev: c_int,
+    handle: Vp,
+    send_comm: *mut Vp,
+    _dc: *mut *mut NetDeviceHandle,
+) -> NcclResult {
+    guard("connect", || connect(dev, handle, send_comm))
+}
+
+unsafe extern "C" fn get_properties_v12(dev: c_int, props: *mut NetPropertiesV12) -> NcclResult {
+    guard("getProperties", || put(props, props_v12(dev)?, "props"))
+}
+
+unsafe extern "C" fn get_properties_v11(dev: c_int, props: *mut NetPropertiesV11) -> NcclResult {
+    guard("getProperties", || {
+        let p = props_v12(dev)?;
+        let v = NetPropertiesV11 {
+            name: p.name,
+            pci_path: p.pci_path,
+            guid: p.guid,
+            ptr_support: p.ptr_support,
+            reg_is_global: p.reg_is_global,
+            force_flush: p.force_flush,
+            speed: p.speed,
+            port: p.port,
+            latency: p.latency,
+            max_comms: p.max_comms,
+            max_recvs: p.max_recvs,
+            net_device_type: p.net_device_type,
+            net_device_version: p.net_device_version,
+            v_props: v_props_v11(&p),
+            max_p2p_bytes: p.max_p2p_bytes,
+            max_coll_bytes: p.max_coll_bytes,
+            max_multi_request_size: p.max_multi_request_size,
+        };
+        put(props, v, "props")
+    })
+}
+
+unsafe extern "C" fn get_properties_v9(dev: c_int, props: *mut NetPropertiesV9) -> NcclResult {
+    guard("getProperties", || {
+        let p = props_v12(dev)?;
+        let v = NetPropertiesV9 {
+            name: p.name,
+            pci_path: p.pci_path,
+            guid: p.guid,
+            ptr_support: p.ptr_support,
+            reg_is_global: p.reg_is_global,
+            force_flush: p.force_flush,
+            speed: p.speed,
+            port: p.port,
+            latency: p.latency,
+            max_comms: p.max_comms,
+            max_recvs: p.max_recvs,
+            net_device_type: p.net_device_type,
+            net_device_version: p.net_device_version,
+            v_props: v_props_v11(&p),
+            max_p2p_bytes: p.max_p2p_bytes,
+            max_coll_bytes: p.max_coll_bytes,
+        };
+        put(props, v, "props")
+    })
+}
+
+unsafe extern "C" fn get_properties_v8(dev: c_int, props: *mut NetPropertiesV8) -> NcclResult {
+    guard("getProperties", || {
+        let p = props_v12(dev)?;
+        let v = NetPropertiesV8 {
+            name: p.name,
+            pci_path: p.pci_path,
+            guid: p.guid,
+            ptr_support: p.ptr_support,
+            reg_is_global: p.reg_is_global,
+            speed: p.speed,
+            port: p.port,
+            latency: p.latency,
+            max_comms: p.max_comms,
+            max_recvs: p.max_recvs,
+            net_device_type: p.net_device_type,
+            net_device_version: p.net_device_version,
+        };
+        put(props, v, "props")
+    })
+}
+
+unsafe extern "C" fn get_properties_v7(dev: c_int, props: *mut NetPropertiesV7) -> NcclResult {
+    guard("getProperties", || {
+        let p = props_v12(dev)?;
+        let v = NetPropertiesV7 {
+            name: p.name,
+            pci_path: p.pci_path,
+            guid: p.guid,
+            ptr_support: p.ptr_support,
+            speed: p.speed,
+            port: p.port,
+            latency: p.latency,
+            max_comms: p.max_comms,
+            max_recvs: p.max_recvs,
+            net_device_type: p.net_device_type,
+            net_device_version: p.net_device_version,
+        };
+        put(props, v, "props")
+    })
+}
+
+// ---------------------------------------------------------------- exported tables
+
+/// A function table NCCL reads through `dlsym`. It holds raw pointers, hence the wrapper.
+#[repr(transparent)]
+pub struct Export<T>(pub T);
+// SAFETY: the tables are immutable and their pointers refer to 'static code and strings.
+unsafe impl<T> Sync for Export<T> {}
+
+const NAME: *const std::ffi::c_char = NET_NAME.as_ptr();
+
+#[unsafe(no_mangle)]
+pub static ncclNetPlugin_v12: Export<NetV12> = Export(NetV12 {
+    name: NAME,
+    init: Some(init_v11),
+    devices: Some(devices),
+    get_properties: Some(get_properties_v12),
+    listen: Some(listen_v11),
+    connect: Some(connect_v11),
+    accept: Some(accept),
+    reg_mr: Some(reg_mr_v8),
+    reg_mr_dma_buf: None,
+    dereg_mr: Some(dereg_mr),
+    isend: Some(isend_v10),
+    irecv: Some(irecv_v10),
+    iflush: Some(iflush),
+    test: Some(test),
+    close_send: Some(close_comm),
+    close_recv: Some(close_comm),
+    close_listen: Some(close_listen),
+    get_device_mr: None,
+    irecv_consumed: None,
+    make_v_device: None,
+    finalize: Some(finalize),
+    set_net_attr: Some(set_net_attr),
+});
+
+#[unsafe(no_mangle)]
+pub static ncclNetPlugin_v11: Export<NetV11> = Export(NetV11 {
+    name: NAME,
+    init: Some(init_v11),
+    devices: Some(devices),
+    get_properties: Some(get_properties_v11),
+    listen: Some(listen_v11),
+    connect: Some(connect_v11),
+    accept: Some(accept),
+    reg_mr: Some(reg_mr_v8),
+    reg_mr_dma_buf: None,
+    dereg_mr: Some(dereg_mr),
+    isend: Some(isend_v10),
+    irecv: Some(irecv_v10),
+    iflush: Some(iflush),
+    test: Some(test),
+    close_send: Some(close_comm),
+    close_recv: Some(close_comm),
+    close_listen: Some(close_listen),
+    get_device_mr: None,
+    irecv_consumed: None,
+    make_v_device: None,
+    finalize: Some(finalize),
+    set_net_attr: Some(set_net_attr),
+});
+
+#[unsafe(no_mangle)]
+pub static ncclNetPlugin_v10: Export<NetV10> = Export(NetV10 {
+    name: NAME,
+    init: Some(init_v10),
+    devices: Some(devices),
+    get_properties: Some(get_properties_v9),
+    listen: Some(listen_v7),
+    connect: Some(connect_v10),
+    accept: Some(accept),
+    reg_mr: Some(reg_mr_v8),
+    reg_mr_dma_buf: None,
+    dereg_mr: Some(dereg_mr),
+    isend: Some(isend_v10),
+    irecv: Some(irecv_v10),
+    iflush: Some(iflush),
+    test: Some(test),
+    close_send: Some(close_comm),
+    close_recv: Some(close_comm),
+    close_listen: Some(close_listen),
+    get_device_mr: None,
+    irecv_consumed: None,
+    make_v_device: None,
+});
+
+#[unsafe(no_mangle)]
+pub static ncclNetPlugin_v9: Export<NetV9> = Export(NetV9 {
+    name: NAME,
+    init: Some(init_v7),
+    devices: Some(devices),
+    get_properties: Some(get_properties_v9),
+    listen: Some(listen_v7),
+    connect: Some(connect_v7),
+    accept: Some(accept),
+    reg_mr: Some(reg_mr_v8),
+    reg_mr_dma_buf: None,
+    dereg_mr: Some(dereg_mr),
+    isend: Some(isend_v9),
+    irecv: Some(irecv_v9),
+    iflush: Some(iflush),
+    test: Some(test),
+    close_send: Some(close_comm),
+    close_recv: Some(close_comm),
+    close_listen: Some(close_listen),
+    get_device_mr: None,
+    irecv_consumed: None,
+    make_v_device: None,
+});
+
+#[unsafe(no_mangle)]
+pub static ncclNetPlugin_v8: Export<NetV8> = Export(NetV8 {
+    name: NAME,
+    init: Some(init_v7),
+    devices: Some(devices),
+    get_properties: Some(get_properties_v8),
+    listen: Some(listen_v7),
+    connect: Some(connect_v7),
+    accept: Some(accept),
+    reg_mr: Some(reg_mr_v8),
+    reg_mr_dma_buf: None,
+    dereg_mr: Some(dereg_mr),
+    isend: Some(isend_v7),
+    irecv: Some(irecv_v7),
+    iflush: Some(iflush),
+    test: Some(test),
+    close_send: Some(close_comm),
+    close_recv: Some(close_comm),
+    close_listen: Some(close_listen),
+    get_device_mr: None,
+    irecv_consumed: None,
+});
+
+/// v7 lets NCCL 2.19 (which looks for v7 … v5) load the library.
+#[unsafe(no_mangle)]
+pub static ncclNetPlugin_v7: Export<NetV7> = Export(NetV7 {
+    name: NAME,
+    init: Some(init_v7),
+    devices: Some(devices),
+    get_properties: Some(get_properties_v7),
+    listen: Some(listen_v7),
+    connect: Some(connect_v7),
+    accept: Some(accept),
+    reg_mr: Some(reg_mr_v7),
+    reg_mr_dma_buf: None,
+    dereg_mr: Some(dereg_mr),
+    isend: Some(isend_v7),
+    irecv: Some(irecv_v7),
+    iflush: Some(iflush),
+    test: Some(test),
+    close_send: Some(close_comm),
+    close_recv: Some(close_comm),
+    close_listen: Some(close_listen),
+    get_device_mr: None,
+    irecv_consumed: None,
+});
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guard_catches_panics_and_maps_errors() {
+        assert_eq!(guard("t", || Ok(())), NcclResult::SUCCESS);
+        assert_eq!(guard("t", || panic!("boom")), NcclResult::INTERNAL_ERROR);
+        let e = guard("t", || Err(NetError::Truncated { incoming: 2, posted: 1 }));
+        assert_eq!(e, NcclResult::INVALID_USAGE);
+        let e = guard("t", || Err(NetError::PeerClosed { op: "x", detail: "y".into() }));
+        assert_eq!(e, NcclResult::REMOTE_ERROR);
+    }
+
+    #[test]
+    fn null_out_pointers_are_errors_not_crashes() {
+        // SAFETY: the entry points check every pointer for NULL.
+        unsafe {
+            assert_eq!(test(std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut()), NcclResult::INTERNAL_ERROR);
+            assert_eq!(accept(std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut()), NcclResult::INTERNAL_ERROR);
+            let mut req: Vp = 1 as Vp;
+            assert_eq!(iflush(std::ptr::null_mut(), 1, std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), &mut req), NcclResult::SUCCESS);
+            assert!(req.is_null());
+        }
+    }
+}

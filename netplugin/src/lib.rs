@@ -1,0 +1,28 @@
+//! ncclbpf's ncclNet plugin: NCCL's point-to-point traffic over our own socket transport.
+//!
+//! Where things are:
+//!
+//! * [`ffi`]: the exported `ncclNetPlugin_v7` … `v12` tables, panic guards, pointer checks;
+//! * [`plugin`]: process-wide state set up by `init` (devices, settings);
+//! * [`devices`]: interface selection (`NCCL_SOCKET_IFNAME`, `NCCL_SOCKET_FAMILY`);
+//! * [`setup`]: non-blocking `listen`/`connect`/`accept`;
+//! * [`comm`]: the data path, `isend`/`irecv`/`test`, helper threads;
+//! * [`hooks`]: where each operation is observed (per-connection counters, BPF hooks);
+//! * [`wire`]: what goes over the wire (handle, hello, message header, chunking);
+//! * [`config`]: `NCCL_BPF_*` settings.
+//!
+//! An operation, `isend` to counter update: [`ffi`]'s `isend_v10` → `Comm::isend` (posts the
+//! request, hands chunks to helper threads, writes the header) → `test` → `Comm::test`
+//! (progresses the control stream, checks chunk counts) → [`hooks::ConnHooks::on_complete`].
+
+pub mod buf;
+pub mod comm;
+pub mod config;
+pub mod devices;
+pub mod error;
+pub mod ffi;
+pub mod hooks;
+pub mod log;
+pub mod plugin;
+pub mod setup;
+pub mod wire;

@@ -1,0 +1,224 @@
+//! What travels between the two ends: the 128-byte handle NCCL ships out of band, the hello
+//! each TCP stream opens with, and the per-message header on the control stream.
+//!
+//! Handle layout (little endian):
+//!
+//! | off | size | field |
+//! |---|---|---|
+//! | 0 | 8 | magic `HANDLE_MAGIC` |
+//! | 8 | 8 | listener nonce (random per listen) |
+//! | 16 | 1 | address family: 4 or 6 |
+//! | 18 | 2 | port |
+//! | 20 | 16 | IP address (IPv4 in the first 4 bytes) |
+//! | 36 | 4 | data streams per connection |
+//! | 40 | 4 | inline limit in bytes |
+//! | 44 | 4 | minimum chunk in bytes |
+//! | 64 | 8 | connect-progress key, written by `connect` (NCCL reuses the buffer on retries) |
+
+use crate::error::{NetError, NetResult};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+pub const HANDLE_SIZE: usize = ncclnet_headers::net::NET_HANDLE_MAXSIZE;
+pub const HANDLE_MAGIC: u64 = 0x3146_5042_4c43_434e; // "NCCLBPF1"
+pub const HELLO_MAGIC: u64 = 0x4f4c_4c45_4846_5042; // "BPFHELLO"
+pub const HELLO_SIZE: usize = 32;
+const KEY_OFFSET: usize = 64;
+
+/// How a connection carries messages; chosen by the listener.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    pub nstreams: u32,
+    pub inline_bytes: u32,
+    pub min_chunk: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Handle {
+    pub nonce: u64,
+    pub addr: SocketAddr,
+    pub shape: Shape,
+}
+
+fn u32_at(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes(b[off..off + 4].try_into().expect("4 bytes"))
+}
+fn u64_at(b: &[u8], off: usize) -> u64 {
+    u64::from_le_bytes(b[off..off + 8].try_into().expect("8 bytes"))
+}
+
+impl Handle {
+    pub fn encode(&self, out: &mut [u8; HANDLE_SIZE]) {
+        out.fill(0);
+        out[0..8].copy_from_slice(&HANDLE_MAGIC.to_le_bytes());
+        out[8..16].copy_from_slice(&self.nonce.to_le_bytes());
+        match self.addr.ip() {
+            IpAddr::V4(v4) => {
+                out[16] = 4;
+                out[20..24].copy_from_slice(&v4.octets());
+            }
+            IpAddr::V6(v6) => {
+                out[16] = 6;
+                out[20..36].copy_from_slice(&v6.octets());
+            }
+        }
+        out[18..20].copy_from_slice(&self.addr.port().to_le_bytes());
+        out[36..40].copy_from_slice(&self.shape.nstreams.to_le_bytes());
+        out[40..44].copy_from_slice(&self.shape.inline_bytes.to_le_bytes());
+        out[44..48].copy_from_slice(&self.shape.min_chunk.to_le_bytes());
+    }
+
+    pub fn decode(b: &[u8; HANDLE_SIZE]) -> NetResult<Handle> {
+        if u64_at(b, 0) != HANDLE_MAGIC {
+            return Err(NetError::BadHandle(format!(
+                "magic {:#018x} is not ncclbpf's (is NCCL_NET set to another plugin on the peer?)",
+                u64_at(b, 0)
+            )));
+        }
+        let port = u16::from_le_bytes([b[18], b[19]]);
+        let ip = match b[16] {
+            4 => IpAddr::V4(Ipv4Addr::new(b[20], b[21], b[22], b[23])),
+            6 => IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&b[20..36]).expect("16 bytes"))),
+            f => return Err(NetError::BadHandle(format!("unknown address family tag {f}"))),
+        };
+        if port == 0 || ip.is_unspecified() {
+            return Err(NetError::BadHandle(format!("no listening address ({ip}:{port})")));
+        }
+        let shape = Shape { nstreams: u32_at(b, 36), inline_bytes: u32_at(b, 40), min_chunk: u32_at(b, 44) };
+        if shape.nstreams > crate::config::MAX_STREAMS || shape.min_chunk == 0 {
+            return Err(NetError::BadHandle(format!("impossible transport shape {shape:?}")));
+        }
+        Ok(Handle { nonce: u64_at(b, 8), addr: SocketAddr::new(ip, port), shape })
+    }
+
+    pub fn connect_key(b: &[u8; HANDLE_SIZE]) -> u64 {
+        u64_at(b, KEY_OFFSET)
+    }
+
+    pub fn set_connect_key(b: &mut [u8; HANDLE_SIZE], key: u64) {
+        b[KEY_OFFSET..KEY_OFFSET + 8].copy_from_slice(&key.to_le_bytes());
+    }
+}
+
+/// First bytes on every TCP stream of a connection: which listener it is for, which
+/// connection it belongs to and its index (`0..nstreams` data, `nstreams` control).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hello {
+    pub nonce: u64,
+    pub conn_id: u64,
+    pub index: u32,
+    pub nstreams: u32,
+}
+
+impl Hello {
+    pub fn encode(&self) -> [u8; HELLO_SIZE] {
+        let mut b = [0u8; HELLO_SIZE];
+        b[0..8].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
+        b[8..16].copy_from_slice(&self.nonce.to_le_bytes());
+        b[16..24].copy_from_slice(&self.conn_id.to_le_bytes());
+        b[24..28].copy_from_slice(&self.index.to_le_bytes());
+        b[28..32].copy_from_slice(&self.nstreams.to_le_bytes());
+        b
+    }
+
+    /// `None` for a stream that is not ours (wrong magic, impossible index).
+    pub fn decode(b: &[u8; HELLO_SIZE]) -> Option<Hello> {
+        let h = Hello { nonce: u64_at(b, 8), conn_id: u64_at(b, 16), index: u32_at(b, 24), nstreams: u32_at(b, 28) };
+        (u64_at(b, 0) == HELLO_MAGIC && h.nstreams <= crate::config::MAX_STREAMS && h.index <= h.nstreams)
+            .then_some(h)
+    }
+}
+
+/// Control-stream header before each message: its size in bytes.
+pub const MSG_HEADER_SIZE: usize = 8;
+
+/// Whether a message of `size` bytes travels whole on the control stream.
+pub fn is_inline(shape: &Shape, size: usize) -> bool {
+    shape.nstreams == 0 || size <= shape.inline_bytes as usize
+}
+
+/// Cuts a message of `size` bytes into `(offset, len, stream)` chunks over the data streams,
+/// starting at stream `*next` and leaving `*next` where the following message starts. Both
+/// ends run this on the same inputs, so no chunk carries a header.
+pub fn plan_chunks(shape: &Shape, size: usize, next: &mut u32, mut emit: impl FnMut(usize, usize, u32)) {
+    let n = shape.nstreams as usize;
+    let chunk = size.div_ceil(n).max(shape.min_chunk as usize);
+    let mut off = 0;
+    while off < size {
+        let len = chunk.min(size - off);
+        emit(off, len, *next);
+        *next = (*next + 1) % shape.nstreams;
+        off += len;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn handle() -> Handle {
+        Handle {
+            nonce: 0xdead_beef,
+            addr: "10.1.2.3:4567".parse().unwrap(),
+            shape: Shape { nstreams: 4, inline_bytes: 16384, min_chunk: 65536 },
+        }
+    }
+
+    #[test]
+    fn handle_round_trips_v4_and_v6() {
+        let mut b = [0u8; HANDLE_SIZE];
+        handle().encode(&mut b);
+        assert_eq!(Handle::decode(&b).unwrap(), handle());
+        let mut h6 = handle();
+        h6.addr = "[2001:db8::7]:9".parse().unwrap();
+        h6.encode(&mut b);
+        assert_eq!(Handle::decode(&b).unwrap(), h6);
+        Handle::set_connect_key(&mut b, 42);
+        assert_eq!(Handle::connect_key(&b), 42);
+        assert_eq!(Handle::decode(&b).unwrap(), h6, "the key does not disturb the handle");
+    }
+
+    #[test]
+    fn garbage_handles_are_rejected() {
+        let mut b = [0xa5u8; HANDLE_SIZE];
+        assert!(matches!(Handle::decode(&b), Err(NetError::BadHandle(_))));
+        handle().encode(&mut b);
+        b[16] = 9;
+        assert!(Handle::decode(&b).unwrap_err().to_string().contains("family"));
+        handle().encode(&mut b);
+        b[36] = 200;
+        assert!(Handle::decode(&b).unwrap_err().to_string().contains("shape"));
+        handle().encode(&mut b);
+        b[18] = 0;
+        b[19] = 0;
+        assert!(Handle::decode(&b).is_err());
+    }
+
+    #[test]
+    fn hello_round_trip_and_rejects() {
+        let h = Hello { nonce: 1, conn_id: 2, index: 3, nstreams: 4 };
+        assert_eq!(Hello::decode(&h.encode()), Some(h));
+        let mut bad = h.encode();
+        bad[0] ^= 1;
+        assert_eq!(Hello::decode(&bad), None);
+        let over = Hello { index: 5, ..h };
+        assert_eq!(Hello::decode(&over.encode()), None);
+    }
+
+    #[test]
+    fn chunk_plan_covers_message_and_rotates() {
+        let shape = Shape { nstreams: 3, inline_bytes: 0, min_chunk: 100 };
+        let mut next = 0;
+        let mut chunks = vec![];
+        plan_chunks(&shape, 1000, &mut next, |o, l, s| chunks.push((o, l, s)));
+        assert_eq!(chunks, [(0, 334, 0), (334, 334, 1), (668, 332, 2)]);
+        assert_eq!(next, 0);
+        chunks.clear();
+        plan_chunks(&shape, 250, &mut next, |o, l, s| chunks.push((o, l, s)));
+        assert_eq!(chunks, [(0, 100, 0), (100, 100, 1), (200, 50, 2)]);
+        chunks.clear();
+        plan_chunks(&shape, 50, &mut next, |o, l, s| chunks.push((o, l, s)));
+        assert_eq!(chunks, [(0, 50, 0)]);
+        assert_eq!(next, 1);
+        assert!(is_inline(&Shape { nstreams: 0, ..shape }, 1 << 30));
+    }
+}
