@@ -1,0 +1,191 @@
+//! One NCCL "rank" driven by the harness, for tests that need several processes.
+//!
+//! ```text
+//! harness-rank ring <rank> <nranks> <dir> <version> <size>...   ring all-reduce, checked
+//! harness-rank send-forever <dir> <version>                      connect to dir/handle.0, send forever
+//! harness-rank recv-forever <dir> <version>                      listen (dir/handle.0), receive forever
+//! harness-rank cycles <n>                                        n connect/close cycles, print fds/threads
+//! harness-rank probe                                              one transfer, then print the plugin's log
+//! ```
+
+use ncclbpf_harness::{Net, RecvComm, SendComm, fds_and_threads, pattern};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn publish(dir: &Path, rank: usize, handle: &[u8]) {
+    let tmp = dir.join(format!(".handle.{rank}.tmp"));
+    std::fs::write(&tmp, handle).unwrap();
+    std::fs::rename(tmp, dir.join(format!("handle.{rank}"))).unwrap();
+}
+
+fn fetch(dir: &Path, rank: usize) -> [u8; 128] {
+    let p = dir.join(format!("handle.{rank}"));
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Ok(b) = std::fs::read(&p) {
+            return b.try_into().expect("128-byte handle");
+        }
+        assert!(Instant::now() < deadline, "no handle from rank {rank}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Listens (publishing the handle as `rank`), connects to `peer`'s handle, and polls both.
+fn wire_up(n: &Net, dir: &Path, rank: usize, peer: Option<usize>, accept: bool) -> (Option<SendComm>, Option<RecvComm>) {
+    let listen = if accept {
+        let (h, l) = n.listen(0).unwrap();
+        publish(dir, rank, &h);
+        Some(l)
+    } else {
+        None
+    };
+    let mut handle = peer.map(|p| fetch(dir, p));
+    let (mut s, mut r) = (None, None);
+    let deadline = Instant::now() + WAIT;
+    while (handle.is_some() && s.is_none()) || (listen.is_some() && r.is_none()) {
+        if let (Some(h), None) = (handle.as_mut(), s) {
+            s = n.connect_step(0, h).unwrap();
+        }
+        if let (Some(l), None) = (listen, r) {
+            r = n.accept_step(l).unwrap();
+        }
+        assert!(Instant::now() < deadline, "wire-up timed out");
+    }
+    if let Some(l) = listen {
+        n.close_listen(l).unwrap();
+    }
+    handle.take();
+    (s, r)
+}
+
+fn value(rank: usize, i: usize) -> u32 {
+    (rank as u32 + 1).wrapping_mul(2_654_435_761).wrapping_add(i as u32 * 7)
+}
+
+fn ring(rank: usize, nranks: usize, dir: PathBuf, version: u32, sizes: &[usize]) {
+    let n = Net::ready(Some(version));
+    let (s, r) = wire_up(&n, &dir, rank, Some((rank + 1) % nranks), true);
+    let (s, r) = (s.unwrap(), r.unwrap());
+    for &bytes in sizes {
+        let count = bytes / 4;
+        let mut data: Vec<u32> = (0..count).map(|i| value(rank, i)).collect();
+        let seg = count.div_ceil(nranks);
+        let bounds = |k: usize| (k * seg).min(count)..((k + 1) * seg).min(count);
+        let mut inbox = vec![0u32; seg.max(1)];
+        let mut exchange = |data: &mut Vec<u32>, send_seg: usize, recv_seg: usize, reduce: bool| {
+            let sb = bounds(send_seg);
+            let rb = bounds(recv_seg);
+            let out: Vec<u8> = data[sb].iter().flat_map(|v| v.to_le_bytes()).collect();
+            let mut inb = vec![0u8; rb.len() * 4];
+            // SAFETY: both buffers outlive the waits below.
+            let rq = unsafe { n.irecv(r, inb.as_mut_ptr(), inb.len(), false) }.unwrap().unwrap();
+            let sq = unsafe { n.isend(s, out.as_ptr(), out.len()) }.unwrap().unwrap();
+            n.wait(sq, WAIT).unwrap();
+            assert_eq!(n.wait(rq, WAIT).unwrap() as usize, inb.len());
+            for (k, c) in inb.chunks_exact(4).enumerate() {
+                inbox[k] = u32::from_le_bytes(c.try_into().unwrap());
+            }
+            for (k, i) in rb.enumerate() {
+                data[i] = if reduce { data[i].wrapping_add(inbox[k]) } else { inbox[k] };
+            }
+        };
+        for step in 0..nranks - 1 {
+            let send_seg = (rank + nranks - step) % nranks;
+            let recv_seg = (rank + nranks - step - 1) % nranks;
+            exchange(&mut data, send_seg, recv_seg, true);
+        }
+        for step in 0..nranks - 1 {
+            let send_seg = (rank + 1 + nranks - step) % nranks;
+            let recv_seg = (rank + nranks - step) % nranks;
+            exchange(&mut data, send_seg, recv_seg, false);
+        }
+        for (i, v) in data.iter().enumerate() {
+            let want = (0..nranks).fold(0u32, |a, k| a.wrapping_add(value(k, i)));
+            assert_eq!(*v, want, "rank {rank}: element {i} of {bytes}-byte all-reduce");
+        }
+    }
+    n.close_send(s).unwrap();
+    n.close_recv(r).unwrap();
+    println!("rank {rank} ok");
+}
+
+fn send_forever(dir: PathBuf, version: u32) {
+    let n = Net::ready(Some(version));
+    let (s, _) = wire_up(&n, &dir, 1, Some(0), false);
+    let s = s.unwrap();
+    let data = pattern(64 << 20, 1);
+    loop {
+        // SAFETY: data lives for the whole process.
+        if let Some(q) = unsafe { n.isend(s, data.as_ptr(), data.len()) }.unwrap() {
+            n.wait(q, Duration::from_secs(3600)).unwrap();
+        }
+    }
+}
+
+fn recv_forever(dir: PathBuf, version: u32) {
+    let n = Net::ready(Some(version));
+    let (_, r) = wire_up(&n, &dir, 0, None, true);
+    let r = r.unwrap();
+    let mut buf = vec![0u8; 64 << 20];
+    loop {
+        // SAFETY: buf lives for the whole process.
+        if let Some(q) = unsafe { n.irecv(r, buf.as_mut_ptr(), buf.len(), false) }.unwrap() {
+            n.wait(q, Duration::from_secs(3600)).unwrap();
+        }
+    }
+}
+
+fn cycles(count: usize) {
+    let mut n = Net::ready(None);
+    // Warm up once so lazily created process-wide state is not counted as a leak.
+    let (s, r) = n.connect_pair(0).unwrap();
+    n.transfer(s, r, &pattern(1 << 20, 0), 1 << 20).unwrap();
+    n.close_send(s).unwrap();
+    n.close_recv(r).unwrap();
+    let before = fds_and_threads();
+    for i in 0..count {
+        let (s, r) = n.connect_pair(0).unwrap();
+        if i % 10 == 0 {
+            // Start the helper threads too, so their teardown is exercised.
+            n.transfer(s, r, &pattern(300_000, i as u64), 300_000).unwrap();
+        }
+        n.close_send(s).unwrap();
+        n.close_recv(r).unwrap();
+    }
+    n.finalize().unwrap();
+    let after = fds_and_threads();
+    println!("before fds={} threads={}", before.0, before.1);
+    println!("after fds={} threads={}", after.0, after.1);
+}
+
+fn probe() {
+    let n = Net::ready(None);
+    let (s, r) = n.connect_pair(0).unwrap();
+    let data = pattern(2 << 20, 3);
+    assert!(n.transfer(s, r, &data, data.len()).unwrap() == data);
+    n.close_send(s).unwrap();
+    n.close_recv(r).unwrap();
+    println!("transfer ok");
+    print!("{}", ncclbpf_harness::log_text());
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let a = |i: usize| args.get(i).unwrap_or_else(|| panic!("missing argument {i}; see the source header"));
+    match a(0).as_str() {
+        "ring" => ring(
+            a(1).parse().unwrap(),
+            a(2).parse().unwrap(),
+            a(3).into(),
+            a(4).parse().unwrap(),
+            &args[5..].iter().map(|s| s.parse().unwrap()).collect::<Vec<usize>>(),
+        ),
+        "send-forever" => send_forever(a(1).into(), a(2).parse().unwrap()),
+        "recv-forever" => recv_forever(a(1).into(), a(2).parse().unwrap()),
+        "cycles" => cycles(a(1).parse().unwrap()),
+        "probe" => probe(),
+        m => panic!("unknown mode {m}"),
+    }
+}

@@ -1,0 +1,206 @@
+//! Several processes, as in a real job: a ring all-reduce, peers killed mid-transfer,
+//! settings from the environment, and connect/close cycles that must leave nothing behind.
+
+use ncclbpf_harness::{Net, pattern};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const RANK_BIN: &str = env!("CARGO_BIN_EXE_harness-rank");
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ncclbpf-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn wait_all(mut kids: Vec<Child>, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    for k in kids.iter_mut() {
+        loop {
+            if let Some(st) = k.try_wait().unwrap() {
+                assert!(st.success(), "a rank failed: {st}");
+                break;
+            }
+            if Instant::now() > deadline {
+                let _ = k.kill();
+                panic!("a rank hung");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+#[test]
+fn ring_allreduce_four_processes_every_version() {
+    for v in ["12", "11", "10", "9", "8", "7"] {
+        let dir = scratch(&format!("ring{v}"));
+        let sizes = ["4", "1024", "65536", "1048576", "16777216", "40000"];
+        let kids: Vec<Child> = (0..4)
+            .map(|r| {
+                Command::new(RANK_BIN)
+                    .args(["ring", &r.to_string(), "4", dir.to_str().unwrap(), v])
+                    .args(sizes)
+                    .stdout(Stdio::null())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        wait_all(kids, Duration::from_secs(120));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+fn fetch_handle(dir: &std::path::Path, rank: usize) -> [u8; 128] {
+    let p = dir.join(format!("handle.{rank}"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(b) = std::fs::read(&p) {
+            return b.try_into().unwrap();
+        }
+        assert!(Instant::now() < deadline, "child never published its handle");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn killed_sender_fails_pending_receive_quickly() {
+    let n = Net::ready(None);
+    let dir = scratch("killsend");
+    let (h, l) = n.listen(0).unwrap();
+    std::fs::write(dir.join("handle.0"), h).unwrap();
+    let mut child = Command::new(RANK_BIN).args(["send-forever", dir.to_str().unwrap(), "12"]).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let r = loop {
+        if let Some(r) = n.accept_step(l).unwrap() {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "child never connected");
+    };
+    n.close_listen(l).unwrap();
+    let mut buf = vec![0u8; 64 << 20];
+    // One whole message proves the stream flows; then kill the sender in the middle of the next.
+    // SAFETY: buf outlives every request below.
+    let q = unsafe { n.irecv(r, buf.as_mut_ptr(), buf.len(), false) }.unwrap().unwrap();
+    n.wait(q, Duration::from_secs(30)).unwrap();
+    assert!(buf == pattern(64 << 20, 1));
+    let q = unsafe { n.irecv(r, buf.as_mut_ptr(), buf.len(), false) }.unwrap().unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    child.kill().unwrap();
+    let killed = Instant::now();
+    child.wait().unwrap();
+    let mut q = Some(q);
+    let err = loop {
+        let cur = match q {
+            Some(c) => c,
+            // SAFETY: as above.
+            None => match unsafe { n.irecv(r, buf.as_mut_ptr(), buf.len(), false) } {
+                Ok(Some(c)) => c,
+                Ok(None) => continue,
+                Err(e) => break e,
+            },
+        };
+        match n.test(cur, true) {
+            Ok(Some(_)) => q = None,
+            Ok(None) => q = Some(cur),
+            Err(e) => break e,
+        }
+        assert!(killed.elapsed() < Duration::from_secs(5), "no error 5 s after the peer died");
+    };
+    assert_eq!(err.name(), "ncclRemoteError", "{err:?}");
+    assert!(ncclbpf_harness::log_text().contains("closed by remote peer"));
+    n.close_recv(r).unwrap();
+}
+
+#[test]
+fn killed_receiver_fails_pending_send_quickly() {
+    let n = Net::ready(None);
+    let dir = scratch("killrecv");
+    let mut child = Command::new(RANK_BIN).args(["recv-forever", dir.to_str().unwrap(), "12"]).spawn().unwrap();
+    let mut h = fetch_handle(&dir, 0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let s = loop {
+        if let Some(s) = n.connect_step(0, &mut h).unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline);
+    };
+    let data = pattern(64 << 20, 9);
+    // SAFETY: data outlives every request.
+    let q = unsafe { n.isend(s, data.as_ptr(), data.len()) }.unwrap().unwrap();
+    n.wait(q, Duration::from_secs(30)).unwrap();
+    child.kill().unwrap();
+    let killed = Instant::now();
+    child.wait().unwrap();
+    let err = loop {
+        // SAFETY: as above.
+        let q = match unsafe { n.isend(s, data.as_ptr(), data.len()) } {
+            Ok(Some(q)) => q,
+            Ok(None) => continue,
+            Err(e) => break e,
+        };
+        let res = loop {
+            match n.test(q, true) {
+                Ok(Some(_)) => break Ok(()),
+                Ok(None) => assert!(killed.elapsed() < Duration::from_secs(5), "send still pending 5 s after the peer died"),
+                Err(e) => break Err(e),
+            }
+        };
+        if let Err(e) = res {
+            break e;
+        }
+        assert!(killed.elapsed() < Duration::from_secs(5), "sends still succeed 5 s after the peer died");
+    };
+    assert!(["ncclRemoteError", "ncclSystemError"].contains(&err.name()), "{err:?}");
+    n.close_send(s).unwrap();
+}
+
+#[test]
+fn connect_close_cycles_leave_no_fds_or_threads() {
+    let out = Command::new(RANK_BIN).args(["cycles", "1000"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let nums = |prefix: &str| -> (usize, usize) {
+        let line = text.lines().find(|l| l.starts_with(prefix)).expect(prefix);
+        let v: Vec<usize> = line.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty()).map(|s| s.parse().unwrap()).collect();
+        (v[0], v[1])
+    };
+    let before = nums("before");
+    let after = nums("after");
+    assert_eq!(before, after, "fds/threads before vs after 1000 cycles:\n{text}");
+}
+
+#[test]
+fn bad_settings_are_logged_and_defaults_used() {
+    let out = Command::new(RANK_BIN)
+        .arg("probe")
+        .env("NCCL_BPF_NSTREAMS", "lots")
+        .env("NCCL_BPF_MIN_CHUNK", "7")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("transfer ok"));
+    assert!(text.contains("NCCL_BPF_NSTREAMS=\"lots\" ignored"), "{text}");
+    assert!(text.contains("NCCL_BPF_MIN_CHUNK=\"7\" ignored"), "{text}");
+    assert!(text.contains("4 data stream(s)"), "default used: {text}");
+}
+
+#[test]
+fn settings_change_the_transport_shape() {
+    for streams in ["0", "1", "8"] {
+        let out = Command::new(RANK_BIN).arg("probe").env("NCCL_BPF_NSTREAMS", streams).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(&format!("{streams} data stream(s)")), "{text}");
+    }
+}
+
+#[test]
+fn no_interface_fails_init_with_a_reason() {
+    let out = Command::new(RANK_BIN).arg("probe").env("NCCL_SOCKET_IFNAME", "=nosuchif0").output().unwrap();
+    assert!(!out.status.success(), "init must fail without a device");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("init"), "{err}");
+}
