@@ -383,6 +383,7 @@ impl Comm {
 
     /// Stops the helper threads and closes every stream. Pending requests are abandoned.
     pub fn close(self: Box<Self>) {
+        self.hooks.on_close();
         let mut st = lock(&self.state);
         let workers = st.workers.take();
         for s in &st.data {

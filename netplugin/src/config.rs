@@ -25,7 +25,7 @@ pub const MAX_STREAMS: u32 = 16;
 
 impl Default for Config {
     fn default() -> Self {
-        Config { nstreams: 4, inline_bytes: 16 * 1024, min_chunk: 64 * 1024, speed_mbps: 0 }
+        Config { nstreams: 4, inline_bytes: 64 * 1024, min_chunk: 64 * 1024, speed_mbps: 0 }
     }
 }
 

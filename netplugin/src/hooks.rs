@@ -36,6 +36,24 @@ impl ConnHooks {
             s.completed(bytes as u64);
         }
     }
+    /// The connection closes: its totals go to NCCL's log.
+    pub fn on_close(&self) {
+        if let Some(s) = &self.slot {
+            let c = s.snapshot();
+            let dir = if c.direction == ConnDirection::Send { "send" } else { "recv" };
+            crate::nlog!(
+                INFO,
+                NET,
+                "closed {dir} connection {:#018x} (peer port {}): {} bytes in {} messages, {} errors, {} in flight",
+                c.conn_id,
+                c.peer_port,
+                c.bytes,
+                c.messages,
+                c.errors,
+                c.inflight
+            );
+        }
+    }
     pub fn on_error(&self) {
         if let Some(s) = &self.slot {
             s.failed();

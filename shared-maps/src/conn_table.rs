@@ -117,6 +117,20 @@ impl ConnSlotGuard<'_> {
     pub fn index(&self) -> usize {
         self.idx
     }
+    /// This connection's counters now.
+    pub fn snapshot(&self) -> ConnSnapshot {
+        let s = self.slot();
+        ConnSnapshot {
+            slot: self.idx,
+            direction: ConnDirection::from_code(s.direction.load(Relaxed)).unwrap_or(ConnDirection::Send),
+            conn_id: s.conn_id.load(Relaxed),
+            peer_port: s.peer_port.load(Relaxed),
+            bytes: s.bytes.load(Relaxed),
+            messages: s.messages.load(Relaxed),
+            errors: s.errors.load(Relaxed),
+            inflight: s.inflight.load(Relaxed),
+        }
+    }
     /// An operation was posted.
     pub fn posted(&self) {
         self.slot().inflight.fetch_add(1, Relaxed);

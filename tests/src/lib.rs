@@ -423,7 +423,7 @@ impl Net {
             if Instant::now() > deadline {
                 panic!("request not done within {timeout:?}");
             }
-            std::hint::spin_loop();
+            std::thread::yield_now();
         }
     }
 

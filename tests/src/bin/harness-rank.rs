@@ -6,6 +6,9 @@
 //! harness-rank recv-forever <dir> <version>                      listen (dir/handle.0), receive forever
 //! harness-rank cycles <n>                                        n connect/close cycles, print fds/threads
 //! harness-rank probe                                              one transfer, then print the plugin's log
+//! harness-rank job <nranks> <version> <size>...                   the demo: a ring all-reduce job of
+//!                                                                  nranks processes, with timings and
+//!                                                                  per-connection totals
 //! ```
 
 use ncclbpf_harness::{Net, RecvComm, SendComm, fds_and_threads, pattern};
@@ -68,6 +71,7 @@ fn ring(rank: usize, nranks: usize, dir: PathBuf, version: u32, sizes: &[usize])
     let n = Net::ready(Some(version));
     let (s, r) = wire_up(&n, &dir, rank, Some((rank + 1) % nranks), true);
     let (s, r) = (s.unwrap(), r.unwrap());
+    let verbose = std::env::var_os("HARNESS_VERBOSE").is_some();
     for &bytes in sizes {
         let count = bytes / 4;
         let mut data: Vec<u32> = (0..count).map(|i| value(rank, i)).collect();
@@ -91,6 +95,7 @@ fn ring(rank: usize, nranks: usize, dir: PathBuf, version: u32, sizes: &[usize])
                 data[i] = if reduce { data[i].wrapping_add(inbox[k]) } else { inbox[k] };
             }
         };
+        let started = Instant::now();
         for step in 0..nranks - 1 {
             let send_seg = (rank + nranks - step) % nranks;
             let recv_seg = (rank + nranks - step - 1) % nranks;
@@ -101,13 +106,25 @@ fn ring(rank: usize, nranks: usize, dir: PathBuf, version: u32, sizes: &[usize])
             let recv_seg = (rank + nranks - step) % nranks;
             exchange(&mut data, send_seg, recv_seg, false);
         }
+        let elapsed = started.elapsed();
         for (i, v) in data.iter().enumerate() {
             let want = (0..nranks).fold(0u32, |a, k| a.wrapping_add(value(k, i)));
             assert_eq!(*v, want, "rank {rank}: element {i} of {bytes}-byte all-reduce");
         }
+        if verbose && rank == 0 {
+            let us = elapsed.as_secs_f64() * 1e6;
+            let busbw = 2.0 * (nranks - 1) as f64 / nranks as f64 * bytes as f64 / us / 1e3;
+            println!("{bytes:>12} B  {us:>10.1} us  busbw {busbw:>7.3} GB/s  (checked)");
+        }
     }
     n.close_send(s).unwrap();
     n.close_recv(r).unwrap();
+    if verbose {
+        for line in ncclbpf_harness::log_text().lines().filter(|l| l.contains("closed ")) {
+            let msg = line.split("NET/BPF ").nth(1).unwrap_or(line);
+            println!("rank {rank}: {msg}");
+        }
+    }
     println!("rank {rank} ok");
 }
 
@@ -171,6 +188,33 @@ fn probe() {
     print!("{}", ncclbpf_harness::log_text());
 }
 
+fn job(nranks: usize, version: &str, sizes: &[String]) {
+    let dir = std::env::temp_dir().join(format!("ncclbpf-job-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    println!("ring all-reduce, {nranks} ranks over loopback through the plugin (net ABI v{version}):");
+    let me = std::env::current_exe().unwrap();
+    let kids: Vec<_> = (0..nranks)
+        .map(|r| {
+            std::process::Command::new(&me)
+                .args(["ring", &r.to_string(), &nranks.to_string(), dir.to_str().unwrap(), version])
+                .args(sizes)
+                .env("HARNESS_VERBOSE", "1")
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut ok = true;
+    for k in kids {
+        let out = k.wait_with_output().unwrap();
+        print!("{}", String::from_utf8_lossy(&out.stdout));
+        ok &= out.status.success();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(ok, "a rank failed");
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let a = |i: usize| args.get(i).unwrap_or_else(|| panic!("missing argument {i}; see the source header"));
@@ -186,6 +230,7 @@ fn main() {
         "recv-forever" => recv_forever(a(1).into(), a(2).parse().unwrap()),
         "cycles" => cycles(a(1).parse().unwrap()),
         "probe" => probe(),
+        "job" => job(a(1).parse().unwrap(), a(2), &args[3..]),
         m => panic!("unknown mode {m}"),
     }
 }

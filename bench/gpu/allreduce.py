@@ -1,0 +1,65 @@
+"""One rank of a PyTorch all_reduce sweep through NCCL; run by bench/gpu/run.sh.
+
+Every rank fills its tensor with integer-valued floats drawn from a generator seeded by its
+rank, so every rank can compute the exact expected sum and check the result at every size.
+Rank 0 prints one line per size: bytes, mean time per all_reduce (us), bus bandwidth.
+"""
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+SIZES = [8, 1024, 65536, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
+
+
+def iters_for(nbytes):
+    if nbytes <= 4 << 20:
+        return 20, 5
+    if nbytes <= 64 << 20:
+        return 10, 2
+    return 4, 1
+
+
+def values(rank, n, dev):
+    g = torch.Generator(device=dev)
+    g.manual_seed(1000 + rank)
+    return torch.randint(-1000, 1000, (n,), generator=g, device=dev).float()
+
+
+def main():
+    dist.init_process_group("nccl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dev = torch.device("cuda:0")
+    torch.cuda.set_device(dev)
+    label = sys.argv[1] if len(sys.argv) > 1 else "?"
+    bad = 0
+    for nbytes in SIZES:
+        n = max(1, nbytes // 4)
+        expected = sum(values(r, n, dev) for r in range(world))
+        mine = values(rank, n, dev)
+        t = mine.clone()
+        dist.all_reduce(t)
+        torch.cuda.synchronize()
+        ok = torch.equal(t, expected)
+        bad += 0 if ok else 1
+        iters, warm = iters_for(nbytes)
+        for _ in range(warm):
+            dist.all_reduce(t)
+        torch.cuda.synchronize()
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(t)
+        torch.cuda.synchronize()
+        us = (time.perf_counter() - t0) / iters * 1e6
+        busbw = 2 * (world - 1) / world * nbytes / us / 1e3
+        if rank == 0:
+            print(f"RESULT {label} ranks={world} bytes={nbytes} us={us:.1f} busbw={busbw:.3f} correct={'yes' if ok else 'NO'}", flush=True)
+    dist.destroy_process_group()
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()

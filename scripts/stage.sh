@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Builds release artifacts into build/ for the GPU machine (which has no Rust).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/build.sh
+cargo build --release -p ncclbpf-bench -p ncclbpf-harness
+mkdir -p build
+cp -f target/release/libnccl-net-bpf.so target/release/ncclbpf-bench target/release/harness-rank build/
+ls -la build
