@@ -38,12 +38,12 @@ run() { # label nranks extra-env...
 
 : >"$OUT/results.txt"; : >"$OUT/runs.txt"
 python3 -c 'import torch, torch.cuda.nccl as n; print("torch", torch.__version__, "nccl", n.version())' | tee "$OUT/versions.txt"
-for n in 2 4; do
+[ "${LOOPBACK_ONLY:-0}" = 1 ] || for n in 2 4; do
   run socket $n NCCL_NET=Socket
   run bpf $n NCCL_NET_PLUGIN=$LIB NCCL_NET=BPF
 done
-run bpf-streams0 2 NCCL_NET_PLUGIN=$LIB NCCL_NET=BPF NCCL_BPF_NSTREAMS=0
-run bpf-streams8 2 NCCL_NET_PLUGIN=$LIB NCCL_NET=BPF NCCL_BPF_NSTREAMS=8
+[ "${LOOPBACK_ONLY:-0}" = 1 ] || run bpf-streams0 2 NCCL_NET_PLUGIN=$LIB NCCL_NET=BPF NCCL_BPF_NSTREAMS=0
+[ "${LOOPBACK_ONLY:-0}" = 1 ] || run bpf-streams8 2 NCCL_NET_PLUGIN=$LIB NCCL_NET=BPF NCCL_BPF_NSTREAMS=8
 
 if [ -x build/ncclbpf-bench ]; then
   for s in 0 2 4 8; do
@@ -53,3 +53,5 @@ if [ -x build/ncclbpf-bench ]; then
   done
 fi
 python3 bench/gpu/summarize.py "$OUT/results.txt" | tee "$OUT/summary.md"
+# Few files come back from the GPU machine: pack the per-rank logs.
+tar -C "$OUT" -czf "$OUT/logs.tar.gz" $(cd "$OUT" && ls *-r*.log) && rm -f "$OUT"/*-r*.log

@@ -23,9 +23,13 @@ fn plugin_pingpong(n: &Arc<Net>, size: usize, iters: usize) -> f64 {
         let mut buf = vec![0u8; size.max(1)];
         for _ in 0..iters + 10 {
             // SAFETY: buf outlives each wait.
-            let q = unsafe { n2.irecv(r1, buf.as_mut_ptr(), size, false) }.unwrap().unwrap();
+            let q = unsafe { n2.irecv(r1, buf.as_mut_ptr(), size, false) }
+                .unwrap()
+                .unwrap();
             n2.wait(q, Duration::from_secs(60)).unwrap();
-            let q = unsafe { n2.isend(s2, buf.as_ptr(), size) }.unwrap().unwrap();
+            let q = unsafe { n2.isend(s2, buf.as_ptr(), size) }
+                .unwrap()
+                .unwrap();
             n2.wait(q, Duration::from_secs(60)).unwrap();
         }
     });
@@ -38,7 +42,9 @@ fn plugin_pingpong(n: &Arc<Net>, size: usize, iters: usize) -> f64 {
         // SAFETY: buf outlives each wait.
         let q = unsafe { n.isend(s1, buf.as_ptr(), size) }.unwrap().unwrap();
         n.wait(q, Duration::from_secs(60)).unwrap();
-        let q = unsafe { n.irecv(r2, buf.as_mut_ptr(), size, false) }.unwrap().unwrap();
+        let q = unsafe { n.irecv(r2, buf.as_mut_ptr(), size, false) }
+            .unwrap()
+            .unwrap();
         n.wait(q, Duration::from_secs(60)).unwrap();
     }
     let us = t0.elapsed().as_secs_f64() * 1e6 / iters as f64 / 2.0;
@@ -176,10 +182,15 @@ fn tcp_stream(streams: usize, size: usize, total: usize) -> f64 {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let opt = |name: &str, default: usize| {
-        args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).map_or(default, |v| v.parse().expect(name))
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .map_or(default, |v| v.parse().expect(name))
     };
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("usage: ncclbpf-bench [--streams N] [--total-mib M]\n  plugin vs raw TCP on loopback; NCCL_BPF_* settings apply to the plugin");
+        println!(
+            "usage: ncclbpf-bench [--streams N] [--total-mib M]\n  plugin vs raw TCP on loopback; NCCL_BPF_* settings apply to the plugin"
+        );
         return;
     }
     let streams = opt("--streams", 4);
@@ -188,20 +199,34 @@ fn main() {
         // SAFETY: set before the plugin is loaded, in a single-threaded program.
         unsafe { std::env::set_var("NCCL_BPF_NSTREAMS", streams.to_string()) };
     }
-    let streams = std::env::var("NCCL_BPF_NSTREAMS").ok().and_then(|v| v.parse().ok()).unwrap_or(streams);
+    let streams = std::env::var("NCCL_BPF_NSTREAMS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(streams);
     let n = Arc::new(Net::ready(None));
-    println!("plugin {} (net v{}), {streams} data stream(s); raw TCP uses the same count\n", ncclbpf_harness::plugin_path().display(), n.version);
+    println!(
+        "plugin {} (net v{}), {streams} data stream(s); raw TCP uses the same count\n",
+        ncclbpf_harness::plugin_path().display(),
+        n.version
+    );
     println!("| test | size | plugin | raw TCP | plugin / TCP |");
     println!("|---|---:|---:|---:|---:|");
     for size in [8usize, 1024, 65536] {
         let iters = if size > 4096 { 2000 } else { 5000 };
         let p = plugin_pingpong(&n, size, iters);
         let t = tcp_pingpong(size, iters);
-        println!("| latency (µs, one way) | {size} B | {p:.1} | {t:.1} | {:.2} |", p / t);
+        println!(
+            "| latency (µs, one way) | {size} B | {p:.1} | {t:.1} | {:.2} |",
+            p / t
+        );
     }
     for size in [65536usize, 1 << 20, 16 << 20] {
         let p = plugin_stream(&n, size, total);
         let t = tcp_stream(streams, size, total);
-        println!("| throughput (GB/s) | {} KiB | {p:.2} | {t:.2} | {:.2} |", size >> 10, p / t);
+        println!(
+            "| throughput (GB/s) | {} KiB | {p:.2} | {t:.2} | {:.2} |",
+            size >> 10,
+            p / t
+        );
     }
 }

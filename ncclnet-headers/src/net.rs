@@ -211,7 +211,13 @@ type Vp = *mut c_void;
 pub type InitLogFn = Option<unsafe extern "C" fn(DebugLogger) -> NcclResult>;
 pub type InitLogProfFn = Option<unsafe extern "C" fn(DebugLogger, ProfilerCallback) -> NcclResult>;
 pub type InitCtxFn = Option<
-    unsafe extern "C" fn(*mut Vp, u64, *mut NetCommConfig, DebugLogger, ProfilerCallback) -> NcclResult,
+    unsafe extern "C" fn(
+        *mut Vp,
+        u64,
+        *mut NetCommConfig,
+        DebugLogger,
+        ProfilerCallback,
+    ) -> NcclResult,
 >;
 pub type DevicesFn = Option<unsafe extern "C" fn(*mut c_int) -> NcclResult>;
 pub type ListenFn = Option<unsafe extern "C" fn(c_int, Vp, *mut Vp) -> NcclResult>;
@@ -219,11 +225,18 @@ pub type ListenCtxFn = Option<unsafe extern "C" fn(Vp, c_int, Vp, *mut Vp) -> Nc
 pub type ConnectFn =
     Option<unsafe extern "C" fn(c_int, Vp, *mut Vp, *mut *mut NetDeviceHandle) -> NcclResult>;
 pub type ConnectCfgFn = Option<
-    unsafe extern "C" fn(c_int, *mut NetCommConfig, Vp, *mut Vp, *mut *mut NetDeviceHandle) -> NcclResult,
+    unsafe extern "C" fn(
+        c_int,
+        *mut NetCommConfig,
+        Vp,
+        *mut Vp,
+        *mut *mut NetDeviceHandle,
+    ) -> NcclResult,
 >;
 pub type ConnectCtxFn =
     Option<unsafe extern "C" fn(Vp, c_int, Vp, *mut Vp, *mut *mut NetDeviceHandle) -> NcclResult>;
-pub type AcceptFn = Option<unsafe extern "C" fn(Vp, *mut Vp, *mut *mut NetDeviceHandle) -> NcclResult>;
+pub type AcceptFn =
+    Option<unsafe extern "C" fn(Vp, *mut Vp, *mut *mut NetDeviceHandle) -> NcclResult>;
 pub type RegMrIntFn = Option<unsafe extern "C" fn(Vp, Vp, c_int, c_int, *mut Vp) -> NcclResult>;
 pub type RegMrFn = Option<unsafe extern "C" fn(Vp, Vp, usize, c_int, *mut Vp) -> NcclResult>;
 pub type RegMrDmaBufFn =
@@ -234,10 +247,26 @@ pub type IsendFn = Option<unsafe extern "C" fn(Vp, Vp, usize, c_int, Vp, *mut Vp
 pub type IsendProfFn =
     Option<unsafe extern "C" fn(Vp, Vp, usize, c_int, Vp, Vp, *mut Vp) -> NcclResult>;
 pub type IrecvIntFn = Option<
-    unsafe extern "C" fn(Vp, c_int, *mut Vp, *mut c_int, *mut c_int, *mut Vp, *mut Vp) -> NcclResult,
+    unsafe extern "C" fn(
+        Vp,
+        c_int,
+        *mut Vp,
+        *mut c_int,
+        *mut c_int,
+        *mut Vp,
+        *mut Vp,
+    ) -> NcclResult,
 >;
 pub type IrecvFn = Option<
-    unsafe extern "C" fn(Vp, c_int, *mut Vp, *mut usize, *mut c_int, *mut Vp, *mut Vp) -> NcclResult,
+    unsafe extern "C" fn(
+        Vp,
+        c_int,
+        *mut Vp,
+        *mut usize,
+        *mut c_int,
+        *mut Vp,
+        *mut Vp,
+    ) -> NcclResult,
 >;
 pub type IrecvProfFn = Option<
     unsafe extern "C" fn(

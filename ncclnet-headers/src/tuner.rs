@@ -93,7 +93,16 @@ pub type GetCollInfoV2Fn = Option<
     ) -> NcclResult,
 >;
 pub type GetCollInfoV3Fn = Option<
-    unsafe extern "C" fn(Vp, NcclFunc, usize, c_int, *mut *mut f32, c_int, c_int, *mut c_int) -> NcclResult,
+    unsafe extern "C" fn(
+        Vp,
+        NcclFunc,
+        usize,
+        c_int,
+        *mut *mut f32,
+        c_int,
+        c_int,
+        *mut c_int,
+    ) -> NcclResult,
 >;
 pub type GetCollInfoV4Fn = Option<
     unsafe extern "C" fn(

@@ -20,7 +20,10 @@ unsafe impl Send for Buf {}
 unsafe impl Sync for Buf {}
 
 impl Buf {
-    pub const EMPTY: Buf = Buf { ptr: NonNull::dangling(), len: 0 };
+    pub const EMPTY: Buf = Buf {
+        ptr: NonNull::dangling(),
+        len: 0,
+    };
 
     /// # Safety
     /// `ptr` must be valid for reads and writes of `len` bytes until the request that owns
@@ -42,12 +45,18 @@ impl Buf {
 
     /// The piece `[off, off + len)`; panics if it is out of range (a bug, caught at the ABI).
     pub fn sub(&self, off: usize, len: usize) -> Buf {
-        assert!(off.checked_add(len).is_some_and(|end| end <= self.len), "piece out of range");
+        assert!(
+            off.checked_add(len).is_some_and(|end| end <= self.len),
+            "piece out of range"
+        );
         if len == 0 {
             return Buf::EMPTY;
         }
         // SAFETY: off + len <= self.len, so the result stays inside the lent buffer.
-        Buf { ptr: unsafe { NonNull::new_unchecked(self.ptr.as_ptr().add(off)) }, len }
+        Buf {
+            ptr: unsafe { NonNull::new_unchecked(self.ptr.as_ptr().add(off)) },
+            len,
+        }
     }
 
     /// # Safety

@@ -43,7 +43,9 @@ impl ReqSlot {
     pub fn comm(&self) -> NetResult<(&Comm, usize)> {
         let comm = self.comm.load(Ordering::Acquire);
         if self.magic != SLOT_MAGIC || comm.is_null() {
-            return Err(NetError::Misuse("test() called with a pointer that is not a request".into()));
+            return Err(NetError::Misuse(
+                "test() called with a pointer that is not a request".into(),
+            ));
         }
         // SAFETY: the pointer was set from the live Box<Comm> that owns this slot; NCCL only
         // tests requests of comms it has not closed.
@@ -62,8 +64,14 @@ struct Req {
     ctrl_done: bool,
 }
 
-const IDLE: Req =
-    Req { in_use: false, buf: Buf::EMPTY, size: 0, inline: true, header_done: false, ctrl_done: false };
+const IDLE: Req = Req {
+    in_use: false,
+    buf: Buf::EMPTY,
+    size: 0,
+    inline: true,
+    header_done: false,
+    ctrl_done: false,
+};
 
 struct Task {
     idx: u32,
@@ -113,10 +121,13 @@ impl Comm {
         control: TcpStream,
         data: Vec<TcpStream>,
     ) -> NetResult<Box<Comm>> {
-        control.set_nonblocking(true).map_err(|e| NetError::io("set_nonblocking", e))?;
+        control
+            .set_nonblocking(true)
+            .map_err(|e| NetError::io("set_nonblocking", e))?;
         let peer_port = control.peer_addr().map(|a| a.port()).unwrap_or(0);
         for s in &data {
-            s.set_nonblocking(false).map_err(|e| NetError::io("set_nonblocking", e))?;
+            s.set_nonblocking(false)
+                .map_err(|e| NetError::io("set_nonblocking", e))?;
         }
         let slots: Arc<[ReqSlot]> = (0..SLOTS as u32)
             .map(|idx| ReqSlot {
@@ -164,11 +175,19 @@ impl Comm {
         if let Some(e) = &st.error {
             return Err(e.as_broken());
         }
-        let Some(idx) = st.free.pop() else { return Ok(None) };
+        let Some(idx) = st.free.pop() else {
+            return Ok(None);
+        };
         let size = buf.len();
         let inline = wire::is_inline(&self.shape, size);
-        st.reqs[idx as usize] =
-            Req { in_use: true, buf, size, inline, header_done: true, ctrl_done: false };
+        st.reqs[idx as usize] = Req {
+            in_use: true,
+            buf,
+            size,
+            inline,
+            header_done: true,
+            ctrl_done: false,
+        };
         if !inline {
             self.dispatch(&mut st, idx, buf)?;
         }
@@ -184,9 +203,17 @@ impl Comm {
         if let Some(e) = &st.error {
             return Err(e.as_broken());
         }
-        let Some(idx) = st.free.pop() else { return Ok(None) };
-        st.reqs[idx as usize] =
-            Req { in_use: true, buf, size: 0, inline: true, header_done: false, ctrl_done: false };
+        let Some(idx) = st.free.pop() else {
+            return Ok(None);
+        };
+        st.reqs[idx as usize] = Req {
+            in_use: true,
+            buf,
+            size: 0,
+            inline: true,
+            header_done: false,
+            ctrl_done: false,
+        };
         st.fifo.push_back(idx);
         self.hooks.on_post();
         self.progress_recv(&mut st);
@@ -197,7 +224,9 @@ impl Comm {
     pub fn test(&self, idx: usize) -> NetResult<Option<usize>> {
         let mut st = lock(&self.state);
         if !st.reqs.get(idx).is_some_and(|r| r.in_use) {
-            return Err(NetError::Misuse(format!("test() on request {idx} that is not posted")));
+            return Err(NetError::Misuse(format!(
+                "test() on request {idx} that is not posted"
+            )));
         }
         match self.direction {
             ConnDirection::Send => self.progress_send(&mut st),
@@ -205,7 +234,9 @@ impl Comm {
         }
         let slot = &self.slots[idx];
         if slot.failed.load(Ordering::Acquire) && st.error.is_none() {
-            let msg = lock(&self.worker_error).clone().unwrap_or_else(|| "data stream failed".into());
+            let msg = lock(&self.worker_error)
+                .clone()
+                .unwrap_or_else(|| "data stream failed".into());
             st.error = Some(NetError::Broken(msg));
         }
         let r = st.reqs[idx];
@@ -218,8 +249,13 @@ impl Comm {
         match &st.error {
             None => Ok(None),
             Some(e) => {
-                let err = if matches!(e, NetError::Truncated { .. }) && st.fifo.front() == Some(&(idx as u32)) {
-                    NetError::Truncated { incoming: r.size as u64, posted: r.buf.len() }
+                let err = if matches!(e, NetError::Truncated { .. })
+                    && st.fifo.front() == Some(&(idx as u32))
+                {
+                    NetError::Truncated {
+                        incoming: r.size as u64,
+                        posted: r.buf.len(),
+                    }
                 } else {
                     e.as_broken()
                 };
@@ -245,14 +281,21 @@ impl Comm {
             st.workers = Some(self.start_workers(&st.data)?);
         }
         let mut pieces = Vec::new();
-        wire::plan_chunks(&self.shape, buf.len(), &mut st.next_stream, |off, len, stream| {
-            pieces.push((buf.sub(off, len), stream))
-        });
+        wire::plan_chunks(
+            &self.shape,
+            buf.len(),
+            &mut st.next_stream,
+            |off, len, stream| pieces.push((buf.sub(off, len), stream)),
+        );
         let slot = &self.slots[idx as usize];
-        slot.pending_chunks.store(pieces.len() as u32, Ordering::Release);
+        slot.pending_chunks
+            .store(pieces.len() as u32, Ordering::Release);
         let workers = st.workers.as_ref().expect("started above");
         for (piece, stream) in pieces {
-            if workers.txs[stream as usize].send(Task { idx, buf: piece }).is_err() {
+            if workers.txs[stream as usize]
+                .send(Task { idx, buf: piece })
+                .is_err()
+            {
                 // The helper thread is gone: the connection cannot carry this message.
                 slot.failed.store(true, Ordering::Release);
                 slot.pending_chunks.fetch_sub(1, Ordering::AcqRel);
@@ -272,7 +315,11 @@ impl Comm {
                 slots: Arc::clone(&self.slots),
                 error: Arc::clone(&self.worker_error),
             };
-            let tag = if self.direction == ConnDirection::Send { 'S' } else { 'R' };
+            let tag = if self.direction == ConnDirection::Send {
+                'S'
+            } else {
+                'R'
+            };
             let join = std::thread::Builder::new()
                 .name(format!("ncclbpf {tag}{k}"))
                 .spawn(move || ctx.run(rx))
@@ -287,16 +334,28 @@ impl Comm {
         if st.error.is_some() {
             return;
         }
-        let State { control, reqs, fifo, cursor, error, .. } = st;
+        let State {
+            control,
+            reqs,
+            fifo,
+            cursor,
+            error,
+            ..
+        } = st;
         while let Some(&idx) = fifo.front() {
             let r = &mut reqs[idx as usize];
             let header = (r.size as u64).to_le_bytes();
             // SAFETY: NCCL keeps the send buffer alive and unmodified until the request is done.
-            let payload: &[u8] = if r.inline { unsafe { r.buf.bytes() } } else { &[] };
+            let payload: &[u8] = if r.inline {
+                unsafe { r.buf.bytes() }
+            } else {
+                &[]
+            };
             let total = MSG_HEADER_SIZE + payload.len();
             while *cursor < total {
                 let res = if *cursor < MSG_HEADER_SIZE {
-                    control.write_vectored(&[IoSlice::new(&header[*cursor..]), IoSlice::new(payload)])
+                    control
+                        .write_vectored(&[IoSlice::new(&header[*cursor..]), IoSlice::new(payload)])
                 } else {
                     control.write(&payload[*cursor - MSG_HEADER_SIZE..])
                 };
@@ -325,7 +384,15 @@ impl Comm {
             return;
         }
         loop {
-            let State { control, reqs, fifo, cursor, header, error, .. } = &mut *st;
+            let State {
+                control,
+                reqs,
+                fifo,
+                cursor,
+                header,
+                error,
+                ..
+            } = &mut *st;
             let Some(&idx) = fifo.front() else { return };
             let r = &mut reqs[idx as usize];
             while *cursor < MSG_HEADER_SIZE {
@@ -343,7 +410,10 @@ impl Comm {
                 r.header_done = true;
                 if incoming > r.buf.len() as u64 {
                     r.size = incoming.min(usize::MAX as u64) as usize;
-                    *error = Some(NetError::Truncated { incoming, posted: r.buf.len() });
+                    *error = Some(NetError::Truncated {
+                        incoming,
+                        posted: r.buf.len(),
+                    });
                     return;
                 }
                 r.size = incoming as usize;
@@ -441,9 +511,14 @@ impl WorkerCtx {
                 };
                 if let Err(e) = res {
                     broken = true;
-                    let what = if self.direction == ConnDirection::Send { "send" } else { "receive" };
+                    let what = if self.direction == ConnDirection::Send {
+                        "send"
+                    } else {
+                        "receive"
+                    };
                     let err = NetError::io("data stream", e);
-                    lock(&self.error).get_or_insert_with(|| format!("{what} on data stream: {err}"));
+                    lock(&self.error)
+                        .get_or_insert_with(|| format!("{what} on data stream: {err}"));
                 }
             }
             if broken {

@@ -25,7 +25,12 @@ pub const MAX_STREAMS: u32 = 16;
 
 impl Default for Config {
     fn default() -> Self {
-        Config { nstreams: 4, inline_bytes: 64 * 1024, min_chunk: 64 * 1024, speed_mbps: 0 }
+        Config {
+            nstreams: 4,
+            inline_bytes: 64 * 1024,
+            min_chunk: 64 * 1024,
+            speed_mbps: 0,
+        }
     }
 }
 
@@ -39,7 +44,11 @@ pub struct BadSetting {
 
 impl fmt::Display for BadSetting {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}={:?} ignored: expected {}", self.var, self.value, self.expected)
+        write!(
+            f,
+            "{}={:?} ignored: expected {}",
+            self.var, self.value, self.expected
+        )
     }
 }
 
@@ -81,10 +90,38 @@ impl Config {
     pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> (Config, Vec<BadSetting>) {
         let mut c = Config::default();
         let mut bad = Vec::new();
-        parse_u32(get, "NCCL_BPF_NSTREAMS", 0, MAX_STREAMS, &mut c.nstreams, &mut bad);
-        parse_u32(get, "NCCL_BPF_INLINE_BYTES", 0, 1 << 30, &mut c.inline_bytes, &mut bad);
-        parse_u32(get, "NCCL_BPF_MIN_CHUNK", 4096, 1 << 30, &mut c.min_chunk, &mut bad);
-        parse_u32(get, "NCCL_BPF_SPEED_MBPS", 0, 10_000_000, &mut c.speed_mbps, &mut bad);
+        parse_u32(
+            get,
+            "NCCL_BPF_NSTREAMS",
+            0,
+            MAX_STREAMS,
+            &mut c.nstreams,
+            &mut bad,
+        );
+        parse_u32(
+            get,
+            "NCCL_BPF_INLINE_BYTES",
+            0,
+            1 << 30,
+            &mut c.inline_bytes,
+            &mut bad,
+        );
+        parse_u32(
+            get,
+            "NCCL_BPF_MIN_CHUNK",
+            4096,
+            1 << 30,
+            &mut c.min_chunk,
+            &mut bad,
+        );
+        parse_u32(
+            get,
+            "NCCL_BPF_SPEED_MBPS",
+            0,
+            10_000_000,
+            &mut c.speed_mbps,
+            &mut bad,
+        );
         (c, bad)
     }
 
@@ -99,8 +136,10 @@ mod tests {
     use std::collections::HashMap;
 
     fn with(pairs: &[(&str, &str)]) -> (Config, Vec<BadSetting>) {
-        let m: HashMap<String, String> =
-            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         Config::from_lookup(&move |k| m.get(k).cloned())
     }
 
@@ -113,18 +152,40 @@ mod tests {
 
     #[test]
     fn parses_values_and_suffixes() {
-        let (c, bad) = with(&[("NCCL_BPF_NSTREAMS", "8"), ("NCCL_BPF_INLINE_BYTES", "64K"), ("NCCL_BPF_MIN_CHUNK", "1M")]);
+        let (c, bad) = with(&[
+            ("NCCL_BPF_NSTREAMS", "8"),
+            ("NCCL_BPF_INLINE_BYTES", "64K"),
+            ("NCCL_BPF_MIN_CHUNK", "1M"),
+        ]);
         assert!(bad.is_empty(), "{bad:?}");
-        assert_eq!((c.nstreams, c.inline_bytes, c.min_chunk), (8, 65536, 1 << 20));
+        assert_eq!(
+            (c.nstreams, c.inline_bytes, c.min_chunk),
+            (8, 65536, 1 << 20)
+        );
     }
 
     #[test]
     fn bad_values_keep_defaults_and_are_reported() {
-        let (c, bad) = with(&[("NCCL_BPF_NSTREAMS", "lots"), ("NCCL_BPF_MIN_CHUNK", "12"), ("NCCL_BPF_INLINE_BYTES", "99999999999999999999")]);
+        let (c, bad) = with(&[
+            ("NCCL_BPF_NSTREAMS", "lots"),
+            ("NCCL_BPF_MIN_CHUNK", "12"),
+            ("NCCL_BPF_INLINE_BYTES", "99999999999999999999"),
+        ]);
         assert_eq!(c, Config::default());
         let vars: Vec<_> = bad.iter().map(|b| b.var).collect();
-        assert_eq!(vars, ["NCCL_BPF_NSTREAMS", "NCCL_BPF_INLINE_BYTES", "NCCL_BPF_MIN_CHUNK"]);
-        assert!(bad[0].to_string().contains("NCCL_BPF_NSTREAMS=\"lots\" ignored"));
+        assert_eq!(
+            vars,
+            [
+                "NCCL_BPF_NSTREAMS",
+                "NCCL_BPF_INLINE_BYTES",
+                "NCCL_BPF_MIN_CHUNK"
+            ]
+        );
+        assert!(
+            bad[0]
+                .to_string()
+                .contains("NCCL_BPF_NSTREAMS=\"lots\" ignored")
+        );
         let (c, bad) = with(&[("NCCL_BPF_NSTREAMS", "17")]);
         assert_eq!(c.nstreams, 4);
         assert_eq!(bad.len(), 1);

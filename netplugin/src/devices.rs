@@ -51,15 +51,27 @@ impl IfFilter {
         if exact {
             s = &s[1..];
         }
-        let names = s.split(',').map(str::trim).filter(|n| !n.is_empty()).map(String::from).collect();
-        IfFilter { exclude, exact, names }
+        let names = s
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(String::from)
+            .collect();
+        IfFilter {
+            exclude,
+            exact,
+            names,
+        }
     }
 
     fn matches(&self, ifname: &str) -> bool {
-        let hit = self
-            .names
-            .iter()
-            .any(|n| if self.exact { ifname == n } else { ifname.starts_with(n.as_str()) });
+        let hit = self.names.iter().any(|n| {
+            if self.exact {
+                ifname == n
+            } else {
+                ifname.starts_with(n.as_str())
+            }
+        });
         hit != self.exclude
     }
 }
@@ -79,7 +91,10 @@ impl Family {
         }
     }
     fn admits(self, a: &IpAddr) -> bool {
-        matches!((self, a), (Family::V4, IpAddr::V4(_)) | (Family::V6, IpAddr::V6(_)))
+        matches!(
+            (self, a),
+            (Family::V4, IpAddr::V4(_)) | (Family::V6, IpAddr::V6(_))
+        )
     }
 }
 
@@ -87,13 +102,19 @@ fn usable(a: &IpAddr) -> bool {
     match a {
         IpAddr::V4(v) => !v.is_unspecified(),
         // NCCL skips IPv6 loopback; link-local addresses need a scope id we do not carry.
-        IpAddr::V6(v) => !v.is_loopback() && !v.is_unspecified() && (v.segments()[0] & 0xffc0) != 0xfe80,
+        IpAddr::V6(v) => {
+            !v.is_loopback() && !v.is_unspecified() && (v.segments()[0] & 0xffc0) != 0xfe80
+        }
     }
 }
 
 /// Chooses devices from `ifaces` (in `getifaddrs` order): one address per interface, at most
 /// [`MAX_DEVICES`].
-pub fn select(ifaces: &[Interface], ifname: Option<&str>, family: Option<Family>) -> Vec<Interface> {
+pub fn select(
+    ifaces: &[Interface],
+    ifname: Option<&str>,
+    family: Option<Family>,
+) -> Vec<Interface> {
     let mut first: Vec<Interface> = Vec::new();
     for i in ifaces {
         if usable(&i.addr)
@@ -104,7 +125,12 @@ pub fn select(ifaces: &[Interface], ifname: Option<&str>, family: Option<Family>
         }
     }
     let pick = |pred: &dyn Fn(&str) -> bool| -> Vec<Interface> {
-        first.iter().filter(|i| pred(&i.name)).take(MAX_DEVICES).cloned().collect()
+        first
+            .iter()
+            .filter(|i| pred(&i.name))
+            .take(MAX_DEVICES)
+            .cloned()
+            .collect()
     };
     if let Some(spec) = ifname.filter(|s| !s.trim().is_empty()) {
         let f = IfFilter::parse(spec);
@@ -116,7 +142,11 @@ pub fn select(ifaces: &[Interface], ifname: Option<&str>, family: Option<Family>
         &|n| n.starts_with("docker"),
         &|n| n.starts_with("virbr"),
     ];
-    steps.iter().map(|p| pick(*p)).find(|v| !v.is_empty()).unwrap_or_default()
+    steps
+        .iter()
+        .map(|p| pick(*p))
+        .find(|v| !v.is_empty())
+        .unwrap_or_default()
 }
 
 /// Every up and running interface with an address, in `getifaddrs` order.
@@ -151,7 +181,9 @@ pub fn list_interfaces() -> std::io::Result<Vec<Interface>> {
             }
         };
         // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-        let name = unsafe { CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned();
+        let name = unsafe { CStr::from_ptr(ifa.ifa_name) }
+            .to_string_lossy()
+            .into_owned();
         out.push(Interface { name, addr });
     }
     // SAFETY: `head` came from getifaddrs and is freed once.
@@ -178,9 +210,10 @@ pub fn discover(speed_override: u32) -> Result<Vec<Device>, String> {
     let family_var = std::env::var("NCCL_SOCKET_FAMILY").ok();
     let family = match family_var.as_deref() {
         None | Some("") => None,
-        Some(s) => Some(Family::parse(s).ok_or_else(|| {
-            format!("NCCL_SOCKET_FAMILY={s:?} is not AF_INET or AF_INET6")
-        })?),
+        Some(s) => Some(
+            Family::parse(s)
+                .ok_or_else(|| format!("NCCL_SOCKET_FAMILY={s:?} is not AF_INET or AF_INET6"))?,
+        ),
     };
     let ifaces = list_interfaces().map_err(|e| format!("getifaddrs failed: {e}"))?;
     let chosen = select(&ifaces, ifname.as_deref(), family);
@@ -194,7 +227,11 @@ pub fn discover(speed_override: u32) -> Result<Vec<Device>, String> {
     Ok(chosen
         .into_iter()
         .map(|i| Device {
-            speed_mbps: if speed_override > 0 { speed_override as i32 } else { read_speed(&i.name) },
+            speed_mbps: if speed_override > 0 {
+                speed_override as i32
+            } else {
+                read_speed(&i.name)
+            },
             pci_path: pci_path(&i.name),
             name: CString::new(i.name.clone()).unwrap_or_default(),
             addr: i.addr,
@@ -207,7 +244,12 @@ mod tests {
     use super::*;
 
     fn ifs(list: &[(&str, &str)]) -> Vec<Interface> {
-        list.iter().map(|(n, a)| Interface { name: n.to_string(), addr: a.parse().unwrap() }).collect()
+        list.iter()
+            .map(|(n, a)| Interface {
+                name: n.to_string(),
+                addr: a.parse().unwrap(),
+            })
+            .collect()
     }
 
     fn names(v: Vec<Interface>) -> Vec<String> {
@@ -216,31 +258,58 @@ mod tests {
 
     #[test]
     fn auto_selection_order() {
-        let all = ifs(&[("lo", "127.0.0.1"), ("docker0", "172.17.0.1"), ("eth0", "10.0.0.2"), ("eth1", "10.1.0.2")]);
+        let all = ifs(&[
+            ("lo", "127.0.0.1"),
+            ("docker0", "172.17.0.1"),
+            ("eth0", "10.0.0.2"),
+            ("eth1", "10.1.0.2"),
+        ]);
         assert_eq!(names(select(&all, None, None)), ["eth0", "eth1"]);
         let with_ib = ifs(&[("eth0", "10.0.0.2"), ("ib0", "192.168.0.2")]);
         assert_eq!(names(select(&with_ib, None, None)), ["ib0"]);
         let docker_only = ifs(&[("lo", "127.0.0.1"), ("docker0", "172.17.0.1")]);
         assert_eq!(names(select(&docker_only, None, None)), ["docker0"]);
         let lo_only = ifs(&[("lo", "127.0.0.1")]);
-        assert!(select(&lo_only, None, None).is_empty(), "loopback only when asked");
+        assert!(
+            select(&lo_only, None, None).is_empty(),
+            "loopback only when asked"
+        );
         assert_eq!(names(select(&lo_only, Some("lo"), None)), ["lo"]);
     }
 
     #[test]
     fn ifname_prefix_exclude_exact() {
-        let all = ifs(&[("lo", "127.0.0.1"), ("eth0", "10.0.0.2"), ("eth10", "10.0.1.2"), ("ens5", "10.2.0.2")]);
+        let all = ifs(&[
+            ("lo", "127.0.0.1"),
+            ("eth0", "10.0.0.2"),
+            ("eth10", "10.0.1.2"),
+            ("ens5", "10.2.0.2"),
+        ]);
         assert_eq!(names(select(&all, Some("eth"), None)), ["eth0", "eth10"]);
         assert_eq!(names(select(&all, Some("=eth0"), None)), ["eth0"]);
         assert_eq!(names(select(&all, Some("^eth,lo"), None)), ["ens5"]);
-        assert_eq!(names(select(&all, Some("^=eth0"), None)), ["lo", "eth10", "ens5"]);
-        assert_eq!(names(select(&all, Some("eth1,ens"), None)), ["eth10", "ens5"]);
+        assert_eq!(
+            names(select(&all, Some("^=eth0"), None)),
+            ["lo", "eth10", "ens5"]
+        );
+        assert_eq!(
+            names(select(&all, Some("eth1,ens"), None)),
+            ["eth10", "ens5"]
+        );
     }
 
     #[test]
     fn family_and_one_address_per_interface() {
-        let all = ifs(&[("eth0", "fe80::1"), ("eth0", "2001:db8::2"), ("eth0", "10.0.0.2"), ("eth1", "::1")]);
-        assert_eq!(select(&all, None, None)[0].addr, "2001:db8::2".parse::<IpAddr>().unwrap());
+        let all = ifs(&[
+            ("eth0", "fe80::1"),
+            ("eth0", "2001:db8::2"),
+            ("eth0", "10.0.0.2"),
+            ("eth1", "::1"),
+        ]);
+        assert_eq!(
+            select(&all, None, None)[0].addr,
+            "2001:db8::2".parse::<IpAddr>().unwrap()
+        );
         let v4 = select(&all, None, Some(Family::V4));
         assert_eq!(v4.len(), 1);
         assert_eq!(v4[0].addr, "10.0.0.2".parse::<IpAddr>().unwrap());

@@ -29,7 +29,10 @@ impl NetError {
         use io::ErrorKind::*;
         match source.kind() {
             ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof => {
-                NetError::PeerClosed { op, detail: source.to_string() }
+                NetError::PeerClosed {
+                    op,
+                    detail: source.to_string(),
+                }
             }
             _ => NetError::Io { op, source },
         }

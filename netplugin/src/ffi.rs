@@ -69,7 +69,11 @@ fn comm_ref<'a>(comm: Vp) -> NetResult<&'a Comm> {
 }
 
 fn request_out(request: *mut Vp, slot: Option<&ReqSlot>) -> NetResult<()> {
-    put(request, slot.map_or(std::ptr::null_mut(), |s| s as *const ReqSlot as Vp), "request")
+    put(
+        request,
+        slot.map_or(std::ptr::null_mut(), |s| s as *const ReqSlot as Vp),
+        "request",
+    )
 }
 
 // ---------------------------------------------------------------- shared implementations
@@ -80,7 +84,9 @@ fn init_process(log: DebugLogger) -> NcclResult {
 }
 
 unsafe extern "C" fn devices(ndev: *mut c_int) -> NcclResult {
-    guard("devices", || put(ndev, plugin::get()?.devices.len() as c_int, "ndev"))
+    guard("devices", || {
+        put(ndev, plugin::get()?.devices.len() as c_int, "ndev")
+    })
 }
 
 /// Properties in the newest layout; older versions copy from it.
@@ -91,7 +97,10 @@ fn props_v12(dev: c_int) -> NetResult<NetPropertiesV12> {
     devs[0] = dev;
     Ok(NetPropertiesV12 {
         name: d.name.as_ptr() as *mut _,
-        pci_path: d.pci_path.as_ref().map_or(std::ptr::null_mut(), |s| s.as_ptr() as *mut _),
+        pci_path: d
+            .pci_path
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |s| s.as_ptr() as *mut _),
         guid: dev as u64,
         ptr_support: PtrType::HOST.0,
         reg_is_global: 0,
@@ -115,7 +124,10 @@ fn props_v12(dev: c_int) -> NetResult<NetPropertiesV12> {
 fn v_props_v11(p: &NetPropertiesV12) -> NetVDevicePropsV11 {
     let mut devs = [0; NET_MAX_DEVS_PER_NIC_V11];
     devs.copy_from_slice(&p.v_props.devs[..NET_MAX_DEVS_PER_NIC_V11]);
-    NetVDevicePropsV11 { ndevs: p.v_props.ndevs, devs }
+    NetVDevicePropsV11 {
+        ndevs: p.v_props.ndevs,
+        devs,
+    }
 }
 
 fn listen(dev: c_int, handle: Vp, listen_comm: *mut Vp) -> NetResult<()> {
@@ -135,7 +147,11 @@ fn connect(dev: c_int, handle: Vp, send_comm: *mut Vp) -> NetResult<()> {
     Ok(())
 }
 
-unsafe extern "C" fn accept(listen_comm: Vp, recv_comm: *mut Vp, _dev: *mut *mut NetDeviceHandle) -> NcclResult {
+unsafe extern "C" fn accept(
+    listen_comm: Vp,
+    recv_comm: *mut Vp,
+    _dev: *mut *mut NetDeviceHandle,
+) -> NcclResult {
     guard("accept", || {
         put(recv_comm, std::ptr::null_mut(), "recvComm")?;
         if listen_comm.is_null() {
@@ -162,12 +178,26 @@ fn reg_mr(comm: Vp, size: usize, type_: c_int, mhandle: *mut Vp) -> NetResult<()
     put(mhandle, comm, "mhandle")
 }
 
-unsafe extern "C" fn reg_mr_v8(comm: Vp, _data: Vp, size: usize, type_: c_int, mhandle: *mut Vp) -> NcclResult {
+unsafe extern "C" fn reg_mr_v8(
+    comm: Vp,
+    _data: Vp,
+    size: usize,
+    type_: c_int,
+    mhandle: *mut Vp,
+) -> NcclResult {
     guard("regMr", || reg_mr(comm, size, type_, mhandle))
 }
 
-unsafe extern "C" fn reg_mr_v7(comm: Vp, _data: Vp, size: c_int, type_: c_int, mhandle: *mut Vp) -> NcclResult {
-    guard("regMr", || reg_mr(comm, size.max(0) as usize, type_, mhandle))
+unsafe extern "C" fn reg_mr_v7(
+    comm: Vp,
+    _data: Vp,
+    size: c_int,
+    type_: c_int,
+    mhandle: *mut Vp,
+) -> NcclResult {
+    guard("regMr", || {
+        reg_mr(comm, size.max(0) as usize, type_, mhandle)
+    })
 }
 
 unsafe extern "C" fn dereg_mr(_comm: Vp, _mhandle: Vp) -> NcclResult {
@@ -182,12 +212,20 @@ fn isend(comm: Vp, data: Vp, size: usize, request: *mut Vp) -> NetResult<()> {
     request_out(request, slot)
 }
 
-fn irecv(comm: Vp, n: c_int, data: *mut Vp, size0: Option<usize>, request: *mut Vp) -> NetResult<()> {
+fn irecv(
+    comm: Vp,
+    n: c_int,
+    data: *mut Vp,
+    size0: Option<usize>,
+    request: *mut Vp,
+) -> NetResult<()> {
     // Always overwrite *request: NCCL may have stored the 0x1 hint there.
     put(request, std::ptr::null_mut(), "request")?;
     let c = comm_ref(comm)?;
     if n != 1 {
-        return Err(NetError::Misuse(format!("irecv with n={n}, but maxRecvs is 1")));
+        return Err(NetError::Misuse(format!(
+            "irecv with n={n}, but maxRecvs is 1"
+        )));
     }
     let size = size0.ok_or_else(|| NetError::Misuse("NULL sizes".into()))?;
     if data.is_null() {
@@ -199,13 +237,28 @@ fn irecv(comm: Vp, n: c_int, data: *mut Vp, size0: Option<usize>, request: *mut 
     request_out(request, slot)
 }
 
-unsafe extern "C" fn isend_v9(comm: Vp, data: Vp, size: usize, _tag: c_int, _mh: Vp, request: *mut Vp) -> NcclResult {
+unsafe extern "C" fn isend_v9(
+    comm: Vp,
+    data: Vp,
+    size: usize,
+    _tag: c_int,
+    _mh: Vp,
+    request: *mut Vp,
+) -> NcclResult {
     guard("isend", || isend(comm, data, size, request))
 }
 
-unsafe extern "C" fn isend_v7(comm: Vp, data: Vp, size: c_int, _tag: c_int, _mh: Vp, request: *mut Vp) -> NcclResult {
+unsafe extern "C" fn isend_v7(
+    comm: Vp,
+    data: Vp,
+    size: c_int,
+    _tag: c_int,
+    _mh: Vp,
+    request: *mut Vp,
+) -> NcclResult {
     guard("isend", || {
-        let size = usize::try_from(size).map_err(|_| NetError::Misuse(format!("negative size {size}")))?;
+        let size =
+            usize::try_from(size).map_err(|_| NetError::Misuse(format!("negative size {size}")))?;
         isend(comm, data, size, request)
     })
 }
@@ -343,8 +396,16 @@ unsafe extern "C" fn init_v11(
     }
     guard("init", || {
         // SAFETY: NCCL's config points to a temporary we copy now (or is NULL).
-        let traffic_class = if config.is_null() { NET_TRAFFIC_CLASS_UNDEF } else { unsafe { (*config).traffic_class } };
-        let c = Box::new(NetContext { comm_id, traffic_class, attr: Mutex::new(None) });
+        let traffic_class = if config.is_null() {
+            NET_TRAFFIC_CLASS_UNDEF
+        } else {
+            unsafe { (*config).traffic_class }
+        };
+        let c = Box::new(NetContext {
+            comm_id,
+            traffic_class,
+            attr: Mutex::new(None),
+        });
         put(ctx, Box::into_raw(c) as Vp, "ctx")
     })
 }
@@ -375,11 +436,21 @@ unsafe extern "C" fn listen_v7(dev: c_int, handle: Vp, listen_comm: *mut Vp) -> 
     guard("listen", || listen(dev, handle, listen_comm))
 }
 
-unsafe extern "C" fn listen_v11(_ctx: Vp, dev: c_int, handle: Vp, listen_comm: *mut Vp) -> NcclResult {
+unsafe extern "C" fn listen_v11(
+    _ctx: Vp,
+    dev: c_int,
+    handle: Vp,
+    listen_comm: *mut Vp,
+) -> NcclResult {
     guard("listen", || listen(dev, handle, listen_comm))
 }
 
-unsafe extern "C" fn connect_v7(dev: c_int, handle: Vp, send_comm: *mut Vp, _dc: *mut *mut NetDeviceHandle) -> NcclResult {
+unsafe extern "C" fn connect_v7(
+    dev: c_int,
+    handle: Vp,
+    send_comm: *mut Vp,
+    _dc: *mut *mut NetDeviceHandle,
+) -> NcclResult {
     guard("connect", || connect(dev, handle, send_comm))
 }
 
@@ -664,9 +735,19 @@ mod tests {
     fn guard_catches_panics_and_maps_errors() {
         assert_eq!(guard("t", || Ok(())), NcclResult::SUCCESS);
         assert_eq!(guard("t", || panic!("boom")), NcclResult::INTERNAL_ERROR);
-        let e = guard("t", || Err(NetError::Truncated { incoming: 2, posted: 1 }));
+        let e = guard("t", || {
+            Err(NetError::Truncated {
+                incoming: 2,
+                posted: 1,
+            })
+        });
         assert_eq!(e, NcclResult::INVALID_USAGE);
-        let e = guard("t", || Err(NetError::PeerClosed { op: "x", detail: "y".into() }));
+        let e = guard("t", || {
+            Err(NetError::PeerClosed {
+                op: "x",
+                detail: "y".into(),
+            })
+        });
         assert_eq!(e, NcclResult::REMOTE_ERROR);
     }
 
@@ -674,10 +755,34 @@ mod tests {
     fn null_out_pointers_are_errors_not_crashes() {
         // SAFETY: the entry points check every pointer for NULL.
         unsafe {
-            assert_eq!(test(std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut()), NcclResult::INTERNAL_ERROR);
-            assert_eq!(accept(std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut()), NcclResult::INTERNAL_ERROR);
+            assert_eq!(
+                test(
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut()
+                ),
+                NcclResult::INTERNAL_ERROR
+            );
+            assert_eq!(
+                accept(
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut()
+                ),
+                NcclResult::INTERNAL_ERROR
+            );
             let mut req: Vp = 1 as Vp;
-            assert_eq!(iflush(std::ptr::null_mut(), 1, std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), &mut req), NcclResult::SUCCESS);
+            assert_eq!(
+                iflush(
+                    std::ptr::null_mut(),
+                    1,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    &mut req
+                ),
+                NcclResult::SUCCESS
+            );
             assert!(req.is_null());
         }
     }

@@ -24,7 +24,9 @@ pub struct ConnHooks {
 
 impl ConnHooks {
     pub fn on_open(direction: ConnDirection, conn_id: u64, peer_port: u16) -> ConnHooks {
-        ConnHooks { slot: CONNS.register(direction, conn_id, peer_port) }
+        ConnHooks {
+            slot: CONNS.register(direction, conn_id, peer_port),
+        }
     }
     pub fn on_post(&self) {
         if let Some(s) = &self.slot {
@@ -40,7 +42,11 @@ impl ConnHooks {
     pub fn on_close(&self) {
         if let Some(s) = &self.slot {
             let c = s.snapshot();
-            let dir = if c.direction == ConnDirection::Send { "send" } else { "recv" };
+            let dir = if c.direction == ConnDirection::Send {
+                "send"
+            } else {
+                "recv"
+            };
             crate::nlog!(
                 INFO,
                 NET,

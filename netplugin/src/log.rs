@@ -11,8 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 static LOGGER: AtomicUsize = AtomicUsize::new(0);
 
-type LoggerFn =
-    unsafe extern "C" fn(c_int, c_ulong, *const c_char, c_int, *const c_char, ...);
+type LoggerFn = unsafe extern "C" fn(c_int, c_ulong, *const c_char, c_int, *const c_char, ...);
 
 /// Records NCCL's logger; a NULL logger keeps the previous one.
 pub fn set_logger(logger: DebugLogger) {
@@ -37,7 +36,14 @@ pub fn log(level: LogLevel, subsys: LogSubsys, file: &str, line: u32, msg: &str)
     // SAFETY: all strings are NUL-terminated and live across the call; the format is "%s"
     // with exactly one string argument, as the variadic contract requires.
     unsafe {
-        f(level.0, subsys.0 as c_ulong, file.as_ptr(), line as c_int, c"%s".as_ptr(), text.as_ptr())
+        f(
+            level.0,
+            subsys.0 as c_ulong,
+            file.as_ptr(),
+            line as c_int,
+            c"%s".as_ptr(),
+            text.as_ptr(),
+        )
     };
 }
 

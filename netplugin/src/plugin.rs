@@ -20,7 +20,12 @@ impl Plugin {
         usize::try_from(dev)
             .ok()
             .and_then(|d| self.devices.get(d))
-            .ok_or_else(|| NetError::Misuse(format!("device {dev} does not exist ({} devices)", self.devices.len())))
+            .ok_or_else(|| {
+                NetError::Misuse(format!(
+                    "device {dev} does not exist ({} devices)",
+                    self.devices.len()
+                ))
+            })
     }
 
     pub fn shape(&self) -> Shape {
@@ -51,11 +56,18 @@ pub fn init() -> NetResult<&'static Plugin> {
     }
     let devices = devices::discover(config.speed_mbps).map_err(NetError::NoDevice)?;
     for (i, d) in devices.iter().enumerate() {
-        crate::nlog!(INFO, INIT,  "device {i}: {} {} speed {} Mbps", d.name.to_string_lossy(), d.addr, d.speed_mbps);
+        crate::nlog!(
+            INFO,
+            INIT,
+            "device {i}: {} {} speed {} Mbps",
+            d.name.to_string_lossy(),
+            d.addr,
+            d.speed_mbps
+        );
     }
     crate::nlog!(
         INFO,
-        INIT, 
+        INIT,
         "{} device(s); {} data stream(s) per connection, inline up to {} B, chunks of at least {} B",
         devices.len(),
         config.nstreams,
@@ -67,7 +79,9 @@ pub fn init() -> NetResult<&'static Plugin> {
 
 /// The state set up by `init`, or an error if NCCL skipped `init`.
 pub fn get() -> NetResult<&'static Plugin> {
-    PLUGIN.get().ok_or_else(|| NetError::Misuse("called before a successful init".into()))
+    PLUGIN
+        .get()
+        .ok_or_else(|| NetError::Misuse("called before a successful init".into()))
 }
 
 /// Per-communicator context of net v11+ (`init` returns one, `finalize` frees it).

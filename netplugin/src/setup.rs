@@ -31,15 +31,24 @@ pub fn random_u64() -> u64 {
     let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), libc::GRND_NONBLOCK) };
     let mut v = u64::from_le_bytes(b);
     if n != 8 {
-        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
         v = (t.as_nanos() as u64) ^ (u64::from(std::process::id()) << 32);
     }
     // Mixing in a counter keeps values distinct even if the random source repeats.
-    (v ^ COUNTER.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9e37_79b9_7f4a_7c15)).max(1)
+    (v ^ COUNTER
+        .fetch_add(1, Ordering::Relaxed)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15))
+    .max(1)
 }
 
 fn stream_socket(addr: &SocketAddr) -> io::Result<Socket> {
-    let s = Socket::new(Domain::for_address(*addr), Type::STREAM, Some(Protocol::TCP))?;
+    let s = Socket::new(
+        Domain::for_address(*addr),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )?;
     s.set_nonblocking(true)?;
     s.set_nodelay(true)?;
     Ok(s)
@@ -68,15 +77,28 @@ pub struct ListenComm {
 }
 
 /// Opens a listener on `bind` and fills the 128-byte handle for the peer.
-pub fn listen(bind: SocketAddr, shape: Shape, handle: &mut [u8; HANDLE_SIZE]) -> NetResult<Box<ListenComm>> {
+pub fn listen(
+    bind: SocketAddr,
+    shape: Shape,
+    handle: &mut [u8; HANDLE_SIZE],
+) -> NetResult<Box<ListenComm>> {
     let sock = stream_socket(&bind).map_err(|e| NetError::io("socket", e))?;
-    sock.bind(&SockAddr::from(bind)).map_err(|e| NetError::io("bind", e))?;
+    sock.bind(&SockAddr::from(bind))
+        .map_err(|e| NetError::io("bind", e))?;
     sock.listen(16384).map_err(|e| NetError::io("listen", e))?;
     let listener: TcpListener = sock.into();
-    let addr = listener.local_addr().map_err(|e| NetError::io("getsockname", e))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| NetError::io("getsockname", e))?;
     let nonce = random_u64();
     Handle { nonce, addr, shape }.encode(handle);
-    Ok(Box::new(ListenComm { listener, nonce, shape, incoming: Vec::new(), groups: HashMap::new() }))
+    Ok(Box::new(ListenComm {
+        listener,
+        nonce,
+        shape,
+        incoming: Vec::new(),
+        groups: HashMap::new(),
+    }))
 }
 
 impl ListenComm {
@@ -89,9 +111,16 @@ impl ListenComm {
         loop {
             match self.listener.accept() {
                 Ok((stream, _)) => {
-                    stream.set_nonblocking(true).map_err(|e| NetError::io("set_nonblocking", e))?;
+                    stream
+                        .set_nonblocking(true)
+                        .map_err(|e| NetError::io("set_nonblocking", e))?;
                     let _ = stream.set_nodelay(true);
-                    self.incoming.push(Incoming { stream, hello: [0; HELLO_SIZE], got: 0, since: Instant::now() });
+                    self.incoming.push(Incoming {
+                        stream,
+                        hello: [0; HELLO_SIZE],
+                        got: 0,
+                        since: Instant::now(),
+                    });
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -108,7 +137,9 @@ impl ListenComm {
                     inc.got += n;
                     true
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => inc.since.elapsed() < HELLO_TIMEOUT,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    inc.since.elapsed() < HELLO_TIMEOUT
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => true,
                 Err(_) => false,
             };
@@ -131,13 +162,27 @@ impl ListenComm {
                         g.count += 1;
                     }
                 }
-                _ => crate::nlog!(INFO, NET, "dropped a connection that is not an ncclbpf stream for this listener"),
+                _ => crate::nlog!(
+                    INFO,
+                    NET,
+                    "dropped a connection that is not an ncclbpf stream for this listener"
+                ),
             }
         }
-        let ready = self.groups.iter().find(|(_, g)| g.count == g.streams.len()).map(|(id, _)| *id);
-        let Some(conn_id) = ready else { return Ok(None) };
+        let ready = self
+            .groups
+            .iter()
+            .find(|(_, g)| g.count == g.streams.len())
+            .map(|(id, _)| *id);
+        let Some(conn_id) = ready else {
+            return Ok(None);
+        };
         let g = self.groups.remove(&conn_id).expect("found above");
-        let mut streams: Vec<TcpStream> = g.streams.into_iter().map(|s| s.expect("complete group")).collect();
+        let mut streams: Vec<TcpStream> = g
+            .streams
+            .into_iter()
+            .map(|s| s.expect("complete group"))
+            .collect();
         let control = streams.pop().expect("control stream is last");
         Comm::new(ConnDirection::Recv, conn_id, self.shape, control, streams).map(Some)
     }
@@ -187,7 +232,12 @@ pub fn connect(handle: &mut [u8; HANDLE_SIZE]) -> NetResult<Option<Box<Comm>>> {
             (key, pc)
         }
     };
-    let PendingConnect { handle: h, conn_id, streams, started } = pc;
+    let PendingConnect {
+        handle: h,
+        conn_id,
+        streams,
+        started,
+    } = pc;
     if started.elapsed() > CONNECT_TIMEOUT {
         return Err(NetError::Io {
             op: "connect",
@@ -203,7 +253,15 @@ pub fn connect(handle: &mut [u8; HANDLE_SIZE]) -> NetResult<Option<Box<Comm>>> {
         .map(|(i, d)| step(d, &h, conn_id, i as u32))
         .collect::<NetResult<Vec<_>>>()?;
     if !streams.iter().all(|d| matches!(d, Dial::Ready(_))) {
-        pending().insert(key, PendingConnect { handle: h, conn_id, streams, started });
+        pending().insert(
+            key,
+            PendingConnect {
+                handle: h,
+                conn_id,
+                streams,
+                started,
+            },
+        );
         return Ok(None);
     }
     let mut streams: Vec<TcpStream> = streams
@@ -229,7 +287,12 @@ fn start_connect(h: Handle) -> NetResult<PendingConnect> {
         }
         streams.push(Dial::Connecting(s));
     }
-    Ok(PendingConnect { handle: h, conn_id: random_u64(), streams, started: Instant::now() })
+    Ok(PendingConnect {
+        handle: h,
+        conn_id: random_u64(),
+        streams,
+        started: Instant::now(),
+    })
 }
 
 fn connect_error(h: &Handle, e: io::Error) -> NetError {
@@ -238,7 +301,10 @@ fn connect_error(h: &Handle, e: io::Error) -> NetError {
     } else {
         ""
     };
-    NetError::Io { op: "connect", source: io::Error::new(e.kind(), format!("to {}: {e}{why}", h.addr)) }
+    NetError::Io {
+        op: "connect",
+        source: io::Error::new(e.kind(), format!("to {}: {e}{why}", h.addr)),
+    }
 }
 
 /// Advances one stream of a pending connect as far as it can go without blocking.
@@ -251,19 +317,33 @@ fn step(mut d: Dial, h: &Handle, conn_id: u64, index: u32) -> NetResult<Dial> {
                 }
                 match s.peer_addr() {
                     Ok(_) => Dial::SendingHello(s.into(), 0),
-                    Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => return Ok(Dial::Connecting(s)),
+                    Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+                        return Ok(Dial::Connecting(s));
+                    }
                     Err(e) => return Err(connect_error(h, e)),
                 }
             }
             Dial::SendingHello(mut s, mut sent) => {
-                let hello = Hello { nonce: h.nonce, conn_id, index, nstreams: h.shape.nstreams }.encode();
+                let hello = Hello {
+                    nonce: h.nonce,
+                    conn_id,
+                    index,
+                    nstreams: h.shape.nstreams,
+                }
+                .encode();
                 match s.write(&hello[sent..]) {
                     Ok(n) => sent += n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Dial::SendingHello(s, sent)),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        return Ok(Dial::SendingHello(s, sent));
+                    }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) => return Err(connect_error(h, e)),
                 }
-                if sent == HELLO_SIZE { Dial::Ready(s) } else { Dial::SendingHello(s, sent) }
+                if sent == HELLO_SIZE {
+                    Dial::Ready(s)
+                } else {
+                    Dial::SendingHello(s, sent)
+                }
             }
             ready @ Dial::Ready(_) => return Ok(ready),
         }

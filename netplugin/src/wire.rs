@@ -77,17 +77,35 @@ impl Handle {
         let port = u16::from_le_bytes([b[18], b[19]]);
         let ip = match b[16] {
             4 => IpAddr::V4(Ipv4Addr::new(b[20], b[21], b[22], b[23])),
-            6 => IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&b[20..36]).expect("16 bytes"))),
-            f => return Err(NetError::BadHandle(format!("unknown address family tag {f}"))),
+            6 => IpAddr::V6(Ipv6Addr::from(
+                <[u8; 16]>::try_from(&b[20..36]).expect("16 bytes"),
+            )),
+            f => {
+                return Err(NetError::BadHandle(format!(
+                    "unknown address family tag {f}"
+                )));
+            }
         };
         if port == 0 || ip.is_unspecified() {
-            return Err(NetError::BadHandle(format!("no listening address ({ip}:{port})")));
+            return Err(NetError::BadHandle(format!(
+                "no listening address ({ip}:{port})"
+            )));
         }
-        let shape = Shape { nstreams: u32_at(b, 36), inline_bytes: u32_at(b, 40), min_chunk: u32_at(b, 44) };
+        let shape = Shape {
+            nstreams: u32_at(b, 36),
+            inline_bytes: u32_at(b, 40),
+            min_chunk: u32_at(b, 44),
+        };
         if shape.nstreams > crate::config::MAX_STREAMS || shape.min_chunk == 0 {
-            return Err(NetError::BadHandle(format!("impossible transport shape {shape:?}")));
+            return Err(NetError::BadHandle(format!(
+                "impossible transport shape {shape:?}"
+            )));
         }
-        Ok(Handle { nonce: u64_at(b, 8), addr: SocketAddr::new(ip, port), shape })
+        Ok(Handle {
+            nonce: u64_at(b, 8),
+            addr: SocketAddr::new(ip, port),
+            shape,
+        })
     }
 
     pub fn connect_key(b: &[u8; HANDLE_SIZE]) -> u64 {
@@ -122,8 +140,15 @@ impl Hello {
 
     /// `None` for a stream that is not ours (wrong magic, impossible index).
     pub fn decode(b: &[u8; HELLO_SIZE]) -> Option<Hello> {
-        let h = Hello { nonce: u64_at(b, 8), conn_id: u64_at(b, 16), index: u32_at(b, 24), nstreams: u32_at(b, 28) };
-        (u64_at(b, 0) == HELLO_MAGIC && h.nstreams <= crate::config::MAX_STREAMS && h.index <= h.nstreams)
+        let h = Hello {
+            nonce: u64_at(b, 8),
+            conn_id: u64_at(b, 16),
+            index: u32_at(b, 24),
+            nstreams: u32_at(b, 28),
+        };
+        (u64_at(b, 0) == HELLO_MAGIC
+            && h.nstreams <= crate::config::MAX_STREAMS
+            && h.index <= h.nstreams)
             .then_some(h)
     }
 }
@@ -139,7 +164,12 @@ pub fn is_inline(shape: &Shape, size: usize) -> bool {
 /// Cuts a message of `size` bytes into `(offset, len, stream)` chunks over the data streams,
 /// starting at stream `*next` and leaving `*next` where the following message starts. Both
 /// ends run this on the same inputs, so no chunk carries a header.
-pub fn plan_chunks(shape: &Shape, size: usize, next: &mut u32, mut emit: impl FnMut(usize, usize, u32)) {
+pub fn plan_chunks(
+    shape: &Shape,
+    size: usize,
+    next: &mut u32,
+    mut emit: impl FnMut(usize, usize, u32),
+) {
     let n = shape.nstreams as usize;
     let chunk = size.div_ceil(n).max(shape.min_chunk as usize);
     let mut off = 0;
@@ -159,7 +189,11 @@ mod tests {
         Handle {
             nonce: 0xdead_beef,
             addr: "10.1.2.3:4567".parse().unwrap(),
-            shape: Shape { nstreams: 4, inline_bytes: 16384, min_chunk: 65536 },
+            shape: Shape {
+                nstreams: 4,
+                inline_bytes: 16384,
+                min_chunk: 65536,
+            },
         }
     }
 
@@ -174,7 +208,11 @@ mod tests {
         assert_eq!(Handle::decode(&b).unwrap(), h6);
         Handle::set_connect_key(&mut b, 42);
         assert_eq!(Handle::connect_key(&b), 42);
-        assert_eq!(Handle::decode(&b).unwrap(), h6, "the key does not disturb the handle");
+        assert_eq!(
+            Handle::decode(&b).unwrap(),
+            h6,
+            "the key does not disturb the handle"
+        );
     }
 
     #[test]
@@ -183,10 +221,20 @@ mod tests {
         assert!(matches!(Handle::decode(&b), Err(NetError::BadHandle(_))));
         handle().encode(&mut b);
         b[16] = 9;
-        assert!(Handle::decode(&b).unwrap_err().to_string().contains("family"));
+        assert!(
+            Handle::decode(&b)
+                .unwrap_err()
+                .to_string()
+                .contains("family")
+        );
         handle().encode(&mut b);
         b[36] = 200;
-        assert!(Handle::decode(&b).unwrap_err().to_string().contains("shape"));
+        assert!(
+            Handle::decode(&b)
+                .unwrap_err()
+                .to_string()
+                .contains("shape")
+        );
         handle().encode(&mut b);
         b[18] = 0;
         b[19] = 0;
@@ -195,7 +243,12 @@ mod tests {
 
     #[test]
     fn hello_round_trip_and_rejects() {
-        let h = Hello { nonce: 1, conn_id: 2, index: 3, nstreams: 4 };
+        let h = Hello {
+            nonce: 1,
+            conn_id: 2,
+            index: 3,
+            nstreams: 4,
+        };
         assert_eq!(Hello::decode(&h.encode()), Some(h));
         let mut bad = h.encode();
         bad[0] ^= 1;
@@ -206,7 +259,11 @@ mod tests {
 
     #[test]
     fn chunk_plan_covers_message_and_rotates() {
-        let shape = Shape { nstreams: 3, inline_bytes: 0, min_chunk: 100 };
+        let shape = Shape {
+            nstreams: 3,
+            inline_bytes: 0,
+            min_chunk: 100,
+        };
         let mut next = 0;
         let mut chunks = vec![];
         plan_chunks(&shape, 1000, &mut next, |o, l, s| chunks.push((o, l, s)));
@@ -219,6 +276,12 @@ mod tests {
         plan_chunks(&shape, 50, &mut next, |o, l, s| chunks.push((o, l, s)));
         assert_eq!(chunks, [(0, 50, 0)]);
         assert_eq!(next, 1);
-        assert!(is_inline(&Shape { nstreams: 0, ..shape }, 1 << 30));
+        assert!(is_inline(
+            &Shape {
+                nstreams: 0,
+                ..shape
+            },
+            1 << 30
+        ));
     }
 }

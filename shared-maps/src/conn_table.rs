@@ -62,7 +62,10 @@ impl ConnTable {
     pub fn new(capacity: usize) -> Self {
         let slots: Box<[Slot]> = (0..capacity).map(|_| Slot::default()).collect();
         let free = (0..capacity).rev().collect();
-        ConnTable { slots, free: Mutex::new(free) }
+        ConnTable {
+            slots,
+            free: Mutex::new(free),
+        }
     }
 
     pub fn capacity(&self) -> usize {
@@ -71,7 +74,12 @@ impl ConnTable {
 
     /// Claims a slot for a new connection; `None` when the table is full (the connection
     /// still works, it is just not counted).
-    pub fn register(&self, direction: ConnDirection, conn_id: u64, peer_port: u16) -> Option<ConnSlotGuard<'_>> {
+    pub fn register(
+        &self,
+        direction: ConnDirection,
+        conn_id: u64,
+        peer_port: u16,
+    ) -> Option<ConnSlotGuard<'_>> {
         let idx = self.free.lock().unwrap_or_else(|e| e.into_inner()).pop()?;
         let s = &self.slots[idx];
         s.conn_id.store(conn_id, Relaxed);
@@ -122,7 +130,8 @@ impl ConnSlotGuard<'_> {
         let s = self.slot();
         ConnSnapshot {
             slot: self.idx,
-            direction: ConnDirection::from_code(s.direction.load(Relaxed)).unwrap_or(ConnDirection::Send),
+            direction: ConnDirection::from_code(s.direction.load(Relaxed))
+                .unwrap_or(ConnDirection::Send),
             conn_id: s.conn_id.load(Relaxed),
             peer_port: s.peer_port.load(Relaxed),
             bytes: s.bytes.load(Relaxed),
@@ -153,7 +162,11 @@ impl ConnSlotGuard<'_> {
 impl Drop for ConnSlotGuard<'_> {
     fn drop(&mut self) {
         self.slot().direction.store(0, Relaxed);
-        self.table.free.lock().unwrap_or_else(|e| e.into_inner()).push(self.idx);
+        self.table
+            .free
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(self.idx);
     }
 }
 
@@ -166,7 +179,10 @@ mod tests {
         let t = ConnTable::new(2);
         let a = t.register(ConnDirection::Send, 7, 1234).unwrap();
         let b = t.register(ConnDirection::Recv, 8, 99).unwrap();
-        assert!(t.register(ConnDirection::Send, 9, 0).is_none(), "table is full");
+        assert!(
+            t.register(ConnDirection::Send, 9, 0).is_none(),
+            "table is full"
+        );
         a.posted();
         a.posted();
         a.completed(100);
@@ -175,14 +191,21 @@ mod tests {
         let snap = t.snapshot();
         assert_eq!(snap.len(), 2);
         let sa = snap.iter().find(|s| s.conn_id == 7).unwrap();
-        assert_eq!((sa.bytes, sa.messages, sa.errors, sa.inflight), (100, 1, 1, 0));
+        assert_eq!(
+            (sa.bytes, sa.messages, sa.errors, sa.inflight),
+            (100, 1, 1, 0)
+        );
         assert_eq!(sa.direction, ConnDirection::Send);
         let sb = snap.iter().find(|s| s.conn_id == 8).unwrap();
         assert_eq!(sb.inflight, 1);
         drop(a);
         assert_eq!(t.snapshot().len(), 1);
         let c = t.register(ConnDirection::Send, 10, 0).unwrap();
-        assert_eq!(t.snapshot().iter().find(|s| s.conn_id == 10).unwrap().bytes, 0, "reused slot is reset");
+        assert_eq!(
+            t.snapshot().iter().find(|s| s.conn_id == 10).unwrap().bytes,
+            0,
+            "reused slot is reset"
+        );
         drop(c);
         drop(b);
         assert!(t.snapshot().is_empty());

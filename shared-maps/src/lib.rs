@@ -7,4 +7,4 @@
 
 pub mod conn_table;
 
-pub use conn_table::{ConnDirection, ConnSnapshot, ConnTable, ConnSlotGuard};
+pub use conn_table::{ConnDirection, ConnSlotGuard, ConnSnapshot, ConnTable};

@@ -16,7 +16,14 @@ use std::time::{Duration, Instant};
 type Vp = *mut c_void;
 
 unsafe extern "C" {
-    fn harness_logger(level: c_int, flags: c_ulong, file: *const c_char, line: c_int, fmt: *const c_char, ...);
+    fn harness_logger(
+        level: c_int,
+        flags: c_ulong,
+        file: *const c_char,
+        line: c_int,
+        fmt: *const c_char,
+        ...
+    );
     fn harness_log_copy(out: *mut c_char, cap: usize) -> usize;
 }
 
@@ -27,7 +34,9 @@ pub fn log_text() -> String {
         let n = harness_log_copy(std::ptr::null_mut(), 0);
         let mut buf = vec![0u8; n + 1];
         harness_log_copy(buf.as_mut_ptr().cast(), buf.len());
-        CStr::from_bytes_until_nul(&buf).map(|c| c.to_string_lossy().into_owned()).unwrap_or_default()
+        CStr::from_bytes_until_nul(&buf)
+            .map(|c| c.to_string_lossy().into_owned())
+            .unwrap_or_default()
     }
 }
 
@@ -44,7 +53,12 @@ pub fn plugin_path() -> PathBuf {
         return PathBuf::from(p);
     }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    for p in ["target/release/libnccl-net-bpf.so", "target/debug/libnccl-net-bpf.so", "target/release/libnccl_net_bpf.so", "target/debug/libnccl_net_bpf.so"] {
+    for p in [
+        "target/release/libnccl-net-bpf.so",
+        "target/debug/libnccl-net-bpf.so",
+        "target/release/libnccl_net_bpf.so",
+        "target/debug/libnccl_net_bpf.so",
+    ] {
         let path = root.join(p);
         if path.exists() {
             return path;
@@ -121,7 +135,9 @@ impl Net {
         let lib = unsafe { libc::dlopen(cpath.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
         if lib.is_null() {
             // SAFETY: dlerror returns a C string describing the last failure.
-            let err = unsafe { CStr::from_ptr(libc::dlerror()) }.to_string_lossy().into_owned();
+            let err = unsafe { CStr::from_ptr(libc::dlerror()) }
+                .to_string_lossy()
+                .into_owned();
             return Err(format!("dlopen {}: {err}", path.display()));
         }
         let wanted: Vec<u32> = match version {
@@ -147,9 +163,16 @@ impl Net {
                     _ => continue,
                 }
             };
-            return Ok(Net { version: v, table, ctx: std::ptr::null_mut() });
+            return Ok(Net {
+                version: v,
+                table,
+                ctx: std::ptr::null_mut(),
+            });
         }
-        Err(format!("no ncclNetPlugin_v{version:?} in {}", path.display()))
+        Err(format!(
+            "no ncclNetPlugin_v{version:?} in {}",
+            path.display()
+        ))
     }
 
     /// Opens and initialises, failing the test on any error.
@@ -174,7 +197,9 @@ impl Net {
     }
 
     pub fn init(&mut self, comm_id: u64) -> R<()> {
-        let mut cfg = NetCommConfig { traffic_class: NET_TRAFFIC_CLASS_UNDEF };
+        let mut cfg = NetCommConfig {
+            traffic_class: NET_TRAFFIC_CLASS_UNDEF,
+        };
         // SAFETY: calling the plugin's init with the arguments its version expects.
         ok(unsafe {
             match self.table {
@@ -235,7 +260,9 @@ impl Net {
                 ok(unsafe { $t.get_properties.unwrap()(dev, &mut p) })?;
                 Props {
                     // SAFETY: the plugin keeps its name strings alive.
-                    name: unsafe { CStr::from_ptr(p.name) }.to_string_lossy().into_owned(),
+                    name: unsafe { CStr::from_ptr(p.name) }
+                        .to_string_lossy()
+                        .into_owned(),
                     speed: p.speed,
                     ptr_support: p.ptr_support,
                     max_comms: p.max_comms,
@@ -248,10 +275,18 @@ impl Net {
         Ok(match self.table {
             Table::V7(t) => get!(t, NetPropertiesV7, |_: &NetPropertiesV7| None),
             Table::V8(t) => get!(t, NetPropertiesV8, |_: &NetPropertiesV8| None),
-            Table::V9(t) => get!(t, NetPropertiesV9, |p: &NetPropertiesV9| Some(p.max_p2p_bytes)),
-            Table::V10(t) => get!(t, NetPropertiesV10, |p: &NetPropertiesV10| Some(p.max_p2p_bytes)),
-            Table::V11(t) => get!(t, NetPropertiesV11, |p: &NetPropertiesV11| Some(p.max_p2p_bytes)),
-            Table::V12(t) => get!(t, NetPropertiesV12, |p: &NetPropertiesV12| Some(p.max_p2p_bytes)),
+            Table::V9(t) => get!(t, NetPropertiesV9, |p: &NetPropertiesV9| Some(
+                p.max_p2p_bytes
+            )),
+            Table::V10(t) => get!(t, NetPropertiesV10, |p: &NetPropertiesV10| Some(
+                p.max_p2p_bytes
+            )),
+            Table::V11(t) => get!(t, NetPropertiesV11, |p: &NetPropertiesV11| Some(
+                p.max_p2p_bytes
+            )),
+            Table::V12(t) => get!(t, NetPropertiesV12, |p: &NetPropertiesV12| Some(
+                p.max_p2p_bytes
+            )),
         })
     }
 
@@ -275,10 +310,16 @@ impl Net {
     }
 
     /// One `connect` call; `None` while in progress. `handle` is reused across calls.
-    pub fn connect_step(&self, dev: i32, handle: &mut [u8; NET_HANDLE_MAXSIZE]) -> R<Option<SendComm>> {
+    pub fn connect_step(
+        &self,
+        dev: i32,
+        handle: &mut [u8; NET_HANDLE_MAXSIZE],
+    ) -> R<Option<SendComm>> {
         let mut s: Vp = std::ptr::null_mut();
         let hp = handle.as_mut_ptr() as Vp;
-        let mut cfg = NetCommConfig { traffic_class: NET_TRAFFIC_CLASS_UNDEF };
+        let mut cfg = NetCommConfig {
+            traffic_class: NET_TRAFFIC_CLASS_UNDEF,
+        };
         let mut devh: *mut NetDeviceHandle = std::ptr::null_mut();
         // SAFETY: connect with the version's argument list; the dev-handle out-pointer points to NULL.
         ok(unsafe {
@@ -288,7 +329,9 @@ impl Net {
                 Table::V9(t) => t.connect.unwrap()(dev, hp, &mut s, std::ptr::null_mut()),
                 Table::V10(t) => t.connect.unwrap()(dev, &mut cfg, hp, &mut s, &mut devh),
                 Table::V11(t) => t.connect.unwrap()(self.ctx, dev, hp, &mut s, &mut devh),
-                Table::V12(t) => t.connect.unwrap()(self.ctx, dev, hp, &mut s, std::ptr::null_mut()),
+                Table::V12(t) => {
+                    t.connect.unwrap()(self.ctx, dev, hp, &mut s, std::ptr::null_mut())
+                }
             }
         })?;
         Ok((!s.is_null()).then_some(SendComm(s)))
@@ -329,7 +372,11 @@ impl Net {
         Ok((s.unwrap(), r.unwrap()))
     }
 
-    pub fn reg_mr(&self, comm: Vp, data: Vp, size: usize, type_: i32) -> R<Vp> {
+    /// `regMr` on a send or recv comm.
+    ///
+    /// # Safety
+    /// `comm` must be a live comm of this plugin.
+    pub unsafe fn reg_mr(&self, comm: Vp, data: Vp, size: usize, type_: i32) -> R<Vp> {
         let mut mh: Vp = std::ptr::null_mut();
         // SAFETY: regMr with the version's size type.
         ok(unsafe {
@@ -360,9 +407,15 @@ impl Net {
                 Table::V7(t) => t.isend.unwrap()(c.0, d, size as c_int, tag, mh, &mut req),
                 Table::V8(t) => t.isend.unwrap()(c.0, d, size as c_int, tag, mh, &mut req),
                 Table::V9(t) => t.isend.unwrap()(c.0, d, size, tag, mh, &mut req),
-                Table::V10(t) => t.isend.unwrap()(c.0, d, size, tag, mh, std::ptr::null_mut(), &mut req),
-                Table::V11(t) => t.isend.unwrap()(c.0, d, size, tag, mh, std::ptr::null_mut(), &mut req),
-                Table::V12(t) => t.isend.unwrap()(c.0, d, size, tag, mh, std::ptr::null_mut(), &mut req),
+                Table::V10(t) => {
+                    t.isend.unwrap()(c.0, d, size, tag, mh, std::ptr::null_mut(), &mut req)
+                }
+                Table::V11(t) => {
+                    t.isend.unwrap()(c.0, d, size, tag, mh, std::ptr::null_mut(), &mut req)
+                }
+                Table::V12(t) => {
+                    t.isend.unwrap()(c.0, d, size, tag, mh, std::ptr::null_mut(), &mut req)
+                }
             }
         })?;
         Ok((!req.is_null()).then_some(Request(req)))
@@ -372,8 +425,18 @@ impl Net {
     ///
     /// # Safety
     /// `data` must stay valid for `size` bytes until the request is done.
-    pub unsafe fn irecv(&self, c: RecvComm, data: *mut u8, size: usize, hint: bool) -> R<Option<Request>> {
-        let mut req: Vp = if hint { NET_OPTIONAL_RECV_COMPLETION as Vp } else { std::ptr::null_mut() };
+    pub unsafe fn irecv(
+        &self,
+        c: RecvComm,
+        data: *mut u8,
+        size: usize,
+        hint: bool,
+    ) -> R<Option<Request>> {
+        let mut req: Vp = if hint {
+            NET_OPTIONAL_RECV_COMPLETION as Vp
+        } else {
+            std::ptr::null_mut()
+        };
         let mut d = data as Vp;
         let mut isize_ = size as c_int;
         let mut usize_ = size;
@@ -383,15 +446,51 @@ impl Net {
         // SAFETY: irecv(n = 1, ...) with the version's size array type.
         ok(unsafe {
             match self.table {
-                Table::V7(t) => t.irecv.unwrap()(c.0, 1, &mut d, &mut isize_, &mut tag, &mut mh, &mut req),
-                Table::V8(t) => t.irecv.unwrap()(c.0, 1, &mut d, &mut isize_, &mut tag, &mut mh, &mut req),
-                Table::V9(t) => t.irecv.unwrap()(c.0, 1, &mut d, &mut usize_, &mut tag, &mut mh, &mut req),
-                Table::V10(t) => t.irecv.unwrap()(c.0, 1, &mut d, &mut usize_, &mut tag, &mut mh, std::ptr::null_mut(), &mut req),
-                Table::V11(t) => t.irecv.unwrap()(c.0, 1, &mut d, &mut usize_, &mut tag, &mut mh, &mut ph, &mut req),
-                Table::V12(t) => t.irecv.unwrap()(c.0, 1, &mut d, &mut usize_, &mut tag, &mut mh, &mut ph, &mut req),
+                Table::V7(t) => {
+                    t.irecv.unwrap()(c.0, 1, &mut d, &mut isize_, &mut tag, &mut mh, &mut req)
+                }
+                Table::V8(t) => {
+                    t.irecv.unwrap()(c.0, 1, &mut d, &mut isize_, &mut tag, &mut mh, &mut req)
+                }
+                Table::V9(t) => {
+                    t.irecv.unwrap()(c.0, 1, &mut d, &mut usize_, &mut tag, &mut mh, &mut req)
+                }
+                Table::V10(t) => t.irecv.unwrap()(
+                    c.0,
+                    1,
+                    &mut d,
+                    &mut usize_,
+                    &mut tag,
+                    &mut mh,
+                    std::ptr::null_mut(),
+                    &mut req,
+                ),
+                Table::V11(t) => t.irecv.unwrap()(
+                    c.0,
+                    1,
+                    &mut d,
+                    &mut usize_,
+                    &mut tag,
+                    &mut mh,
+                    &mut ph,
+                    &mut req,
+                ),
+                Table::V12(t) => t.irecv.unwrap()(
+                    c.0,
+                    1,
+                    &mut d,
+                    &mut usize_,
+                    &mut tag,
+                    &mut mh,
+                    &mut ph,
+                    &mut req,
+                ),
             }
         })?;
-        assert_ne!(req as usize, NET_OPTIONAL_RECV_COMPLETION, "irecv left NCCL's 0x1 hint in *request");
+        assert_ne!(
+            req as usize, NET_OPTIONAL_RECV_COMPLETION,
+            "irecv left NCCL's 0x1 hint in *request"
+        );
         Ok((!req.is_null()).then_some(Request(req)))
     }
 
@@ -399,7 +498,11 @@ impl Net {
     pub fn test(&self, r: Request, want_size: bool) -> R<Option<i32>> {
         let mut done: c_int = 0;
         let mut size: c_int = -1;
-        let sp = if want_size { &mut size as *mut c_int } else { std::ptr::null_mut() };
+        let sp = if want_size {
+            &mut size as *mut c_int
+        } else {
+            std::ptr::null_mut()
+        };
         let f = match self.table {
             Table::V7(t) => t.test,
             Table::V8(t) => t.test,
@@ -475,7 +578,11 @@ impl Net {
             if rd.is_none() {
                 rd = self.test(rr, true)?;
             }
-            assert!(Instant::now() < deadline, "transfer of {} bytes did not finish", data.len());
+            assert!(
+                Instant::now() < deadline,
+                "transfer of {} bytes did not finish",
+                data.len()
+            );
         }
         let n = rd.unwrap() as usize;
         assert_eq!(n, data.len(), "receive reported a wrong size");

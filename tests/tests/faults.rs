@@ -12,7 +12,9 @@ fn receive_smaller_than_message_is_an_error_not_a_cut() {
         let mut buf = vec![0u8; cap + 16];
         let canary = buf.clone();
         // SAFETY: buffers outlive the requests.
-        let rq = unsafe { n.irecv(r, buf.as_mut_ptr(), cap, false) }.unwrap().unwrap();
+        let rq = unsafe { n.irecv(r, buf.as_mut_ptr(), cap, false) }
+            .unwrap()
+            .unwrap();
         let sq = unsafe { n.isend(s, data.as_ptr(), size) }.unwrap().unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         let err = loop {
@@ -64,7 +66,10 @@ fn handle_whose_listener_is_gone_makes_connect_fail() {
         match n.connect_step(0, &mut h) {
             Err(e) => break e,
             Ok(Some(_)) => panic!("connected to a closed listener"),
-            Ok(None) => assert!(Instant::now() < deadline, "connect to a closed listener never failed"),
+            Ok(None) => assert!(
+                Instant::now() < deadline,
+                "connect to a closed listener never failed"
+            ),
         }
     };
     assert_eq!(e.name(), "ncclSystemError");
@@ -77,7 +82,9 @@ fn peer_close_fails_pending_receive() {
     let (s, r) = n.connect_pair(0).unwrap();
     let mut buf = vec![0u8; 1000];
     // SAFETY: buf outlives the request.
-    let q = unsafe { n.irecv(r, buf.as_mut_ptr(), 1000, false) }.unwrap().unwrap();
+    let q = unsafe { n.irecv(r, buf.as_mut_ptr(), 1000, false) }
+        .unwrap()
+        .unwrap();
     assert_eq!(n.test(q, true).unwrap(), None);
     n.close_send(s).unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -99,7 +106,9 @@ fn closing_with_requests_in_flight_does_not_hang() {
     let data = pattern(32 << 20, 2);
     // Nobody receives: the helper threads block in write until close shuts the sockets.
     // SAFETY: data outlives the close below, after which nothing touches it.
-    let _q = unsafe { n.isend(s, data.as_ptr(), data.len()) }.unwrap().unwrap();
+    let _q = unsafe { n.isend(s, data.as_ptr(), data.len()) }
+        .unwrap()
+        .unwrap();
     std::thread::sleep(Duration::from_millis(50));
     let t = Instant::now();
     n.close_send(s).unwrap();
@@ -126,7 +135,10 @@ fn requests_beyond_the_slots_ask_to_retry() {
 #[test]
 fn bad_arguments_are_errors() {
     let n = Net::ready(None);
-    assert!(n.listen(42).is_err(), "listen on a device that does not exist");
+    assert!(
+        n.listen(42).is_err(),
+        "listen on a device that does not exist"
+    );
     let mut h = [0u8; 128];
     assert!(n.connect_step(-1, &mut h).is_err());
 }

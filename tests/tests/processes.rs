@@ -59,7 +59,10 @@ fn fetch_handle(dir: &std::path::Path, rank: usize) -> [u8; 128] {
         if let Ok(b) = std::fs::read(&p) {
             return b.try_into().unwrap();
         }
-        assert!(Instant::now() < deadline, "child never published its handle");
+        assert!(
+            Instant::now() < deadline,
+            "child never published its handle"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -70,7 +73,10 @@ fn killed_sender_fails_pending_receive_quickly() {
     let dir = scratch("killsend");
     let (h, l) = n.listen(0).unwrap();
     std::fs::write(dir.join("handle.0"), h).unwrap();
-    let mut child = Command::new(RANK_BIN).args(["send-forever", dir.to_str().unwrap(), "12"]).spawn().unwrap();
+    let mut child = Command::new(RANK_BIN)
+        .args(["send-forever", dir.to_str().unwrap(), "12"])
+        .spawn()
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     let r = loop {
         if let Some(r) = n.accept_step(l).unwrap() {
@@ -82,10 +88,14 @@ fn killed_sender_fails_pending_receive_quickly() {
     let mut buf = vec![0u8; 64 << 20];
     // One whole message proves the stream flows; then kill the sender in the middle of the next.
     // SAFETY: buf outlives every request below.
-    let q = unsafe { n.irecv(r, buf.as_mut_ptr(), buf.len(), false) }.unwrap().unwrap();
+    let q = unsafe { n.irecv(r, buf.as_mut_ptr(), buf.len(), false) }
+        .unwrap()
+        .unwrap();
     n.wait(q, Duration::from_secs(30)).unwrap();
     assert!(buf == pattern(64 << 20, 1));
-    let q = unsafe { n.irecv(r, buf.as_mut_ptr(), buf.len(), false) }.unwrap().unwrap();
+    let q = unsafe { n.irecv(r, buf.as_mut_ptr(), buf.len(), false) }
+        .unwrap()
+        .unwrap();
     std::thread::sleep(Duration::from_millis(5));
     child.kill().unwrap();
     let killed = Instant::now();
@@ -106,7 +116,10 @@ fn killed_sender_fails_pending_receive_quickly() {
             Ok(None) => q = Some(cur),
             Err(e) => break e,
         }
-        assert!(killed.elapsed() < Duration::from_secs(5), "no error 5 s after the peer died");
+        assert!(
+            killed.elapsed() < Duration::from_secs(5),
+            "no error 5 s after the peer died"
+        );
     };
     assert_eq!(err.name(), "ncclRemoteError", "{err:?}");
     assert!(ncclbpf_harness::log_text().contains("closed by remote peer"));
@@ -117,7 +130,10 @@ fn killed_sender_fails_pending_receive_quickly() {
 fn killed_receiver_fails_pending_send_quickly() {
     let n = Net::ready(None);
     let dir = scratch("killrecv");
-    let mut child = Command::new(RANK_BIN).args(["recv-forever", dir.to_str().unwrap(), "12"]).spawn().unwrap();
+    let mut child = Command::new(RANK_BIN)
+        .args(["recv-forever", dir.to_str().unwrap(), "12"])
+        .spawn()
+        .unwrap();
     let mut h = fetch_handle(&dir, 0);
     let deadline = Instant::now() + Duration::from_secs(30);
     let s = loop {
@@ -128,7 +144,9 @@ fn killed_receiver_fails_pending_send_quickly() {
     };
     let data = pattern(64 << 20, 9);
     // SAFETY: data outlives every request.
-    let q = unsafe { n.isend(s, data.as_ptr(), data.len()) }.unwrap().unwrap();
+    let q = unsafe { n.isend(s, data.as_ptr(), data.len()) }
+        .unwrap()
+        .unwrap();
     n.wait(q, Duration::from_secs(30)).unwrap();
     child.kill().unwrap();
     let killed = Instant::now();
@@ -143,32 +161,55 @@ fn killed_receiver_fails_pending_send_quickly() {
         let res = loop {
             match n.test(q, true) {
                 Ok(Some(_)) => break Ok(()),
-                Ok(None) => assert!(killed.elapsed() < Duration::from_secs(5), "send still pending 5 s after the peer died"),
+                Ok(None) => assert!(
+                    killed.elapsed() < Duration::from_secs(5),
+                    "send still pending 5 s after the peer died"
+                ),
                 Err(e) => break Err(e),
             }
         };
         if let Err(e) = res {
             break e;
         }
-        assert!(killed.elapsed() < Duration::from_secs(5), "sends still succeed 5 s after the peer died");
+        assert!(
+            killed.elapsed() < Duration::from_secs(5),
+            "sends still succeed 5 s after the peer died"
+        );
     };
-    assert!(["ncclRemoteError", "ncclSystemError"].contains(&err.name()), "{err:?}");
+    assert!(
+        ["ncclRemoteError", "ncclSystemError"].contains(&err.name()),
+        "{err:?}"
+    );
     n.close_send(s).unwrap();
 }
 
 #[test]
 fn connect_close_cycles_leave_no_fds_or_threads() {
-    let out = Command::new(RANK_BIN).args(["cycles", "1000"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(RANK_BIN)
+        .args(["cycles", "1000"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     let nums = |prefix: &str| -> (usize, usize) {
         let line = text.lines().find(|l| l.starts_with(prefix)).expect(prefix);
-        let v: Vec<usize> = line.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty()).map(|s| s.parse().unwrap()).collect();
+        let v: Vec<usize> = line
+            .split(|c: char| !c.is_ascii_digit())
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse().unwrap())
+            .collect();
         (v[0], v[1])
     };
     let before = nums("before");
     let after = nums("after");
-    assert_eq!(before, after, "fds/threads before vs after 1000 cycles:\n{text}");
+    assert_eq!(
+        before, after,
+        "fds/threads before vs after 1000 cycles:\n{text}"
+    );
 }
 
 #[test]
@@ -179,10 +220,17 @@ fn bad_settings_are_logged_and_defaults_used() {
         .env("NCCL_BPF_MIN_CHUNK", "7")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("transfer ok"));
-    assert!(text.contains("NCCL_BPF_NSTREAMS=\"lots\" ignored"), "{text}");
+    assert!(
+        text.contains("NCCL_BPF_NSTREAMS=\"lots\" ignored"),
+        "{text}"
+    );
     assert!(text.contains("NCCL_BPF_MIN_CHUNK=\"7\" ignored"), "{text}");
     assert!(text.contains("4 data stream(s)"), "default used: {text}");
 }
@@ -190,16 +238,31 @@ fn bad_settings_are_logged_and_defaults_used() {
 #[test]
 fn settings_change_the_transport_shape() {
     for streams in ["0", "1", "8"] {
-        let out = Command::new(RANK_BIN).arg("probe").env("NCCL_BPF_NSTREAMS", streams).output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new(RANK_BIN)
+            .arg("probe")
+            .env("NCCL_BPF_NSTREAMS", streams)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let text = String::from_utf8_lossy(&out.stdout);
-        assert!(text.contains(&format!("{streams} data stream(s)")), "{text}");
+        assert!(
+            text.contains(&format!("{streams} data stream(s)")),
+            "{text}"
+        );
     }
 }
 
 #[test]
 fn no_interface_fails_init_with_a_reason() {
-    let out = Command::new(RANK_BIN).arg("probe").env("NCCL_SOCKET_IFNAME", "=nosuchif0").output().unwrap();
+    let out = Command::new(RANK_BIN)
+        .arg("probe")
+        .env("NCCL_SOCKET_IFNAME", "=nosuchif0")
+        .output()
+        .unwrap();
     assert!(!out.status.success(), "init must fail without a device");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("init"), "{err}");

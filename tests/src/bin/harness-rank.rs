@@ -36,7 +36,13 @@ fn fetch(dir: &Path, rank: usize) -> [u8; 128] {
 }
 
 /// Listens (publishing the handle as `rank`), connects to `peer`'s handle, and polls both.
-fn wire_up(n: &Net, dir: &Path, rank: usize, peer: Option<usize>, accept: bool) -> (Option<SendComm>, Option<RecvComm>) {
+fn wire_up(
+    n: &Net,
+    dir: &Path,
+    rank: usize,
+    peer: Option<usize>,
+    accept: bool,
+) -> (Option<SendComm>, Option<RecvComm>) {
     let listen = if accept {
         let (h, l) = n.listen(0).unwrap();
         publish(dir, rank, &h);
@@ -64,7 +70,9 @@ fn wire_up(n: &Net, dir: &Path, rank: usize, peer: Option<usize>, accept: bool) 
 }
 
 fn value(rank: usize, i: usize) -> u32 {
-    (rank as u32 + 1).wrapping_mul(2_654_435_761).wrapping_add(i as u32 * 7)
+    (rank as u32 + 1)
+        .wrapping_mul(2_654_435_761)
+        .wrapping_add(i as u32 * 7)
 }
 
 fn ring(rank: usize, nranks: usize, dir: PathBuf, version: u32, sizes: &[usize]) {
@@ -84,15 +92,23 @@ fn ring(rank: usize, nranks: usize, dir: PathBuf, version: u32, sizes: &[usize])
             let out: Vec<u8> = data[sb].iter().flat_map(|v| v.to_le_bytes()).collect();
             let mut inb = vec![0u8; rb.len() * 4];
             // SAFETY: both buffers outlive the waits below.
-            let rq = unsafe { n.irecv(r, inb.as_mut_ptr(), inb.len(), false) }.unwrap().unwrap();
-            let sq = unsafe { n.isend(s, out.as_ptr(), out.len()) }.unwrap().unwrap();
+            let rq = unsafe { n.irecv(r, inb.as_mut_ptr(), inb.len(), false) }
+                .unwrap()
+                .unwrap();
+            let sq = unsafe { n.isend(s, out.as_ptr(), out.len()) }
+                .unwrap()
+                .unwrap();
             n.wait(sq, WAIT).unwrap();
             assert_eq!(n.wait(rq, WAIT).unwrap() as usize, inb.len());
             for (k, c) in inb.chunks_exact(4).enumerate() {
                 inbox[k] = u32::from_le_bytes(c.try_into().unwrap());
             }
             for (k, i) in rb.enumerate() {
-                data[i] = if reduce { data[i].wrapping_add(inbox[k]) } else { inbox[k] };
+                data[i] = if reduce {
+                    data[i].wrapping_add(inbox[k])
+                } else {
+                    inbox[k]
+                };
             }
         };
         let started = Instant::now();
@@ -109,7 +125,10 @@ fn ring(rank: usize, nranks: usize, dir: PathBuf, version: u32, sizes: &[usize])
         let elapsed = started.elapsed();
         for (i, v) in data.iter().enumerate() {
             let want = (0..nranks).fold(0u32, |a, k| a.wrapping_add(value(k, i)));
-            assert_eq!(*v, want, "rank {rank}: element {i} of {bytes}-byte all-reduce");
+            assert_eq!(
+                *v, want,
+                "rank {rank}: element {i} of {bytes}-byte all-reduce"
+            );
         }
         if verbose && rank == 0 {
             let us = elapsed.as_secs_f64() * 1e6;
@@ -120,7 +139,10 @@ fn ring(rank: usize, nranks: usize, dir: PathBuf, version: u32, sizes: &[usize])
     n.close_send(s).unwrap();
     n.close_recv(r).unwrap();
     if verbose {
-        for line in ncclbpf_harness::log_text().lines().filter(|l| l.contains("closed ")) {
+        for line in ncclbpf_harness::log_text()
+            .lines()
+            .filter(|l| l.contains("closed "))
+        {
             let msg = line.split("NET/BPF ").nth(1).unwrap_or(line);
             println!("rank {rank}: {msg}");
         }
@@ -166,7 +188,8 @@ fn cycles(count: usize) {
         let (s, r) = n.connect_pair(0).unwrap();
         if i % 10 == 0 {
             // Start the helper threads too, so their teardown is exercised.
-            n.transfer(s, r, &pattern(300_000, i as u64), 300_000).unwrap();
+            n.transfer(s, r, &pattern(300_000, i as u64), 300_000)
+                .unwrap();
         }
         n.close_send(s).unwrap();
         n.close_recv(r).unwrap();
@@ -192,12 +215,20 @@ fn job(nranks: usize, version: &str, sizes: &[String]) {
     let dir = std::env::temp_dir().join(format!("ncclbpf-job-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    println!("ring all-reduce, {nranks} ranks over loopback through the plugin (net ABI v{version}):");
+    println!(
+        "ring all-reduce, {nranks} ranks over loopback through the plugin (net ABI v{version}):"
+    );
     let me = std::env::current_exe().unwrap();
     let kids: Vec<_> = (0..nranks)
         .map(|r| {
             std::process::Command::new(&me)
-                .args(["ring", &r.to_string(), &nranks.to_string(), dir.to_str().unwrap(), version])
+                .args([
+                    "ring",
+                    &r.to_string(),
+                    &nranks.to_string(),
+                    dir.to_str().unwrap(),
+                    version,
+                ])
                 .args(sizes)
                 .env("HARNESS_VERBOSE", "1")
                 .stdout(std::process::Stdio::piped())
@@ -217,14 +248,20 @@ fn job(nranks: usize, version: &str, sizes: &[String]) {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let a = |i: usize| args.get(i).unwrap_or_else(|| panic!("missing argument {i}; see the source header"));
+    let a = |i: usize| {
+        args.get(i)
+            .unwrap_or_else(|| panic!("missing argument {i}; see the source header"))
+    };
     match a(0).as_str() {
         "ring" => ring(
             a(1).parse().unwrap(),
             a(2).parse().unwrap(),
             a(3).into(),
             a(4).parse().unwrap(),
-            &args[5..].iter().map(|s| s.parse().unwrap()).collect::<Vec<usize>>(),
+            &args[5..]
+                .iter()
+                .map(|s| s.parse().unwrap())
+                .collect::<Vec<usize>>(),
         ),
         "send-forever" => send_forever(a(1).into(), a(2).parse().unwrap()),
         "recv-forever" => recv_forever(a(1).into(), a(2).parse().unwrap()),

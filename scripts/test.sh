@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs every check CI runs: format, lints, the exported-symbol check, unit tests and the
+# harness that plays NCCL against the built library. Installs nothing beyond what cargo fetches.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+echo "== build the plugin library"
+scripts/build.sh
+lib=target/release/libnccl-net-bpf.so
+echo "== exported symbols ($lib)"
+syms=$(nm -D --defined-only "$lib" | awk '{print $3}' | grep -E '^nccl' | sort)
+echo "$syms"
+for v in 7 8 9 10 11 12; do
+  echo "$syms" | grep -qx "ncclNetPlugin_v$v" || { echo "missing ncclNetPlugin_v$v"; exit 1; }
+done
+echo "== tests (unit, harness against $lib)"
+NCCLBPF_PLUGIN=$PWD/$lib cargo test --workspace --release
+echo "== all checks passed"
