@@ -1,0 +1,115 @@
+/* ncclbpf.h: the one header a policy includes.
+ *
+ * A policy is restricted C compiled with
+ *     clang -O2 -g -target bpf -mcpu=v3 -I policies/include -c policy.c -o policy.o
+ * Each program sits in a section that names its hook: SEC("tuner"), SEC("net/isend"), ...
+ * Programs are verified before they run: every map lookup must be NULL-checked, context fields
+ * are read (or written, where allowed) at their exact offsets, loops must be bounded, and only
+ * the helpers listed for a hook may be called.
+ */
+#ifndef NCCLBPF_H
+#define NCCLBPF_H
+
+typedef unsigned char __u8;
+typedef unsigned short __u16;
+typedef unsigned int __u32;
+typedef unsigned long long __u64;
+typedef signed char __s8;
+typedef short __s16;
+typedef int __s32;
+typedef long long __s64;
+
+#define SEC(name) __attribute__((section(name), used))
+#define __always_inline inline __attribute__((always_inline))
+
+/* libbpf-style BTF map definitions:
+ *   struct { __uint(type, BPF_MAP_TYPE_ARRAY); __type(key, __u32); __type(value, __u64);
+ *            __uint(max_entries, 16); } my_map SEC(".maps");                               */
+#define __uint(name, val) int (*name)[val]
+#define __type(name, val) typeof(val) *name
+#define __array(name, val) typeof(val) *name[]
+
+/* Map types (kernel numbering). */
+#define BPF_MAP_TYPE_HASH 1
+#define BPF_MAP_TYPE_ARRAY 2
+#define BPF_MAP_TYPE_PERCPU_ARRAY 6
+
+/* map_update_elem flags. */
+#define BPF_ANY 0
+#define BPF_NOEXIST 1
+#define BPF_EXIST 2
+
+/* ---------------------------------------------------------------- hooks and their contexts */
+
+/* SEC("tuner"): called for every collective; write algo/proto/nchannels to decide.
+ * -1 (or 0 for nchannels) leaves NCCL's own choice in place. */
+struct ncclbpf_tuner_ctx {
+  __u64 msg_size;     /* read:  bytes of the collective */
+  __u64 comm_id;      /* read:  communicator hash */
+  __u32 coll_type;    /* read:  NCCL_FUNC_* */
+  __u32 nranks;       /* read */
+  __u32 nnodes;       /* read */
+  __u32 num_pipe_ops; /* read */
+  __u32 reg_buff;     /* read */
+  __u32 max_channels; /* read:  NCCL's channel count for this collective */
+  __s32 algo;         /* write: NCCL_ALGO_* or -1 */
+  __s32 proto;        /* write: NCCL_PROTO_* or -1 */
+  __u32 nchannels;    /* write: channel count, 0 = NCCL's */
+  __u32 reserved;
+};
+
+/* SEC("net/connect"), SEC("net/accept"), SEC("net/isend"), SEC("net/irecv"),
+ * SEC("net/complete"), SEC("net/close"): called around every net operation; read-only. */
+struct ncclbpf_net_ctx {
+  __u64 conn_id;    /* connection id, the same on both ends */
+  __u64 bytes;      /* isend/irecv: posted size; complete: transferred size */
+  __u64 comm_id;    /* communicator hash (0 when NCCL gives none) */
+  __u32 op;         /* NCCLBPF_OP_* */
+  __u32 peer_port;
+  __u32 dev;
+  __u32 nstreams;
+  __u64 latency_ns; /* complete: time from post to completion */
+  __s32 status;     /* complete/close: 0 or the ncclResult_t */
+  __u32 reserved;
+};
+
+#define NCCLBPF_OP_CONNECT 1
+#define NCCLBPF_OP_ACCEPT 2
+#define NCCLBPF_OP_ISEND 3
+#define NCCLBPF_OP_IRECV 4
+#define NCCLBPF_OP_COMPLETE_SEND 5
+#define NCCLBPF_OP_COMPLETE_RECV 6
+#define NCCLBPF_OP_CLOSE 7
+
+/* ncclFunc_t */
+#define NCCL_FUNC_BROADCAST 0
+#define NCCL_FUNC_REDUCE 1
+#define NCCL_FUNC_ALLGATHER 2
+#define NCCL_FUNC_REDUCESCATTER 3
+#define NCCL_FUNC_ALLREDUCE 4
+
+/* Algorithms and protocols (indices into NCCL's cost table). */
+#define NCCL_ALGO_UNDEF -1
+#define NCCL_ALGO_TREE 0
+#define NCCL_ALGO_RING 1
+#define NCCL_ALGO_COLLNET_DIRECT 2
+#define NCCL_ALGO_COLLNET_CHAIN 3
+#define NCCL_ALGO_NVLS 4
+#define NCCL_ALGO_NVLS_TREE 5
+#define NCCL_ALGO_PAT 6
+#define NCCL_PROTO_UNDEF -1
+#define NCCL_PROTO_LL 0
+#define NCCL_PROTO_LL128 1
+#define NCCL_PROTO_SIMPLE 2
+
+/* ---------------------------------------------------------------- helpers
+ * Allowed at every hook: map_lookup_elem, map_update_elem, map_delete_elem.
+ * Net hooks only: ktime_get_ns, get_smp_processor_id (a tuner must decide the same on every
+ * rank, so it may not read clocks or CPU numbers). */
+static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;
+static long (*bpf_map_update_elem)(void *map, const void *key, const void *value, __u64 flags) = (void *)2;
+static long (*bpf_map_delete_elem)(void *map, const void *key) = (void *)3;
+static __u64 (*bpf_ktime_get_ns)(void) = (void *)5;
+static __u32 (*bpf_get_smp_processor_id)(void) = (void *)8;
+
+#endif

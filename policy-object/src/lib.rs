@@ -1,0 +1,16 @@
+//! Policy objects, without any OS: what a `clang -target bpf` object holds and nothing more.
+//!
+//! * [`insn`]: the BPF instruction set, its decoding and a kernel-style disassembler;
+//! * [`btf`]: the BTF subset needed for `.maps` definitions and `.BTF.ext` line info;
+//! * [`elf`]: [`Object::parse`], which finds programs by section, maps (BTF `.maps`,
+//!   `.rodata`/`.data`/`.bss`), applies map relocations (`lddw` with src 1 and 2) and links
+//!   BPF-to-BPF calls into each program.
+//!
+//! A malformed, truncated or hostile object is an [`ObjectError`], never a panic.
+
+pub mod btf;
+pub mod elf;
+pub mod insn;
+
+pub use elf::{LineInfo, MapDef, MapKind, Object, ObjectError, Program};
+pub use insn::Insn;
