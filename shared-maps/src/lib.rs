@@ -1,10 +1,16 @@
-//! Maps shared by the net plugin (writer) and the tuner and tools (readers).
+//! Maps shared by the net plugin, the tuner, their BPF programs and outside readers.
 //!
-//! This first piece holds the per-connection statistics table that the net data path updates
-//! on every completed operation. Slots are fixed-size records of atomics so that writers on
-//! NCCL's proxy threads never lock, and readers take consistent-enough snapshots without
-//! stopping them. Shared-memory placement and BPF-visible maps build on this layout.
+//! * [`map`]: BPF maps (array, hash, per-CPU array) with the kernel's helper semantics, laid
+//!   out in one shared-memory segment each;
+//! * [`region`]: the segments (sealed memfds) and read-only mappings of another process's;
+//! * [`registry`]: maps by name within a process, and views by process id for tools;
+//! * [`conn_table`]: the per-connection counters of the net data path.
 
 pub mod conn_table;
+pub mod map;
+pub mod region;
+pub mod registry;
 
 pub use conn_table::{ConnDirection, ConnSlotGuard, ConnSnapshot, ConnTable};
+pub use map::{BPF_ANY, BPF_EXIST, BPF_NOEXIST, Map, MapError, MapSpec, MapType};
+pub use registry::{MapView, Registry, RegistryError};

@@ -1,0 +1,341 @@
+//! The per-process registry of maps, and read-only views of another process's maps.
+//!
+//! Maps with the same name and shape declared by several programs in one process are one map;
+//! the same name with a different shape is an error naming both declarations. Global-data maps
+//! (`.rodata`, `.data`, `.bss`) are private to their program.
+//!
+//! For outside readers the registry writes `<dir>/<pid>.maps` (directory
+//! `$NCCL_BPF_SHM_DIR`, default `/dev/shm/ncclbpf-<uid>`, mode 0700; file mode 0600), one line
+//! per map: `fd kind key_size value_size max_entries ncpus name`. A reader maps
+//! `/proc/<pid>/fd/<fd>` read-only and checks the segment header against the line. Segments
+//! vanish with their process; a registry file whose process is gone is removed by the next
+//! process that publishes or by a reader that finds it.
+
+use crate::map::{HEADER, MAGIC, Map, MapSpec, MapType, VERSION, hash_slots, key_stride, stride};
+use crate::region::ReadOnlyRegion;
+use std::collections::HashMap;
+use std::fmt;
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+#[derive(Debug)]
+pub enum RegistryError {
+    /// Same name, different shape.
+    Conflict { name: String, existing: MapSpec, existing_owner: String, new: MapSpec, new_owner: String },
+    Create { name: String, source: io::Error },
+}
+
+impl fmt::Display for RegistryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RegistryError::Conflict { name, existing, existing_owner, new, new_owner } => write!(
+                f,
+                "map '{name}' declared as {new} by '{new_owner}' but already exists as {existing} (declared by '{existing_owner}')"
+            ),
+            RegistryError::Create { name, source } => write!(f, "map '{name}': cannot create shared memory: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for RegistryError {}
+
+struct Entry {
+    map: Arc<Map>,
+    owner: String,
+}
+
+#[derive(Default)]
+struct Inner {
+    shared: HashMap<String, Entry>,
+    private: Vec<(String, Weak<Map>)>,
+}
+
+pub struct Registry {
+    inner: Mutex<Inner>,
+    dir: PathBuf,
+}
+
+/// Where registry files live.
+pub fn registry_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("NCCL_BPF_SHM_DIR") {
+        return PathBuf::from(d);
+    }
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    PathBuf::from(format!("/dev/shm/ncclbpf-{uid}"))
+}
+
+fn pid_alive(pid: u32) -> bool {
+    // SAFETY: kill with signal 0 only checks for existence.
+    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    r == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+impl Registry {
+    pub fn new(dir: PathBuf) -> Registry {
+        Registry { inner: Mutex::new(Inner::default()), dir }
+    }
+
+    /// The process-wide registry.
+    pub fn global() -> &'static Registry {
+        static R: OnceLock<Registry> = OnceLock::new();
+        R.get_or_init(|| Registry::new(registry_dir()))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The shared map named `spec.name`, created on first use.
+    pub fn shared(&self, spec: &MapSpec, owner: &str) -> Result<Arc<Map>, RegistryError> {
+        let mut inner = self.lock();
+        if let Some(e) = inner.shared.get(&spec.name) {
+            if e.map.spec() != spec {
+                return Err(RegistryError::Conflict {
+                    name: spec.name.clone(),
+                    existing: e.map.spec().clone(),
+                    existing_owner: e.owner.clone(),
+                    new: spec.clone(),
+                    new_owner: owner.to_string(),
+                });
+            }
+            return Ok(e.map.clone());
+        }
+        let map = Arc::new(Map::create(spec.clone()).map_err(|source| RegistryError::Create { name: spec.name.clone(), source })?);
+        inner.shared.insert(spec.name.clone(), Entry { map: map.clone(), owner: owner.to_string() });
+        self.publish(&inner);
+        Ok(map)
+    }
+
+    /// A map private to one program (global data); listed for readers while it lives.
+    pub fn private(&self, spec: &MapSpec, owner: &str) -> Result<Arc<Map>, RegistryError> {
+        let map = Arc::new(Map::create(spec.clone()).map_err(|source| RegistryError::Create { name: spec.name.clone(), source })?);
+        let mut inner = self.lock();
+        inner.private.retain(|(_, w)| w.strong_count() > 0);
+        inner.private.push((format!("{owner}:{}", spec.name), Arc::downgrade(&map)));
+        self.publish(&inner);
+        Ok(map)
+    }
+
+    /// Every shared map, by name.
+    pub fn shared_maps(&self) -> Vec<Arc<Map>> {
+        self.lock().shared.values().map(|e| e.map.clone()).collect()
+    }
+
+    fn publish(&self, inner: &Inner) {
+        // Best effort: a registry that cannot be written only hides maps from outside readers.
+        let _ = self.try_publish(inner);
+    }
+
+    fn try_publish(&self, inner: &Inner) -> io::Result<()> {
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&self.dir)?;
+        cleanup_stale(&self.dir);
+        let pid = std::process::id();
+        let mut text = String::new();
+        let mut line = |name: &str, m: &Map| {
+            let s = m.spec();
+            text.push_str(&format!("{} {} {} {} {} {} {}\n", m.fd(), s.kind.code(), s.key_size, s.value_size, s.max_entries, m.ncpus(), name));
+        };
+        for (name, e) in &inner.shared {
+            line(name, &e.map);
+        }
+        for (name, w) in &inner.private {
+            if let Some(m) = w.upgrade() {
+                line(name, &m);
+            }
+        }
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let tmp = self.dir.join(format!(".{pid}.{}.tmp", SEQ.fetch_add(1, Ordering::Relaxed)));
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        std::fs::rename(&tmp, self.dir.join(format!("{pid}.maps")))
+    }
+}
+
+fn cleanup_stale(dir: &std::path::Path) {
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(pid) = name.strip_suffix(".maps").and_then(|p| p.parse::<u32>().ok())
+            && !pid_alive(pid)
+        {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// A read-only view of one map of another process.
+pub struct MapView {
+    pub name: String,
+    pub spec: MapSpec,
+    pub ncpus: usize,
+    region: ReadOnlyRegion,
+}
+
+impl MapView {
+    /// Opens every map process `pid` registered.
+    pub fn open_all(pid: u32) -> io::Result<Vec<MapView>> {
+        MapView::open_all_in(&registry_dir(), pid)
+    }
+
+    pub fn open_all_in(dir: &std::path::Path, pid: u32) -> io::Result<Vec<MapView>> {
+        let path = dir.join(format!("{pid}.maps"));
+        if !pid_alive(pid) {
+            let _ = std::fs::remove_file(&path);
+            return Err(io::Error::new(io::ErrorKind::NotFound, format!("process {pid} is gone")));
+        }
+        let text = std::fs::read_to_string(&path)?;
+        let mut out = Vec::new();
+        for line in text.lines() {
+            let f: Vec<&str> = line.splitn(7, ' ').collect();
+            let bad = || io::Error::new(io::ErrorKind::InvalidData, format!("bad registry line {line:?}"));
+            if f.len() != 7 {
+                return Err(bad());
+            }
+            let num = |i: usize| f[i].parse::<u64>().map_err(|_| bad());
+            let kind = MapType::from_code(num(1)? as u32).ok_or_else(bad)?;
+            let spec = MapSpec {
+                name: f[6].to_string(),
+                kind,
+                key_size: num(2)? as u32,
+                value_size: num(3)? as u32,
+                max_entries: num(4)? as u32,
+            };
+            let ncpus = (num(5)? as usize).clamp(1, 256);
+            let need = Map::segment_len(&spec, ncpus);
+            let region = ReadOnlyRegion::open(pid, num(0)? as i32, need)?;
+            let v = MapView { name: spec.name.clone(), spec, ncpus, region };
+            v.check_header()?;
+            out.push(v);
+        }
+        Ok(out)
+    }
+
+    fn word(&self, off: usize) -> u64 {
+        let b = self.region.bytes();
+        let p = b[off..off + 8].as_ptr() as *mut u64;
+        // SAFETY: off is 8-aligned inside the mapping; the owner writes these words
+        // concurrently, so read them atomically.
+        unsafe { AtomicU64::from_ptr(p) }.load(Ordering::Acquire)
+    }
+
+    fn check_header(&self) -> io::Result<()> {
+        let s = &self.spec;
+        let ok = self.word(0) == MAGIC
+            && self.word(8) == (u64::from(s.kind.code()) << 32) | u64::from(VERSION)
+            && self.word(16) == (u64::from(s.value_size) << 32) | u64::from(s.key_size);
+        if ok {
+            Ok(())
+        } else {
+            Err(io::Error::new(io::ErrorKind::InvalidData, format!("map '{}': segment header does not match the registry", self.name)))
+        }
+    }
+
+    fn copy(&self, off: usize, len: usize) -> Vec<u8> {
+        // Word-wise atomic copy (the owner may be writing), then trim.
+        let words = len.div_ceil(8);
+        let mut out = Vec::with_capacity(words * 8);
+        for w in 0..words {
+            out.extend_from_slice(&self.word(off + w * 8).to_le_bytes());
+        }
+        out.truncate(len);
+        out
+    }
+
+    /// Every entry: key and values (one per CPU for per-CPU maps).
+    pub fn entries(&self) -> Vec<(Vec<u8>, Vec<Vec<u8>>)> {
+        let s = &self.spec;
+        let st = stride(s.value_size);
+        let vs = s.value_size as usize;
+        match s.kind {
+            MapType::Array => (0..s.max_entries as usize)
+                .map(|k| ((k as u32).to_le_bytes().to_vec(), vec![self.copy(HEADER + k * st, vs)]))
+                .collect(),
+            MapType::PercpuArray => (0..s.max_entries as usize)
+                .map(|k| {
+                    let per = (0..self.ncpus).map(|c| self.copy(HEADER + (c * s.max_entries as usize + k) * st, vs)).collect();
+                    ((k as u32).to_le_bytes().to_vec(), per)
+                })
+                .collect(),
+            MapType::Hash => {
+                let ks = key_stride(s.key_size);
+                (0..hash_slots(s.max_entries))
+                    .filter_map(|slot| {
+                        let off = HEADER + slot * (8 + ks + st);
+                        ((self.word(off) & 0xffff_ffff) as u32 == 2).then(|| {
+                            (self.copy(off + 8, s.key_size as usize), vec![self.copy(off + 8 + ks, vs)])
+                        })
+                    })
+                    .collect()
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str, kind: MapType, v: u32) -> MapSpec {
+        MapSpec { name: name.into(), kind, key_size: 4, value_size: v, max_entries: 8 }
+    }
+
+    fn scratch() -> PathBuf {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let d = std::env::temp_dir().join(format!("ncclbpf-reg-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn same_shape_shares_different_shape_fails() {
+        let r = Registry::new(scratch());
+        let a = r.shared(&spec("counts", MapType::Array, 8), "policy_a").unwrap();
+        let b = r.shared(&spec("counts", MapType::Array, 8), "policy_b").unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        let e = r.shared(&spec("counts", MapType::Hash, 16), "policy_c").unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("policy_a") && msg.contains("policy_c") && msg.contains("counts"), "{msg}");
+    }
+
+    #[test]
+    fn outside_view_reads_values_and_validates() {
+        let dir = scratch();
+        let r = Registry::new(dir.clone());
+        let a = r.shared(&spec("arr", MapType::Array, 8), "p").unwrap();
+        let h = r.shared(&MapSpec { name: "h".into(), kind: MapType::Hash, key_size: 4, value_size: 12, max_entries: 4 }, "p").unwrap();
+        a.update(&3u32.to_le_bytes(), &42u64.to_le_bytes(), 0).unwrap();
+        h.update(&7u32.to_le_bytes(), &[9u8; 12], 0).unwrap();
+        let ro = r.private(&MapSpec { name: ".rodata".into(), kind: MapType::Array, key_size: 4, value_size: 16, max_entries: 1 }, "p").unwrap();
+        let views = MapView::open_all_in(&dir, std::process::id()).unwrap();
+        assert_eq!(views.len(), 3);
+        let av = views.iter().find(|v| v.name == "arr").unwrap();
+        assert_eq!(av.entries()[3].1[0], 42u64.to_le_bytes());
+        let hv = views.iter().find(|v| v.name == "h").unwrap();
+        assert_eq!(hv.entries(), vec![(7u32.to_le_bytes().to_vec(), vec![vec![9u8; 12]])]);
+        assert!(views.iter().any(|v| v.name == "p:.rodata"));
+        drop(ro);
+        let _ = r.shared(&spec("other", MapType::Array, 8), "p").unwrap();
+        let views = MapView::open_all_in(&dir, std::process::id()).unwrap();
+        assert!(!views.iter().any(|v| v.name == "p:.rodata"), "dropped private maps leave the registry");
+        let mode = std::fs::metadata(dir.join(format!("{}.maps", std::process::id()))).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(mode.permissions().mode() & 0o777, 0o600, "owner-only");
+    }
+
+    #[test]
+    fn stale_registry_files_are_removed() {
+        let dir = scratch();
+        std::fs::create_dir_all(&dir).unwrap();
+        // A pid far above pid_max is never alive.
+        let stale = dir.join("999999999.maps");
+        std::fs::write(&stale, "").unwrap();
+        let r = Registry::new(dir.clone());
+        r.shared(&spec("x", MapType::Array, 8), "p").unwrap();
+        assert!(!stale.exists());
+        assert!(MapView::open_all_in(&dir, 999_999_999).is_err());
+    }
+}
