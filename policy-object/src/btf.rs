@@ -65,8 +65,13 @@ fn rd_u16(b: &[u8], off: usize) -> Result<u16, String> {
 
 fn string_at(strings: &[u8], off: u32) -> Result<String, String> {
     let start = off as usize;
-    let tail = strings.get(start..).ok_or_else(|| format!("BTF string offset {off} out of range"))?;
-    let end = tail.iter().position(|&c| c == 0).ok_or("BTF string not terminated")?;
+    let tail = strings
+        .get(start..)
+        .ok_or_else(|| format!("BTF string offset {off} out of range"))?;
+    let end = tail
+        .iter()
+        .position(|&c| c == 0)
+        .ok_or("BTF string not terminated")?;
     Ok(String::from_utf8_lossy(&tail[..end]).into_owned())
 }
 
@@ -89,7 +94,13 @@ impl Btf {
         };
         let tb = section(type_off, type_len)?;
         let strings = section(str_off, str_len)?.to_vec();
-        let mut types = vec![BtfType { kind: 0, name: "void".into(), size_or_type: 0, array: None, members: vec![] }];
+        let mut types = vec![BtfType {
+            kind: 0,
+            name: "void".into(),
+            size_or_type: 0,
+            array: None,
+            members: vec![],
+        }];
         let mut p = 0usize;
         while p < tb.len() {
             if types.len() > 1_000_000 {
@@ -101,7 +112,13 @@ impl Btf {
             let kind = (info >> 24) & 0x1f;
             let vlen = (info & 0xffff) as usize;
             p += 12;
-            let mut t = BtfType { kind, name, size_or_type, array: None, members: vec![] };
+            let mut t = BtfType {
+                kind,
+                name,
+                size_or_type,
+                array: None,
+                members: vec![],
+            };
             match kind {
                 KIND_INT | KIND_VAR | KIND_DECL_TAG => p += 4,
                 KIND_PTR | KIND_FWD | KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT
@@ -115,7 +132,11 @@ impl Btf {
                         let q = p + k * 12;
                         let raw_off = rd_u32(tb, q + 8)?;
                         // With kind_flag, the low 24 bits are the bit offset.
-                        let offset = if info >> 31 != 0 { raw_off & 0xff_ffff } else { raw_off };
+                        let offset = if info >> 31 != 0 {
+                            raw_off & 0xff_ffff
+                        } else {
+                            raw_off
+                        };
                         t.members.push(Member {
                             name: string_at(&strings, rd_u32(tb, q)?)?,
                             type_id: rd_u32(tb, q + 4)?,
@@ -146,7 +167,9 @@ impl Btf {
     }
 
     pub fn get(&self, id: u32) -> Result<&BtfType, String> {
-        self.types.get(id as usize).ok_or_else(|| format!("BTF type id {id} does not exist"))
+        self.types
+            .get(id as usize)
+            .ok_or_else(|| format!("BTF type id {id} does not exist"))
     }
 
     pub fn string(&self, off: u32) -> Result<String, String> {
@@ -158,7 +181,9 @@ impl Btf {
         for _ in 0..64 {
             let t = self.get(id)?;
             match t.kind {
-                KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG => id = t.size_or_type,
+                KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG => {
+                    id = t.size_or_type
+                }
                 _ => return Ok(t),
             }
         }
@@ -176,9 +201,8 @@ impl Btf {
         }
         let t = self.skip_mods(id)?;
         match t.kind {
-            KIND_INT | KIND_STRUCT | KIND_UNION | KIND_ENUM | KIND_ENUM64 | KIND_FLOAT | KIND_DATASEC => {
-                Ok(u64::from(t.size_or_type))
-            }
+            KIND_INT | KIND_STRUCT | KIND_UNION | KIND_ENUM | KIND_ENUM64 | KIND_FLOAT
+            | KIND_DATASEC => Ok(u64::from(t.size_or_type)),
             KIND_PTR => Ok(8),
             KIND_ARRAY => {
                 let (elem, n) = t.array.expect("arrays carry dimensions");
@@ -191,7 +215,9 @@ impl Btf {
     }
 
     pub fn find_datasec(&self, name: &str) -> Option<&BtfType> {
-        self.types.iter().find(|t| t.kind == KIND_DATASEC && t.name == name)
+        self.types
+            .iter()
+            .find(|t| t.kind == KIND_DATASEC && t.name == name)
     }
 }
 
@@ -207,7 +233,9 @@ pub struct BtfMapDef {
 
 /// Reads the map definitions of the `.maps` DATASEC: (variable name, definition).
 pub fn map_defs(btf: &Btf) -> Result<Vec<(String, BtfMapDef)>, String> {
-    let Some(sec) = btf.find_datasec(".maps") else { return Ok(vec![]) };
+    let Some(sec) = btf.find_datasec(".maps") else {
+        return Ok(vec![]);
+    };
     let mut out = Vec::new();
     for m in &sec.members {
         let var = btf.get(m.type_id)?;
@@ -224,12 +252,17 @@ pub fn map_defs(btf: &Btf) -> Result<Vec<(String, BtfMapDef)>, String> {
             // __uint(x, N) is `int (*x)[N]`; __type(x, T) is `T *x`.
             let ptr = btf.skip_mods(f.type_id)?;
             if ptr.kind != KIND_PTR {
-                return Err(format!("map '{name}': member '{}' is not a pointer (use __uint/__type)", f.name));
+                return Err(format!(
+                    "map '{name}': member '{}' is not a pointer (use __uint/__type)",
+                    f.name
+                ));
             }
             let target = ptr.size_or_type;
             let uint = || -> Result<u32, String> {
                 let arr = btf.skip_mods(target)?;
-                arr.array.map(|(_, n)| n).ok_or_else(|| format!("map '{name}': '{}' must use __uint", f.name))
+                arr.array
+                    .map(|(_, n)| n)
+                    .ok_or_else(|| format!("map '{name}': '{}' must use __uint", f.name))
             };
             let size = || -> Result<u32, String> {
                 let s = btf.size_of(target)?;
@@ -272,7 +305,9 @@ pub fn line_info(btf: &Btf, ext: &[u8]) -> Result<HashMap<String, Vec<LineRecord
     let line_off = rd_u32(ext, 16)? as usize;
     let line_len = rd_u32(ext, 20)? as usize;
     let start = hdr_len.checked_add(line_off).ok_or("offset overflow")?;
-    let sec = ext.get(start..start.checked_add(line_len).ok_or("length overflow")?).ok_or(".BTF.ext line info out of range")?;
+    let sec = ext
+        .get(start..start.checked_add(line_len).ok_or("length overflow")?)
+        .ok_or(".BTF.ext line info out of range")?;
     let mut out: HashMap<String, Vec<LineRecord>> = HashMap::new();
     if sec.is_empty() {
         return Ok(out);

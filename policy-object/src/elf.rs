@@ -4,7 +4,10 @@ use crate::btf::{self, Btf};
 use crate::insn::{self, Insn};
 use object::elf;
 use object::read::elf::{ElfFile64, FileHeader, SectionHeader};
-use object::{Endianness, Object as _, ObjectSection, ObjectSymbol, RelocationFlags, RelocationTarget, SectionKind, SymbolKind};
+use object::{
+    Endianness, Object as _, ObjectSection, ObjectSymbol, RelocationFlags, RelocationTarget,
+    SectionKind, SymbolKind,
+};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
@@ -15,14 +18,33 @@ pub const MAX_PROGRAM_INSNS: usize = 65_536;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ObjectError {
     NotElf(String),
-    NotBpf { machine: u16 },
+    NotBpf {
+        machine: u16,
+    },
     BigEndian,
-    BadSection { section: String, reason: String },
+    BadSection {
+        section: String,
+        reason: String,
+    },
     BadBtf(String),
-    BadMap { map: String, reason: String },
-    BadRelocation { section: String, offset: u64, reason: String },
-    BadCall { program: String, insn: usize, reason: String },
-    TooLarge { program: String, insns: usize },
+    BadMap {
+        map: String,
+        reason: String,
+    },
+    BadRelocation {
+        section: String,
+        offset: u64,
+        reason: String,
+    },
+    BadCall {
+        program: String,
+        insn: usize,
+        reason: String,
+    },
+    TooLarge {
+        program: String,
+        insns: usize,
+    },
     NoPrograms,
 }
 
@@ -30,19 +52,41 @@ impl fmt::Display for ObjectError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ObjectError::NotElf(e) => write!(f, "not an ELF object: {e}"),
-            ObjectError::NotBpf { machine } => write!(f, "ELF machine {machine} is not BPF (247): build with clang -target bpf"),
-            ObjectError::BigEndian => write!(f, "big-endian BPF object: build with -target bpf (little endian)"),
-            ObjectError::BadSection { section, reason } => write!(f, "section '{section}': {reason}"),
+            ObjectError::NotBpf { machine } => write!(
+                f,
+                "ELF machine {machine} is not BPF (247): build with clang -target bpf"
+            ),
+            ObjectError::BigEndian => write!(
+                f,
+                "big-endian BPF object: build with -target bpf (little endian)"
+            ),
+            ObjectError::BadSection { section, reason } => {
+                write!(f, "section '{section}': {reason}")
+            }
             ObjectError::BadBtf(e) => write!(f, "BTF: {e}"),
             ObjectError::BadMap { map, reason } => write!(f, "map '{map}': {reason}"),
-            ObjectError::BadRelocation { section, offset, reason } => {
+            ObjectError::BadRelocation {
+                section,
+                offset,
+                reason,
+            } => {
                 write!(f, "relocation at {section}+{offset:#x}: {reason}")
             }
-            ObjectError::BadCall { program, insn, reason } => write!(f, "program '{program}' insn {insn}: {reason}"),
+            ObjectError::BadCall {
+                program,
+                insn,
+                reason,
+            } => write!(f, "program '{program}' insn {insn}: {reason}"),
             ObjectError::TooLarge { program, insns } => {
-                write!(f, "program '{program}' has {insns} instructions (limit {MAX_PROGRAM_INSNS})")
+                write!(
+                    f,
+                    "program '{program}' has {insns} instructions (limit {MAX_PROGRAM_INSNS})"
+                )
             }
-            ObjectError::NoPrograms => write!(f, "no programs: put each entry function in a section named for its hook, e.g. SEC(\"tuner\")"),
+            ObjectError::NoPrograms => write!(
+                f,
+                "no programs: put each entry function in a section named for its hook, e.g. SEC(\"tuner\")"
+            ),
         }
     }
 }
@@ -114,7 +158,10 @@ pub struct Program {
 impl Program {
     /// The source line closest at or before `insn`, if the object has line info.
     pub fn line_for(&self, insn: usize) -> Option<&LineInfo> {
-        self.lines.iter().filter(|l| l.insn <= insn).max_by_key(|l| l.insn)
+        self.lines
+            .iter()
+            .filter(|l| l.insn <= insn)
+            .max_by_key(|l| l.insn)
     }
 }
 
@@ -145,25 +192,36 @@ struct Section {
 }
 
 fn is_data_section(name: &str) -> bool {
-    [".rodata", ".data", ".bss"].iter().any(|p| name == *p || name.starts_with(&format!("{p}.")))
+    [".rodata", ".data", ".bss"]
+        .iter()
+        .any(|p| name == *p || name.starts_with(&format!("{p}.")))
 }
 
 impl Object {
     pub fn parse(data: &[u8]) -> Result<Object, ObjectError> {
-        let file = ElfFile64::<Endianness>::parse(data).map_err(|e| ObjectError::NotElf(e.to_string()))?;
+        let file =
+            ElfFile64::<Endianness>::parse(data).map_err(|e| ObjectError::NotElf(e.to_string()))?;
         let hdr = file.elf_header();
         let endian = file.endian();
         if hdr.e_machine(endian) != elf::EM_BPF {
-            return Err(ObjectError::NotBpf { machine: hdr.e_machine(endian) });
+            return Err(ObjectError::NotBpf {
+                machine: hdr.e_machine(endian),
+            });
         }
         if !file.is_little_endian() {
             return Err(ObjectError::BigEndian);
         }
-        let sec_err = |s: &str, r: String| ObjectError::BadSection { section: s.into(), reason: r };
+        let sec_err = |s: &str, r: String| ObjectError::BadSection {
+            section: s.into(),
+            reason: r,
+        };
 
         // BTF: map definitions and line info.
         let btf = match file.section_by_name(".BTF") {
-            Some(s) => Some(Btf::parse(s.data().map_err(|e| sec_err(".BTF", e.to_string()))?).map_err(ObjectError::BadBtf)?),
+            Some(s) => Some(
+                Btf::parse(s.data().map_err(|e| sec_err(".BTF", e.to_string()))?)
+                    .map_err(ObjectError::BadBtf)?,
+            ),
             None => None,
         };
         let mut maps = Vec::new();
@@ -172,20 +230,33 @@ impl Object {
             for (name, d) in btf::map_defs(btf).map_err(ObjectError::BadBtf)? {
                 let kind = MapKind::from_type(d.map_type).ok_or_else(|| ObjectError::BadMap {
                     map: name.clone(),
-                    reason: format!("map type {} is not supported (hash 1, array 2, percpu_array 6)", d.map_type),
+                    reason: format!(
+                        "map type {} is not supported (hash 1, array 2, percpu_array 6)",
+                        d.map_type
+                    ),
                 })?;
-                let bad = |r: &str| ObjectError::BadMap { map: name.clone(), reason: r.into() };
+                let bad = |r: &str| ObjectError::BadMap {
+                    map: name.clone(),
+                    reason: r.into(),
+                };
                 if d.max_entries == 0 {
                     return Err(bad("max_entries is 0"));
                 }
                 if d.value_size == 0 || d.key_size == 0 {
-                    return Err(bad("key and value need a size (__type(key, …), __type(value, …))"));
+                    return Err(bad(
+                        "key and value need a size (__type(key, …), __type(value, …))",
+                    ));
                 }
                 if matches!(kind, MapKind::Array | MapKind::PercpuArray) && d.key_size != 4 {
                     return Err(bad("array maps take a 4-byte key"));
                 }
-                if u64::from(d.value_size) * u64::from(d.max_entries) > 1 << 30 || d.key_size > 512 || d.value_size > 65536 {
-                    return Err(bad("too large (value_size ≤ 64 KiB, key_size ≤ 512, ≤ 1 GiB in all)"));
+                if u64::from(d.value_size) * u64::from(d.max_entries) > 1 << 30
+                    || d.key_size > 512
+                    || d.value_size > 65536
+                {
+                    return Err(bad(
+                        "too large (value_size ≤ 64 KiB, key_size ≤ 512, ≤ 1 GiB in all)",
+                    ));
                 }
                 map_by_name.insert(name.clone(), maps.len());
                 maps.push(MapDef {
@@ -200,7 +271,9 @@ impl Object {
                 });
             }
         } else if file.section_by_name(".maps").is_some() {
-            return Err(ObjectError::BadBtf("the object has .maps but no .BTF section: build with -g".into()));
+            return Err(ObjectError::BadBtf(
+                "the object has .maps but no .BTF section: build with -g".into(),
+            ));
         }
 
         // Global-data sections become one-entry arrays.
@@ -239,33 +312,69 @@ impl Object {
         let mut sections: BTreeMap<usize, Section> = BTreeMap::new();
         for s in file.sections() {
             let name = s.name().unwrap_or("").to_string();
-            let is_exec = s.elf_section_header().sh_flags(endian) & u64::from(elf::SHF_EXECINSTR) != 0;
+            let is_exec =
+                s.elf_section_header().sh_flags(endian) & u64::from(elf::SHF_EXECINSTR) != 0;
             if !is_exec || s.size() == 0 {
                 continue;
             }
             let bytes = s.data().map_err(|e| sec_err(&name, e.to_string()))?;
-            let insns = insn::decode_all(bytes).ok_or_else(|| sec_err(&name, format!("size {} is not a multiple of 8", bytes.len())))?;
-            sections.insert(s.index().0, Section { name, insns, calls: HashMap::new() });
+            let insns = insn::decode_all(bytes).ok_or_else(|| {
+                sec_err(
+                    &name,
+                    format!("size {} is not a multiple of 8", bytes.len()),
+                )
+            })?;
+            sections.insert(
+                s.index().0,
+                Section {
+                    name,
+                    insns,
+                    calls: HashMap::new(),
+                },
+            );
         }
         let mut funcs: Vec<Func> = Vec::new();
         for sym in file.symbols() {
             if sym.kind() != SymbolKind::Text {
                 continue;
             }
-            let Some(idx) = sym.section_index() else { continue };
-            let Some(sec) = sections.get(&idx.0) else { continue };
+            let Some(idx) = sym.section_index() else {
+                continue;
+            };
+            let Some(sec) = sections.get(&idx.0) else {
+                continue;
+            };
             let name = sym.name().unwrap_or("").to_string();
             let (start, size) = (sym.address(), sym.size());
-            if start % 8 != 0 || size % 8 != 0 || (start + size) as usize > sec.insns.len() * 8 || size == 0 {
-                return Err(sec_err(&sec.name, format!("function '{name}' has a bad extent ({start:#x}, {size:#x})")));
+            if start % 8 != 0
+                || size % 8 != 0
+                || (start + size) as usize > sec.insns.len() * 8
+                || size == 0
+            {
+                return Err(sec_err(
+                    &sec.name,
+                    format!("function '{name}' has a bad extent ({start:#x}, {size:#x})"),
+                ));
             }
-            funcs.push(Func { name, section: idx.0, start: start as usize / 8, len: size as usize / 8, global: sym.is_global() });
+            funcs.push(Func {
+                name,
+                section: idx.0,
+                start: start as usize / 8,
+                len: size as usize / 8,
+                global: sym.is_global(),
+            });
         }
 
         for (&sidx, sec) in sections.iter_mut() {
-            let Some(elf_sec) = file.section_by_index(object::SectionIndex(sidx)).ok() else { continue };
+            let Some(elf_sec) = file.section_by_index(object::SectionIndex(sidx)).ok() else {
+                continue;
+            };
             for (offset, rel) in elf_sec.relocations() {
-                let rerr = |r: String| ObjectError::BadRelocation { section: sec.name.clone(), offset, reason: r };
+                let rerr = |r: String| ObjectError::BadRelocation {
+                    section: sec.name.clone(),
+                    offset,
+                    reason: r,
+                };
                 let pc = (offset / 8) as usize;
                 if offset % 8 != 0 || pc >= sec.insns.len() {
                     return Err(rerr("offset outside the section".into()));
@@ -283,7 +392,9 @@ impl Object {
                     // R_BPF_64_64: an lddw of a map or of global data.
                     1 => {
                         if !sec.insns[pc].is_lddw() || pc + 1 >= sec.insns.len() {
-                            return Err(rerr("R_BPF_64_64 on an instruction that is not lddw".into()));
+                            return Err(rerr(
+                                "R_BPF_64_64 on an instruction that is not lddw".into(),
+                            ));
                         }
                         let sname = sym.name().unwrap_or("");
                         if let Some(&m) = map_by_name.get(sname) {
@@ -294,28 +405,42 @@ impl Object {
                             let off = i64::from(sec.insns[pc].imm) + sym.address() as i64;
                             let size = i64::from(maps[m].value_size);
                             if !(0..size).contains(&off) {
-                                return Err(rerr(format!("offset {off} outside {} ({size} bytes)", maps[m].name)));
+                                return Err(rerr(format!(
+                                    "offset {off} outside {} ({size} bytes)",
+                                    maps[m].name
+                                )));
                             }
                             sec.insns[pc].src = insn::PSEUDO_MAP_VALUE;
                             sec.insns[pc].imm = m as i32;
                             sec.insns[pc + 1].imm = off as i32;
                         } else {
-                            return Err(rerr(format!("'{sname}' is neither a map in .maps nor global data")));
+                            return Err(rerr(format!(
+                                "'{sname}' is neither a map in .maps nor global data"
+                            )));
                         }
                     }
                     // R_BPF_64_32: a call to a function in another (or the same) section.
                     10 => {
                         let i = sec.insns[pc];
                         if i.code != (insn::JMP | insn::CALL) || i.src != insn::PSEUDO_CALL {
-                            return Err(rerr("R_BPF_64_32 on an instruction that is not a BPF-to-BPF call".into()));
+                            return Err(rerr(
+                                "R_BPF_64_32 on an instruction that is not a BPF-to-BPF call"
+                                    .into(),
+                            ));
                         }
-                        let t = target_sec.ok_or_else(|| rerr("call to an undefined function (static inline helpers need a body)".into()))?;
+                        let t = target_sec.ok_or_else(|| {
+                            rerr(
+                                "call to an undefined function (static inline helpers need a body)"
+                                    .into(),
+                            )
+                        })?;
                         let target = if sym.kind() == SymbolKind::Section {
                             i64::from(i.imm) + 1
                         } else {
                             (sym.address() / 8) as i64
                         };
-                        let target = usize::try_from(target).map_err(|_| rerr("call before section start".into()))?;
+                        let target = usize::try_from(target)
+                            .map_err(|_| rerr("call before section start".into()))?;
                         sec.calls.insert(pc, (t, target));
                     }
                     t => return Err(rerr(format!("unsupported relocation type {t}"))),
@@ -324,14 +449,19 @@ impl Object {
         }
 
         let lines = match (&btf, file.section_by_name(".BTF.ext")) {
-            (Some(btf), Some(ext)) => {
-                btf::line_info(btf, ext.data().map_err(|e| sec_err(".BTF.ext", e.to_string()))?).map_err(ObjectError::BadBtf)?
-            }
+            (Some(btf), Some(ext)) => btf::line_info(
+                btf,
+                ext.data().map_err(|e| sec_err(".BTF.ext", e.to_string()))?,
+            )
+            .map_err(ObjectError::BadBtf)?,
             _ => HashMap::new(),
         };
 
         let mut programs = Vec::new();
-        for f in funcs.iter().filter(|f| f.global && sections.get(&f.section).is_some_and(|s| s.name != ".text")) {
+        for f in funcs
+            .iter()
+            .filter(|f| f.global && sections.get(&f.section).is_some_and(|s| s.name != ".text"))
+        {
             programs.push(link(f, &funcs, &sections, &lines)?);
         }
         if programs.is_empty() {
@@ -396,20 +526,34 @@ fn link(
             }
             insns.push(i);
             if insns.len() > MAX_PROGRAM_INSNS {
-                return Err(ObjectError::TooLarge { program: entry.name.clone(), insns: insns.len() });
+                return Err(ObjectError::TooLarge {
+                    program: entry.name.clone(),
+                    insns: insns.len(),
+                });
             }
         }
         if let Some(recs) = lines.get(&sec.name) {
             for r in recs {
                 let idx = r.insn_off as usize / 8;
                 if (f.start..f.start + f.len).contains(&idx) {
-                    out_lines.push(LineInfo { insn: my_base + idx - f.start, file: r.file.clone(), line: r.line, col: r.col, text: r.text.clone() });
+                    out_lines.push(LineInfo {
+                        insn: my_base + idx - f.start,
+                        file: r.file.clone(),
+                        line: r.line,
+                        col: r.col,
+                        text: r.text.clone(),
+                    });
                 }
             }
         }
         k += 1;
     }
-    Ok(Program { name: entry.name.clone(), section: sections[&entry.section].name.clone(), insns, lines: out_lines })
+    Ok(Program {
+        name: entry.name.clone(),
+        section: sections[&entry.section].name.clone(),
+        insns,
+        lines: out_lines,
+    })
 }
 
 use crate::btf::LineRecord;

@@ -143,7 +143,12 @@ pub fn decode_all(bytes: &[u8]) -> Option<Vec<Insn>> {
     if bytes.len() % 8 != 0 {
         return None;
     }
-    Some(bytes.chunks_exact(8).map(|c| Insn::decode(c.try_into().expect("8 bytes"))).collect())
+    Some(
+        bytes
+            .chunks_exact(8)
+            .map(|c| Insn::decode(c.try_into().expect("8 bytes")))
+            .collect(),
+    )
 }
 
 fn size_name(bits: u8) -> &'static str {
@@ -220,15 +225,24 @@ impl fmt::Display for Disasm<'_> {
                     CALL if s == PSEUDO_CALL => write!(f, "call pc{:+}", i.imm),
                     CALL => write!(f, "call {}", i.imm),
                     EXIT => write!(f, "exit"),
-                    op if i.is_reg_src() => write!(f, "if {r}{d} {} {r}{s} goto {:+}", jmp_sym(op), i.off),
+                    op if i.is_reg_src() => {
+                        write!(f, "if {r}{d} {} {r}{s} goto {:+}", jmp_sym(op), i.off)
+                    }
                     op => write!(f, "if {r}{d} {} {:#x} goto {:+}", jmp_sym(op), i.imm, i.off),
                 }
             }
-            LDX => write!(f, "r{d} = *({} *)(r{s} {:+})", size_name(i.size_bits()), i.off),
+            LDX => write!(
+                f,
+                "r{d} = *({} *)(r{s} {:+})",
+                size_name(i.size_bits()),
+                i.off
+            ),
             STX if i.mode() == ATOMIC => {
                 let sz = size_name(i.size_bits());
                 match i.imm {
-                    ATOMIC_CMPXCHG => write!(f, "r0 = cmpxchg(({sz} *)(r{d} {:+}), r0, r{s})", i.off),
+                    ATOMIC_CMPXCHG => {
+                        write!(f, "r0 = cmpxchg(({sz} *)(r{d} {:+}), r0, r{s})", i.off)
+                    }
                     ATOMIC_XCHG => write!(f, "r{s} = xchg(({sz} *)(r{d} {:+}), r{s})", i.off),
                     op => {
                         let name = match op & !FETCH {
@@ -243,8 +257,19 @@ impl fmt::Display for Disasm<'_> {
                     }
                 }
             }
-            STX => write!(f, "*({} *)(r{d} {:+}) = r{s}", size_name(i.size_bits()), i.off),
-            ST => write!(f, "*({} *)(r{d} {:+}) = {}", size_name(i.size_bits()), i.off, i.imm),
+            STX => write!(
+                f,
+                "*({} *)(r{d} {:+}) = r{s}",
+                size_name(i.size_bits()),
+                i.off
+            ),
+            ST => write!(
+                f,
+                "*({} *)(r{d} {:+}) = {}",
+                size_name(i.size_bits()),
+                i.off,
+                i.imm
+            ),
             LD if i.is_lddw() => {
                 let hi = self.next.map_or(0, |n| n.imm as u32 as u64);
                 let v = (hi << 32) | (i.imm as u32 as u64);
@@ -262,7 +287,11 @@ impl fmt::Display for Disasm<'_> {
 /// Disassembles instruction `pc` of `insns`.
 pub fn disasm(insns: &[Insn], pc: usize) -> String {
     match insns.get(pc) {
-        Some(i) => Disasm { insn: i, next: insns.get(pc + 1) }.to_string(),
+        Some(i) => Disasm {
+            insn: i,
+            next: insns.get(pc + 1),
+        }
+        .to_string(),
         None => format!("(no instruction {pc})"),
     }
 }
@@ -273,15 +302,67 @@ mod tests {
 
     #[test]
     fn round_trip_and_notation() {
-        let i = Insn { code: STX | MEM | W, dst: 10, src: 1, off: -4, imm: 0 };
+        let i = Insn {
+            code: STX | MEM | W,
+            dst: 10,
+            src: 1,
+            off: -4,
+            imm: 0,
+        };
         assert_eq!(Insn::decode(&i.encode()), i);
-        assert_eq!(Disasm { insn: &i, next: None }.to_string(), "*(u32 *)(r10 -4) = r1");
-        let a = Insn { code: STX | ATOMIC | DW, dst: 0, src: 1, off: 8, imm: ATOMIC_ADD };
-        assert_eq!(Disasm { insn: &a, next: None }.to_string(), "lock add *(u64 *)(r0 +8), r1");
-        let j = Insn { code: JMP32 | JGT | K, dst: 1, src: 0, off: 4, imm: 7 };
-        assert_eq!(Disasm { insn: &j, next: None }.to_string(), "if w1 > 0x7 goto +4");
-        let m = Insn { code: LDDW, dst: 1, src: PSEUDO_MAP_FD, off: 0, imm: 2 };
-        assert_eq!(Disasm { insn: &m, next: Some(&Insn::default()) }.to_string(), "r1 = map[2] ll");
+        assert_eq!(
+            Disasm {
+                insn: &i,
+                next: None
+            }
+            .to_string(),
+            "*(u32 *)(r10 -4) = r1"
+        );
+        let a = Insn {
+            code: STX | ATOMIC | DW,
+            dst: 0,
+            src: 1,
+            off: 8,
+            imm: ATOMIC_ADD,
+        };
+        assert_eq!(
+            Disasm {
+                insn: &a,
+                next: None
+            }
+            .to_string(),
+            "lock add *(u64 *)(r0 +8), r1"
+        );
+        let j = Insn {
+            code: JMP32 | JGT | K,
+            dst: 1,
+            src: 0,
+            off: 4,
+            imm: 7,
+        };
+        assert_eq!(
+            Disasm {
+                insn: &j,
+                next: None
+            }
+            .to_string(),
+            "if w1 > 0x7 goto +4"
+        );
+        let m = Insn {
+            code: LDDW,
+            dst: 1,
+            src: PSEUDO_MAP_FD,
+            off: 0,
+            imm: 2,
+        };
+        assert_eq!(
+            Disasm {
+                insn: &m,
+                next: Some(&Insn::default())
+            }
+            .to_string(),
+            "r1 = map[2] ll"
+        );
         assert!(decode_all(&[0u8; 7]).is_none());
     }
 }

@@ -124,7 +124,9 @@ pub(crate) fn hash_slots(max_entries: u32) -> usize {
 
 /// Number of per-CPU copies: the CPUs this process may run on (at most 256).
 pub fn ncpus() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 256)
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 256)
 }
 
 fn hash_key(key: &[u8]) -> u64 {
@@ -168,18 +170,32 @@ impl Map {
 
     pub fn create(spec: MapSpec) -> std::io::Result<Map> {
         if spec.max_entries == 0 || spec.value_size == 0 || spec.key_size == 0 {
-            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("map '{}': empty shape {spec}", spec.name)));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("map '{}': empty shape {spec}", spec.name),
+            ));
         }
         if spec.kind != MapType::Hash && spec.key_size != 4 {
-            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "array maps take 4-byte keys"));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "array maps take 4-byte keys",
+            ));
         }
-        let ncpus = if spec.kind == MapType::PercpuArray { ncpus() } else { 1 };
+        let ncpus = if spec.kind == MapType::PercpuArray {
+            ncpus()
+        } else {
+            1
+        };
         let len = Map::segment_len(&spec, ncpus);
         let region = Region::create(&spec.name, len)?;
         let m = Map {
             stride: stride(spec.value_size),
             key_stride: key_stride(spec.key_size),
-            slots: if spec.kind == MapType::Hash { hash_slots(spec.max_entries) } else { 0 },
+            slots: if spec.kind == MapType::Hash {
+                hash_slots(spec.max_entries)
+            } else {
+                0
+            },
             ncpus,
             spec,
             region,
@@ -190,9 +206,18 @@ impl Map {
 
     fn write_header(&self) {
         let w = |off: usize, v: u64| self.atomic_u64(off).store(v, Ordering::Relaxed);
-        w(8, (u64::from(self.spec.kind.code()) << 32) | u64::from(VERSION));
-        w(16, (u64::from(self.spec.value_size) << 32) | u64::from(self.spec.key_size));
-        w(24, ((self.slots as u64) << 32) | u64::from(self.spec.max_entries));
+        w(
+            8,
+            (u64::from(self.spec.kind.code()) << 32) | u64::from(VERSION),
+        );
+        w(
+            16,
+            (u64::from(self.spec.value_size) << 32) | u64::from(self.spec.key_size),
+        );
+        w(
+            24,
+            ((self.slots as u64) << 32) | u64::from(self.spec.max_entries),
+        );
         w(32, self.ncpus as u64);
         self.atomic_u64(0).store(MAGIC, Ordering::Release);
     }
@@ -228,7 +253,10 @@ impl Map {
 
     fn lock(&self) -> HashLock<'_> {
         let l = self.atomic_u32(44);
-        while l.compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        while l
+            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
             std::hint::spin_loop();
         }
         HashLock(l)
@@ -252,7 +280,12 @@ impl Map {
     fn slot_key(&self, slot: usize) -> &[u8] {
         // SAFETY: the key bytes of a FULL slot are written once, before it is published with
         // Release; readers reach them after an Acquire load of the state.
-        unsafe { std::slice::from_raw_parts(self.ptr(self.slot_off(slot) + 8), self.spec.key_size as usize) }
+        unsafe {
+            std::slice::from_raw_parts(
+                self.ptr(self.slot_off(slot) + 8),
+                self.spec.key_size as usize,
+            )
+        }
     }
 
     fn slot_state(&self, slot: usize) -> &AtomicU32 {
@@ -282,18 +315,28 @@ impl Map {
             return None;
         }
         match self.spec.kind {
-            MapType::Array => self.array_key(key).map(|k| self.ptr(HEADER + k * self.stride)),
+            MapType::Array => self
+                .array_key(key)
+                .map(|k| self.ptr(HEADER + k * self.stride)),
             MapType::PercpuArray => {
                 let k = self.array_key(key)?;
-                Some(self.ptr(HEADER + (current_cpu() % self.ncpus * self.spec.max_entries as usize + k) * self.stride))
+                Some(self.ptr(
+                    HEADER
+                        + (current_cpu() % self.ncpus * self.spec.max_entries as usize + k)
+                            * self.stride,
+                ))
             }
-            MapType::Hash => self.probe(key).ok().map(|s| self.ptr(self.slot_off(s) + 8 + self.key_stride)),
+            MapType::Hash => self
+                .probe(key)
+                .ok()
+                .map(|s| self.ptr(self.slot_off(s) + 8 + self.key_stride)),
         }
     }
 
     /// `map_update_elem` with the kernel's flag semantics.
     pub fn update(&self, key: &[u8], value: &[u8], flags: u64) -> Result<(), MapError> {
-        if key.len() != self.spec.key_size as usize || value.len() != self.spec.value_size as usize {
+        if key.len() != self.spec.key_size as usize || value.len() != self.spec.value_size as usize
+        {
             return Err(MapError::BadKey);
         }
         if flags > BPF_EXIST {
@@ -338,7 +381,11 @@ impl Map {
                         // SAFETY: the slot is EMPTY or TOMBSTONE and we hold the writer lock,
                         // so no one else writes it; readers ignore it until FULL is published.
                         unsafe {
-                            std::ptr::copy_nonoverlapping(key.as_ptr(), self.ptr(off + 8), key.len());
+                            std::ptr::copy_nonoverlapping(
+                                key.as_ptr(),
+                                self.ptr(off + 8),
+                                key.len(),
+                            );
                         }
                         write(self.ptr(off + 8 + self.key_stride));
                         self.count().fetch_add(1, Ordering::Relaxed);
@@ -396,9 +443,15 @@ impl Map {
         let base = self.region.base() as usize;
         let vs = self.spec.value_size as usize;
         match self.spec.kind {
-            MapType::Array => (0..self.spec.max_entries as usize).map(|k| (base + HEADER + k * self.stride, vs)).collect(),
-            MapType::PercpuArray => (0..self.ncpus * self.spec.max_entries as usize).map(|k| (base + HEADER + k * self.stride, vs)).collect(),
-            MapType::Hash => (0..self.slots).map(|s| (base + self.slot_off(s) + 8 + self.key_stride, vs)).collect(),
+            MapType::Array => (0..self.spec.max_entries as usize)
+                .map(|k| (base + HEADER + k * self.stride, vs))
+                .collect(),
+            MapType::PercpuArray => (0..self.ncpus * self.spec.max_entries as usize)
+                .map(|k| (base + HEADER + k * self.stride, vs))
+                .collect(),
+            MapType::Hash => (0..self.slots)
+                .map(|s| (base + self.slot_off(s) + 8 + self.key_stride, vs))
+                .collect(),
         }
     }
 }
@@ -428,20 +481,40 @@ mod tests {
     use super::*;
 
     fn spec(kind: MapType, k: u32, v: u32, n: u32) -> MapSpec {
-        MapSpec { name: "t".into(), kind, key_size: k, value_size: v, max_entries: n }
+        MapSpec {
+            name: "t".into(),
+            kind,
+            key_size: k,
+            value_size: v,
+            max_entries: n,
+        }
     }
 
     #[test]
     fn array_semantics() {
         let m = Map::create(spec(MapType::Array, 4, 12, 3)).unwrap();
-        assert_eq!(m.get(&1u32.to_le_bytes()), Some(vec![0; 12]), "arrays start zeroed");
+        assert_eq!(
+            m.get(&1u32.to_le_bytes()),
+            Some(vec![0; 12]),
+            "arrays start zeroed"
+        );
         m.update(&2u32.to_le_bytes(), &[7; 12], BPF_ANY).unwrap();
         assert_eq!(m.get(&2u32.to_le_bytes()), Some(vec![7; 12]));
-        assert_eq!(m.update(&2u32.to_le_bytes(), &[1; 12], BPF_NOEXIST), Err(MapError::Exists));
-        assert_eq!(m.update(&3u32.to_le_bytes(), &[1; 12], BPF_ANY), Err(MapError::BadKey), "index past the end");
+        assert_eq!(
+            m.update(&2u32.to_le_bytes(), &[1; 12], BPF_NOEXIST),
+            Err(MapError::Exists)
+        );
+        assert_eq!(
+            m.update(&3u32.to_le_bytes(), &[1; 12], BPF_ANY),
+            Err(MapError::BadKey),
+            "index past the end"
+        );
         assert!(m.lookup_ptr(&3u32.to_le_bytes()).is_none());
         assert_eq!(m.delete(&0u32.to_le_bytes()), Err(MapError::BadKey));
-        assert_eq!(m.update(&0u32.to_le_bytes(), &[1; 11], BPF_ANY), Err(MapError::BadKey));
+        assert_eq!(
+            m.update(&0u32.to_le_bytes(), &[1; 11], BPF_ANY),
+            Err(MapError::BadKey)
+        );
     }
 
     #[test]
@@ -495,7 +568,9 @@ mod tests {
                     }
                 }
                 _ => {
-                    let got = m.get(&key.to_le_bytes()).map(|v| u64::from_le_bytes(v.try_into().unwrap()));
+                    let got = m
+                        .get(&key.to_le_bytes())
+                        .map(|v| u64::from_le_bytes(v.try_into().unwrap()));
                     assert_eq!(got, model.get(&key).copied());
                 }
             }
@@ -507,6 +582,7 @@ mod tests {
     fn percpu_has_a_copy_per_cpu() {
         let m = Map::create(spec(MapType::PercpuArray, 4, 8, 2)).unwrap();
         assert_eq!(m.value_ranges().len(), 2 * m.ncpus());
-        m.update(&1u32.to_le_bytes(), &5u64.to_le_bytes(), BPF_ANY).unwrap();
+        m.update(&1u32.to_le_bytes(), &5u64.to_le_bytes(), BPF_ANY)
+            .unwrap();
     }
 }

@@ -21,7 +21,9 @@ impl Region {
     pub fn create(name: &str, len: usize) -> io::Result<Region> {
         let cname = std::ffi::CString::new(format!("ncclbpf:{name}")).map_err(io::Error::other)?;
         // SAFETY: memfd_create with a valid C string; the returned fd is owned by `file`.
-        let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+        let fd = unsafe {
+            libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+        };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -29,7 +31,14 @@ impl Region {
         let file = unsafe { File::from_raw_fd(fd) };
         file.set_len(len as u64)?;
         // SAFETY: fcntl on our own descriptor.
-        if unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL) } < 0 {
+        if unsafe {
+            libc::fcntl(
+                fd,
+                libc::F_ADD_SEALS,
+                libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
+            )
+        } < 0
+        {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: the file is ours, sealed against resizing, and outlives the mapping.
@@ -65,7 +74,10 @@ impl ReadOnlyRegion {
         let file = File::open(format!("/proc/{pid}/fd/{fd}"))?;
         let len = file.metadata()?.len() as usize;
         if len < min_len {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("segment is {len} bytes, expected {min_len}")));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("segment is {len} bytes, expected {min_len}"),
+            ));
         }
         // SAFETY: the segment is sealed against shrinking by its owner, so the mapping stays
         // backed; we only read through it.

@@ -24,18 +24,35 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 #[derive(Debug)]
 pub enum RegistryError {
     /// Same name, different shape.
-    Conflict { name: String, existing: MapSpec, existing_owner: String, new: MapSpec, new_owner: String },
-    Create { name: String, source: io::Error },
+    Conflict {
+        name: String,
+        existing: MapSpec,
+        existing_owner: String,
+        new: MapSpec,
+        new_owner: String,
+    },
+    Create {
+        name: String,
+        source: io::Error,
+    },
 }
 
 impl fmt::Display for RegistryError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            RegistryError::Conflict { name, existing, existing_owner, new, new_owner } => write!(
+            RegistryError::Conflict {
+                name,
+                existing,
+                existing_owner,
+                new,
+                new_owner,
+            } => write!(
                 f,
                 "map '{name}' declared as {new} by '{new_owner}' but already exists as {existing} (declared by '{existing_owner}')"
             ),
-            RegistryError::Create { name, source } => write!(f, "map '{name}': cannot create shared memory: {source}"),
+            RegistryError::Create { name, source } => {
+                write!(f, "map '{name}': cannot create shared memory: {source}")
+            }
         }
     }
 }
@@ -76,7 +93,10 @@ fn pid_alive(pid: u32) -> bool {
 
 impl Registry {
     pub fn new(dir: PathBuf) -> Registry {
-        Registry { inner: Mutex::new(Inner::default()), dir }
+        Registry {
+            inner: Mutex::new(Inner::default()),
+            dir,
+        }
     }
 
     /// The process-wide registry.
@@ -104,18 +124,36 @@ impl Registry {
             }
             return Ok(e.map.clone());
         }
-        let map = Arc::new(Map::create(spec.clone()).map_err(|source| RegistryError::Create { name: spec.name.clone(), source })?);
-        inner.shared.insert(spec.name.clone(), Entry { map: map.clone(), owner: owner.to_string() });
+        let map = Arc::new(
+            Map::create(spec.clone()).map_err(|source| RegistryError::Create {
+                name: spec.name.clone(),
+                source,
+            })?,
+        );
+        inner.shared.insert(
+            spec.name.clone(),
+            Entry {
+                map: map.clone(),
+                owner: owner.to_string(),
+            },
+        );
         self.publish(&inner);
         Ok(map)
     }
 
     /// A map private to one program (global data); listed for readers while it lives.
     pub fn private(&self, spec: &MapSpec, owner: &str) -> Result<Arc<Map>, RegistryError> {
-        let map = Arc::new(Map::create(spec.clone()).map_err(|source| RegistryError::Create { name: spec.name.clone(), source })?);
+        let map = Arc::new(
+            Map::create(spec.clone()).map_err(|source| RegistryError::Create {
+                name: spec.name.clone(),
+                source,
+            })?,
+        );
         let mut inner = self.lock();
         inner.private.retain(|(_, w)| w.strong_count() > 0);
-        inner.private.push((format!("{owner}:{}", spec.name), Arc::downgrade(&map)));
+        inner
+            .private
+            .push((format!("{owner}:{}", spec.name), Arc::downgrade(&map)));
         self.publish(&inner);
         Ok(map)
     }
@@ -131,13 +169,25 @@ impl Registry {
     }
 
     fn try_publish(&self, inner: &Inner) -> io::Result<()> {
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&self.dir)?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)?;
         cleanup_stale(&self.dir);
         let pid = std::process::id();
         let mut text = String::new();
         let mut line = |name: &str, m: &Map| {
             let s = m.spec();
-            text.push_str(&format!("{} {} {} {} {} {} {}\n", m.fd(), s.kind.code(), s.key_size, s.value_size, s.max_entries, m.ncpus(), name));
+            text.push_str(&format!(
+                "{} {} {} {} {} {} {}\n",
+                m.fd(),
+                s.kind.code(),
+                s.key_size,
+                s.value_size,
+                s.max_entries,
+                m.ncpus(),
+                name
+            ));
         };
         for (name, e) in &inner.shared {
             line(name, &e.map);
@@ -148,18 +198,29 @@ impl Registry {
             }
         }
         static SEQ: AtomicU64 = AtomicU64::new(0);
-        let tmp = self.dir.join(format!(".{pid}.{}.tmp", SEQ.fetch_add(1, Ordering::Relaxed)));
-        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+        let tmp = self.dir.join(format!(
+            ".{pid}.{}.tmp",
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
         f.write_all(text.as_bytes())?;
         std::fs::rename(&tmp, self.dir.join(format!("{pid}.maps")))
     }
 }
 
 fn cleanup_stale(dir: &std::path::Path) {
-    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
     for e in rd.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        if let Some(pid) = name.strip_suffix(".maps").and_then(|p| p.parse::<u32>().ok())
+        if let Some(pid) = name
+            .strip_suffix(".maps")
+            .and_then(|p| p.parse::<u32>().ok())
             && !pid_alive(pid)
         {
             let _ = std::fs::remove_file(e.path());
@@ -185,13 +246,21 @@ impl MapView {
         let path = dir.join(format!("{pid}.maps"));
         if !pid_alive(pid) {
             let _ = std::fs::remove_file(&path);
-            return Err(io::Error::new(io::ErrorKind::NotFound, format!("process {pid} is gone")));
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("process {pid} is gone"),
+            ));
         }
         let text = std::fs::read_to_string(&path)?;
         let mut out = Vec::new();
         for line in text.lines() {
             let f: Vec<&str> = line.splitn(7, ' ').collect();
-            let bad = || io::Error::new(io::ErrorKind::InvalidData, format!("bad registry line {line:?}"));
+            let bad = || {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("bad registry line {line:?}"),
+                )
+            };
             if f.len() != 7 {
                 return Err(bad());
             }
@@ -207,7 +276,12 @@ impl MapView {
             let ncpus = (num(5)? as usize).clamp(1, 256);
             let need = Map::segment_len(&spec, ncpus);
             let region = ReadOnlyRegion::open(pid, num(0)? as i32, need)?;
-            let v = MapView { name: spec.name.clone(), spec, ncpus, region };
+            let v = MapView {
+                name: spec.name.clone(),
+                spec,
+                ncpus,
+                region,
+            };
             v.check_header()?;
             out.push(v);
         }
@@ -230,7 +304,13 @@ impl MapView {
         if ok {
             Ok(())
         } else {
-            Err(io::Error::new(io::ErrorKind::InvalidData, format!("map '{}': segment header does not match the registry", self.name)))
+            Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "map '{}': segment header does not match the registry",
+                    self.name
+                ),
+            ))
         }
     }
 
@@ -252,11 +332,18 @@ impl MapView {
         let vs = s.value_size as usize;
         match s.kind {
             MapType::Array => (0..s.max_entries as usize)
-                .map(|k| ((k as u32).to_le_bytes().to_vec(), vec![self.copy(HEADER + k * st, vs)]))
+                .map(|k| {
+                    (
+                        (k as u32).to_le_bytes().to_vec(),
+                        vec![self.copy(HEADER + k * st, vs)],
+                    )
+                })
                 .collect(),
             MapType::PercpuArray => (0..s.max_entries as usize)
                 .map(|k| {
-                    let per = (0..self.ncpus).map(|c| self.copy(HEADER + (c * s.max_entries as usize + k) * st, vs)).collect();
+                    let per = (0..self.ncpus)
+                        .map(|c| self.copy(HEADER + (c * s.max_entries as usize + k) * st, vs))
+                        .collect();
                     ((k as u32).to_le_bytes().to_vec(), per)
                 })
                 .collect(),
@@ -266,7 +353,10 @@ impl MapView {
                     .filter_map(|slot| {
                         let off = HEADER + slot * (8 + ks + st);
                         ((self.word(off) & 0xffff_ffff) as u32 == 2).then(|| {
-                            (self.copy(off + 8, s.key_size as usize), vec![self.copy(off + 8 + ks, vs)])
+                            (
+                                self.copy(off + 8, s.key_size as usize),
+                                vec![self.copy(off + 8 + ks, vs)],
+                            )
                         })
                     })
                     .collect()
@@ -280,12 +370,22 @@ mod tests {
     use super::*;
 
     fn spec(name: &str, kind: MapType, v: u32) -> MapSpec {
-        MapSpec { name: name.into(), kind, key_size: 4, value_size: v, max_entries: 8 }
+        MapSpec {
+            name: name.into(),
+            kind,
+            key_size: 4,
+            value_size: v,
+            max_entries: 8,
+        }
     }
 
     fn scratch() -> PathBuf {
         static N: AtomicU64 = AtomicU64::new(0);
-        let d = std::env::temp_dir().join(format!("ncclbpf-reg-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+        let d = std::env::temp_dir().join(format!(
+            "ncclbpf-reg-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
         let _ = std::fs::remove_dir_all(&d);
         d
     }
@@ -293,12 +393,21 @@ mod tests {
     #[test]
     fn same_shape_shares_different_shape_fails() {
         let r = Registry::new(scratch());
-        let a = r.shared(&spec("counts", MapType::Array, 8), "policy_a").unwrap();
-        let b = r.shared(&spec("counts", MapType::Array, 8), "policy_b").unwrap();
+        let a = r
+            .shared(&spec("counts", MapType::Array, 8), "policy_a")
+            .unwrap();
+        let b = r
+            .shared(&spec("counts", MapType::Array, 8), "policy_b")
+            .unwrap();
         assert!(Arc::ptr_eq(&a, &b));
-        let e = r.shared(&spec("counts", MapType::Hash, 16), "policy_c").unwrap_err();
+        let e = r
+            .shared(&spec("counts", MapType::Hash, 16), "policy_c")
+            .unwrap_err();
         let msg = e.to_string();
-        assert!(msg.contains("policy_a") && msg.contains("policy_c") && msg.contains("counts"), "{msg}");
+        assert!(
+            msg.contains("policy_a") && msg.contains("policy_c") && msg.contains("counts"),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -306,21 +415,50 @@ mod tests {
         let dir = scratch();
         let r = Registry::new(dir.clone());
         let a = r.shared(&spec("arr", MapType::Array, 8), "p").unwrap();
-        let h = r.shared(&MapSpec { name: "h".into(), kind: MapType::Hash, key_size: 4, value_size: 12, max_entries: 4 }, "p").unwrap();
-        a.update(&3u32.to_le_bytes(), &42u64.to_le_bytes(), 0).unwrap();
+        let h = r
+            .shared(
+                &MapSpec {
+                    name: "h".into(),
+                    kind: MapType::Hash,
+                    key_size: 4,
+                    value_size: 12,
+                    max_entries: 4,
+                },
+                "p",
+            )
+            .unwrap();
+        a.update(&3u32.to_le_bytes(), &42u64.to_le_bytes(), 0)
+            .unwrap();
         h.update(&7u32.to_le_bytes(), &[9u8; 12], 0).unwrap();
-        let ro = r.private(&MapSpec { name: ".rodata".into(), kind: MapType::Array, key_size: 4, value_size: 16, max_entries: 1 }, "p").unwrap();
+        let ro = r
+            .private(
+                &MapSpec {
+                    name: ".rodata".into(),
+                    kind: MapType::Array,
+                    key_size: 4,
+                    value_size: 16,
+                    max_entries: 1,
+                },
+                "p",
+            )
+            .unwrap();
         let views = MapView::open_all_in(&dir, std::process::id()).unwrap();
         assert_eq!(views.len(), 3);
         let av = views.iter().find(|v| v.name == "arr").unwrap();
         assert_eq!(av.entries()[3].1[0], 42u64.to_le_bytes());
         let hv = views.iter().find(|v| v.name == "h").unwrap();
-        assert_eq!(hv.entries(), vec![(7u32.to_le_bytes().to_vec(), vec![vec![9u8; 12]])]);
+        assert_eq!(
+            hv.entries(),
+            vec![(7u32.to_le_bytes().to_vec(), vec![vec![9u8; 12]])]
+        );
         assert!(views.iter().any(|v| v.name == "p:.rodata"));
         drop(ro);
         let _ = r.shared(&spec("other", MapType::Array, 8), "p").unwrap();
         let views = MapView::open_all_in(&dir, std::process::id()).unwrap();
-        assert!(!views.iter().any(|v| v.name == "p:.rodata"), "dropped private maps leave the registry");
+        assert!(
+            !views.iter().any(|v| v.name == "p:.rodata"),
+            "dropped private maps leave the registry"
+        );
         let mode = std::fs::metadata(dir.join(format!("{}.maps", std::process::id()))).unwrap();
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(mode.permissions().mode() & 0o777, 0o600, "owner-only");

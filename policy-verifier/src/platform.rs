@@ -1,0 +1,223 @@
+//! What a program may touch: each hook's context fields, the helpers it may call, and the
+//! maps of its object. Mirrors `policies/include/ncclbpf.h`.
+
+/// Field access rights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Perm {
+    Read,
+    ReadWrite,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Field {
+    pub name: &'static str,
+    pub offset: u32,
+    pub size: u32,
+    pub perm: Perm,
+}
+
+/// What a helper argument must be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arg {
+    /// An initialized scalar.
+    Scalar,
+    /// A map pointer (`&my_map`).
+    MapPtr,
+    /// A pointer to `key_size` initialized bytes (stack or map value).
+    MapKey,
+    /// A pointer to `value_size` initialized bytes (stack or map value).
+    MapValue,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ret {
+    Scalar,
+    /// A pointer into the value of the map passed as argument 1, or NULL.
+    MapValueOrNull,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Helper {
+    pub id: i32,
+    pub name: &'static str,
+    pub args: &'static [Arg],
+    pub ret: Ret,
+}
+
+pub const HELPER_MAP_LOOKUP: i32 = 1;
+pub const HELPER_MAP_UPDATE: i32 = 2;
+pub const HELPER_MAP_DELETE: i32 = 3;
+pub const HELPER_KTIME_GET_NS: i32 = 5;
+pub const HELPER_GET_SMP_PROCESSOR_ID: i32 = 8;
+
+/// Every helper the runtime implements.
+pub const HELPERS: &[Helper] = &[
+    Helper {
+        id: HELPER_MAP_LOOKUP,
+        name: "bpf_map_lookup_elem",
+        args: &[Arg::MapPtr, Arg::MapKey],
+        ret: Ret::MapValueOrNull,
+    },
+    Helper {
+        id: HELPER_MAP_UPDATE,
+        name: "bpf_map_update_elem",
+        args: &[Arg::MapPtr, Arg::MapKey, Arg::MapValue, Arg::Scalar],
+        ret: Ret::Scalar,
+    },
+    Helper {
+        id: HELPER_MAP_DELETE,
+        name: "bpf_map_delete_elem",
+        args: &[Arg::MapPtr, Arg::MapKey],
+        ret: Ret::Scalar,
+    },
+    Helper {
+        id: HELPER_KTIME_GET_NS,
+        name: "bpf_ktime_get_ns",
+        args: &[],
+        ret: Ret::Scalar,
+    },
+    Helper {
+        id: HELPER_GET_SMP_PROCESSOR_ID,
+        name: "bpf_get_smp_processor_id",
+        args: &[],
+        ret: Ret::Scalar,
+    },
+];
+
+pub fn helper(id: i32) -> Option<&'static Helper> {
+    HELPERS.iter().find(|h| h.id == id)
+}
+
+/// A hook: where a program attaches, its context and its helpers.
+#[derive(Clone, Copy, Debug)]
+pub struct Hook {
+    pub section: &'static str,
+    pub ctx_size: u32,
+    pub fields: &'static [Field],
+    pub helpers: &'static [i32],
+    /// Why helpers missing from `helpers` are missing, for the rejection message.
+    pub helper_note: &'static str,
+}
+
+impl Hook {
+    pub fn field_at(&self, off: u32) -> Option<&Field> {
+        self.fields
+            .iter()
+            .find(|f| (f.offset..f.offset + f.size).contains(&off))
+    }
+}
+
+const fn f(name: &'static str, offset: u32, size: u32, perm: Perm) -> Field {
+    Field {
+        name,
+        offset,
+        size,
+        perm,
+    }
+}
+
+use Perm::{Read as R, ReadWrite as RW};
+
+/// `struct ncclbpf_tuner_ctx`.
+pub const TUNER_FIELDS: &[Field] = &[
+    f("msg_size", 0, 8, R),
+    f("comm_id", 8, 8, R),
+    f("coll_type", 16, 4, R),
+    f("nranks", 20, 4, R),
+    f("nnodes", 24, 4, R),
+    f("num_pipe_ops", 28, 4, R),
+    f("reg_buff", 32, 4, R),
+    f("max_channels", 36, 4, R),
+    f("algo", 40, 4, RW),
+    f("proto", 44, 4, RW),
+    f("nchannels", 48, 4, RW),
+];
+
+/// `struct ncclbpf_net_ctx`.
+pub const NET_FIELDS: &[Field] = &[
+    f("conn_id", 0, 8, R),
+    f("bytes", 8, 8, R),
+    f("comm_id", 16, 8, R),
+    f("op", 24, 4, R),
+    f("peer_port", 28, 4, R),
+    f("dev", 32, 4, R),
+    f("nstreams", 36, 4, R),
+    f("latency_ns", 40, 8, R),
+    f("status", 48, 4, R),
+];
+
+const MAP_HELPERS: &[i32] = &[HELPER_MAP_LOOKUP, HELPER_MAP_UPDATE, HELPER_MAP_DELETE];
+const NET_HELPERS: &[i32] = &[
+    HELPER_MAP_LOOKUP,
+    HELPER_MAP_UPDATE,
+    HELPER_MAP_DELETE,
+    HELPER_KTIME_GET_NS,
+    HELPER_GET_SMP_PROCESSOR_ID,
+];
+
+const fn net(section: &'static str) -> Hook {
+    Hook {
+        section,
+        ctx_size: 56,
+        fields: NET_FIELDS,
+        helpers: NET_HELPERS,
+        helper_note: "",
+    }
+}
+
+/// Every hook, by section name.
+pub const HOOKS: &[Hook] = &[
+    Hook {
+        section: "tuner",
+        ctx_size: 56,
+        fields: TUNER_FIELDS,
+        helpers: MAP_HELPERS,
+        helper_note: "tuner decisions must be identical on every rank, so clocks and CPU ids are not available",
+    },
+    net("net/connect"),
+    net("net/accept"),
+    net("net/isend"),
+    net("net/irecv"),
+    net("net/complete"),
+    net("net/close"),
+];
+
+pub fn hook(section: &str) -> Option<&'static Hook> {
+    HOOKS.iter().find(|h| h.section == section)
+}
+
+/// A map as the verifier sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MapInfo {
+    pub name: String,
+    pub key_size: u32,
+    pub value_size: u32,
+    pub max_entries: u32,
+    pub read_only: bool,
+}
+
+/// Limits of verification.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Instructions in the program.
+    pub max_insns: usize,
+    /// Instructions processed over all explored paths.
+    pub max_processed: usize,
+    /// States kept per pruning point.
+    pub max_states_per_insn: usize,
+    /// Nested BPF-to-BPF calls.
+    pub max_call_depth: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_insns: 4096,
+            max_processed: 1_000_000,
+            max_states_per_insn: 64,
+            max_call_depth: 8,
+        }
+    }
+}
+
+pub const STACK_SIZE: i64 = 512;

@@ -1,0 +1,292 @@
+//! The abstract machine state: typed registers, per-byte stack initialization with spilled
+//! registers, call frames.
+
+use crate::platform::MapInfo;
+use crate::scalar::Scalar;
+use std::collections::HashMap;
+use std::fmt::Write;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RegType {
+    NotInit,
+    Scalar,
+    Ctx,
+    /// A pointer into the stack of call frame `frame`.
+    Stack {
+        frame: u8,
+    },
+    MapValue {
+        map: u16,
+    },
+    MapValueOrNull {
+        map: u16,
+    },
+    MapPtr {
+        map: u16,
+    },
+}
+
+impl RegType {
+    pub fn is_pointer(self) -> bool {
+        !matches!(self, RegType::NotInit | RegType::Scalar)
+    }
+}
+
+/// A register: its type, a fixed offset (pointers) and a scalar that is the value (scalars)
+/// or the variable part of the offset (pointers). `id` links copies: scalars copied from one
+/// another share bounds learnt from branches; the copies of one lookup result become non-NULL
+/// together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Reg {
+    pub ty: RegType,
+    pub off: i64,
+    pub v: Scalar,
+    pub id: u32,
+}
+
+impl Reg {
+    pub const NOT_INIT: Reg = Reg {
+        ty: RegType::NotInit,
+        off: 0,
+        v: Scalar::UNKNOWN,
+        id: 0,
+    };
+
+    pub fn scalar(v: Scalar) -> Reg {
+        Reg {
+            ty: RegType::Scalar,
+            off: 0,
+            v,
+            id: 0,
+        }
+    }
+
+    pub fn konst(v: u64) -> Reg {
+        Reg::scalar(Scalar::konst(v))
+    }
+
+    pub fn pointer(ty: RegType, off: i64) -> Reg {
+        Reg {
+            ty,
+            off,
+            v: Scalar::konst(0),
+            id: 0,
+        }
+    }
+
+    pub fn describe(&self, maps: &[MapInfo]) -> String {
+        let map = |m: u16| {
+            maps.get(m as usize)
+                .map_or("?", |m| m.name.as_str())
+                .to_string()
+        };
+        let var = |v: &Scalar| {
+            if v.const_value() == Some(0) {
+                String::new()
+            } else {
+                format!(",var={}", scalar_text(v))
+            }
+        };
+        match self.ty {
+            RegType::NotInit => "!init".into(),
+            RegType::Scalar => scalar_text(&self.v),
+            RegType::Ctx => format!("ctx(off={}{})", self.off, var(&self.v)),
+            RegType::Stack { frame } => {
+                let f = if frame > 0 {
+                    format!("[frame {frame}]")
+                } else {
+                    String::new()
+                };
+                format!("fp{}{}{f}", self.off, var(&self.v))
+            }
+            RegType::MapValue { map: m } => {
+                format!("map_value({},off={}{})", map(m), self.off, var(&self.v))
+            }
+            RegType::MapValueOrNull { map: m } => {
+                format!("map_value_or_null({},off={})", map(m), self.off)
+            }
+            RegType::MapPtr { map: m } => format!("map_ptr({})", map(m)),
+        }
+    }
+
+    /// The kernel's name of the type.
+    pub fn type_name(&self) -> &'static str {
+        match self.ty {
+            RegType::NotInit => "!init",
+            RegType::Scalar => "scalar",
+            RegType::Ctx => "ctx",
+            RegType::Stack { .. } => "fp",
+            RegType::MapValue { .. } => "map_value",
+            RegType::MapValueOrNull { .. } => "map_value_or_null",
+            RegType::MapPtr { .. } => "map_ptr",
+        }
+    }
+}
+
+pub fn scalar_text(v: &Scalar) -> String {
+    if let Some(c) = v.const_value() {
+        return format!("{}", c as i64);
+    }
+    let mut s = String::from("scalar(");
+    let mut parts = vec![];
+    if v.umin != 0 {
+        parts.push(format!("umin={}", v.umin));
+    }
+    if v.umax != u64::MAX {
+        parts.push(format!("umax={}", v.umax));
+    }
+    if v.smin != i64::MIN && v.smin != v.umin as i64 {
+        parts.push(format!("smin={}", v.smin));
+    }
+    if v.smax != i64::MAX && v.smax != v.umax as i64 {
+        parts.push(format!("smax={}", v.smax));
+    }
+    s.push_str(&parts.join(","));
+    s.push(')');
+    s
+}
+
+/// Eight stack bytes: which are initialized, and the register spilled there if any.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Slot {
+    pub init: u8,
+    pub spill: Option<Reg>,
+}
+
+pub const SLOTS: usize = 64;
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Frame {
+    pub regs: [Reg; 11],
+    pub stack: [Slot; SLOTS],
+    /// Where `exit` returns to in the caller (unused in frame 0).
+    pub ret_pc: usize,
+}
+
+impl Frame {
+    pub fn new(ret_pc: usize) -> Frame {
+        let mut regs = [Reg::NOT_INIT; 11];
+        regs[10] = Reg::pointer(RegType::Stack { frame: 0 }, 0);
+        Frame {
+            regs,
+            stack: [Slot {
+                init: 0,
+                spill: None,
+            }; SLOTS],
+            ret_pc,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct State {
+    pub frames: Vec<Frame>,
+    /// Branches taken so far (bounded), for messages.
+    pub path: Vec<(usize, usize)>,
+}
+
+impl State {
+    pub fn cur(&self) -> &Frame {
+        self.frames.last().expect("at least one frame")
+    }
+    pub fn cur_mut(&mut self) -> &mut Frame {
+        self.frames.last_mut().expect("at least one frame")
+    }
+    pub fn frame_no(&self) -> u8 {
+        (self.frames.len() - 1) as u8
+    }
+
+    pub fn note_branch(&mut self, from: usize, to: usize) {
+        if self.path.len() >= 24 {
+            self.path.remove(0);
+        }
+        self.path.push((from, to));
+    }
+
+    /// Same machine state (ignoring the path).
+    pub fn same_as(&self, o: &State) -> bool {
+        self.frames == o.frames
+    }
+
+    /// Whether every concrete state of `new` is one of `self`'s (so `self`'s verified
+    /// continuation covers `new`).
+    pub fn subsumes(&self, new: &State) -> bool {
+        if self.frames.len() != new.frames.len() {
+            return false;
+        }
+        let mut ids: HashMap<u32, u32> = HashMap::new();
+        let mut reg_ok = |o: &Reg, n: &Reg| -> bool {
+            if o.ty == RegType::NotInit {
+                return true;
+            }
+            if o.ty != n.ty || o.off != n.off || !o.v.contains(&n.v) {
+                return false;
+            }
+            if o.id != 0 {
+                if n.id == 0 {
+                    return false;
+                }
+                if *ids.entry(o.id).or_insert(n.id) != n.id {
+                    return false;
+                }
+            }
+            true
+        };
+        for (fo, fnew) in self.frames.iter().zip(&new.frames) {
+            if fo.ret_pc != fnew.ret_pc {
+                return false;
+            }
+            for (o, n) in fo.regs.iter().zip(&fnew.regs) {
+                if !reg_ok(o, n) {
+                    return false;
+                }
+            }
+            for (o, n) in fo.stack.iter().zip(&fnew.stack) {
+                match (o.spill, n.spill) {
+                    (Some(os), Some(ns)) => {
+                        if !reg_ok(&os, &ns) {
+                            return false;
+                        }
+                    }
+                    (Some(_), None) => return false,
+                    (None, ns) => {
+                        if n.init & o.init != o.init {
+                            return false;
+                        }
+                        if let Some(ns) = ns
+                            && o.init != 0
+                            && ns.ty != RegType::Scalar
+                        {
+                            return false;
+                        }
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    pub fn describe(&self, maps: &[MapInfo]) -> String {
+        let mut s = String::new();
+        let f = self.cur();
+        for (i, r) in f.regs.iter().enumerate() {
+            if r.ty != RegType::NotInit && i != 10 {
+                let _ = write!(s, "R{i}={} ", r.describe(maps));
+            }
+        }
+        let inited: Vec<String> = (0..SLOTS)
+            .filter(|&k| f.stack[k].init != 0)
+            .map(|k| {
+                let off = -(SLOTS as i64 - k as i64) * 8;
+                match f.stack[k].spill {
+                    Some(r) => format!("fp{off}={}", r.describe(maps)),
+                    None => format!("fp{off}=misc"),
+                }
+            })
+            .collect();
+        if !inited.is_empty() {
+            let _ = write!(s, "stack: {}", inited.join(" "));
+        }
+        s.trim_end().to_string()
+    }
+}
