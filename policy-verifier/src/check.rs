@@ -978,6 +978,14 @@ impl<'a> Checker<'a> {
                 });
             }
         }
+        // Atomics need natural alignment (map values and stack slots are 8-aligned).
+        let fixed = base.off + i64::from(i.off);
+        let var_bits = base.v.tn.value | base.v.tn.mask;
+        if fixed % i64::from(size) != 0 || var_bits & (u64::from(size) - 1) != 0 {
+            return Err(Reject::BadInsn {
+                what: format!("misaligned {size}-byte atomic access (offset {fixed})"),
+            });
+        }
         match base.ty {
             RegType::MapValue { map } => {
                 let m = &self.maps[map as usize];

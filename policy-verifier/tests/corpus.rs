@@ -12,6 +12,7 @@ fn root() -> PathBuf {
 
 /// (program, expected kind, expected instruction) for clang 14 -O2 -mcpu=v3.
 const EXPECTED: &[(&str, &str, usize)] = &[
+    ("atomic_misaligned", "bad_insn", 9),
     ("atomic_on_ctx", "invalid_mem_access", 1), // R1 invalid mem access 'ctx (atomics work on map values and the stack)'
     ("ctx_oob", "ctx_out_of_bounds", 0), // R1 invalid context access off=1600 size=8: not a field of the 56-byte context
     ("ctx_padding", "ctx_out_of_bounds", 0), // R1 invalid context access off=52 size=4: not a field of the 56-byte context

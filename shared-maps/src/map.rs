@@ -421,6 +421,45 @@ impl Map {
         Some(v)
     }
 
+    /// Every entry with its values (one per CPU for per-CPU maps), hash entries in slot order.
+    pub fn entries(&self) -> Vec<(Vec<u8>, Vec<Vec<u8>>)> {
+        let vs = self.spec.value_size as usize;
+        let copy = |p: *const u8| {
+            let mut v = vec![0u8; vs];
+            // SAFETY: p points to a value of value_size bytes inside the segment.
+            unsafe { std::ptr::copy_nonoverlapping(p, v.as_mut_ptr(), vs) };
+            v
+        };
+        let n = self.spec.max_entries as usize;
+        match self.spec.kind {
+            MapType::Array => (0..n)
+                .map(|k| {
+                    (
+                        (k as u32).to_le_bytes().to_vec(),
+                        vec![copy(self.ptr(HEADER + k * self.stride))],
+                    )
+                })
+                .collect(),
+            MapType::PercpuArray => (0..n)
+                .map(|k| {
+                    let per = (0..self.ncpus)
+                        .map(|c| copy(self.ptr(HEADER + (c * n + k) * self.stride)))
+                        .collect();
+                    ((k as u32).to_le_bytes().to_vec(), per)
+                })
+                .collect(),
+            MapType::Hash => (0..self.slots)
+                .filter(|&s| self.slot_state(s).load(Ordering::Acquire) == FULL)
+                .map(|s| {
+                    (
+                        self.slot_key(s).to_vec(),
+                        vec![copy(self.ptr(self.slot_off(s) + 8 + self.key_stride))],
+                    )
+                })
+                .collect(),
+        }
+    }
+
     /// Number of live entries (hash), or max_entries (arrays).
     pub fn len(&self) -> usize {
         match self.spec.kind {

@@ -1,0 +1,110 @@
+//! The contexts programs receive, laid out as `policies/include/ncclbpf.h` declares them.
+
+/// `struct ncclbpf_tuner_ctx`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TunerCtx {
+    pub msg_size: u64,
+    pub comm_id: u64,
+    pub coll_type: u32,
+    pub nranks: u32,
+    pub nnodes: u32,
+    pub num_pipe_ops: u32,
+    pub reg_buff: u32,
+    pub max_channels: u32,
+    pub algo: i32,
+    pub proto: i32,
+    pub nchannels: u32,
+    pub reserved: u32,
+}
+
+/// `struct ncclbpf_net_ctx`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NetCtx {
+    pub conn_id: u64,
+    pub bytes: u64,
+    pub comm_id: u64,
+    pub op: u32,
+    pub peer_port: u32,
+    pub dev: u32,
+    pub nstreams: u32,
+    pub latency_ns: u64,
+    pub status: i32,
+    pub reserved: u32,
+}
+
+/// A context a program can run on.
+pub trait Context {
+    /// The hooks (section names) whose programs take this context.
+    fn accepts(section: &str) -> bool;
+    fn as_mut_ptr(&mut self) -> *mut u8;
+}
+
+impl Context for TunerCtx {
+    fn accepts(section: &str) -> bool {
+        section == "tuner"
+    }
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        self as *mut TunerCtx as *mut u8
+    }
+}
+
+impl Context for NetCtx {
+    fn accepts(section: &str) -> bool {
+        section.starts_with("net/")
+    }
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        self as *mut NetCtx as *mut u8
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use policy_verifier::platform::{NET_FIELDS, TUNER_FIELDS, hook};
+    use std::mem::{offset_of, size_of};
+
+    #[test]
+    fn layouts_match_the_verifier_tables() {
+        assert_eq!(
+            size_of::<TunerCtx>() as u32,
+            hook("tuner").unwrap().ctx_size
+        );
+        assert_eq!(
+            size_of::<NetCtx>() as u32,
+            hook("net/isend").unwrap().ctx_size
+        );
+        let t = [
+            offset_of!(TunerCtx, msg_size),
+            offset_of!(TunerCtx, comm_id),
+            offset_of!(TunerCtx, coll_type),
+            offset_of!(TunerCtx, nranks),
+            offset_of!(TunerCtx, nnodes),
+            offset_of!(TunerCtx, num_pipe_ops),
+            offset_of!(TunerCtx, reg_buff),
+            offset_of!(TunerCtx, max_channels),
+            offset_of!(TunerCtx, algo),
+            offset_of!(TunerCtx, proto),
+            offset_of!(TunerCtx, nchannels),
+        ];
+        assert_eq!(t.len(), TUNER_FIELDS.len());
+        for (o, f) in t.iter().zip(TUNER_FIELDS) {
+            assert_eq!(*o as u32, f.offset, "{}", f.name);
+        }
+        let n = [
+            offset_of!(NetCtx, conn_id),
+            offset_of!(NetCtx, bytes),
+            offset_of!(NetCtx, comm_id),
+            offset_of!(NetCtx, op),
+            offset_of!(NetCtx, peer_port),
+            offset_of!(NetCtx, dev),
+            offset_of!(NetCtx, nstreams),
+            offset_of!(NetCtx, latency_ns),
+            offset_of!(NetCtx, status),
+        ];
+        for (o, f) in n.iter().zip(NET_FIELDS) {
+            assert_eq!(*o as u32, f.offset, "{}", f.name);
+        }
+    }
+}

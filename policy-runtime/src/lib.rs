@@ -1,0 +1,20 @@
+//! Runs verified policies.
+//!
+//! * [`program`]: loading (maps bound through the registry, verification, map references
+//!   patched to addresses, compilation) and running a [`LoadedProgram`];
+//! * [`jit`]: the x86-64 JIT (encoder, translator, executable memory);
+//! * [`interp`]: the interpreter (portable tier, and a memory-checking oracle);
+//! * [`helpers`]: the helpers programs call;
+//! * [`swap`]: hot swap of a running program;
+//! * [`ctx`]: the contexts of each hook.
+
+pub mod ctx;
+pub mod helpers;
+pub mod interp;
+pub mod jit;
+pub mod program;
+pub mod swap;
+
+pub use ctx::{NetCtx, TunerCtx};
+pub use program::{LoadError, LoadOptions, LoadedProgram, Tier};
+pub use swap::{ProgramSlot, SlotHandle};

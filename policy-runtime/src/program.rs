@@ -1,0 +1,314 @@
+//! Loading a policy: maps bound, verified, map references patched to addresses, compiled.
+
+use crate::ctx::Context;
+use crate::helpers;
+use crate::interp;
+use crate::jit::compile::{JitError, translate};
+use crate::jit::exec::ExecBuf;
+use policy_object::insn::{self as op, Insn};
+use policy_object::{MapKind, Object, ObjectError};
+use policy_verifier::{Limits, Stats, VerifyError};
+use shared_maps::{Map, MapSpec, MapType, Registry, RegistryError};
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// How programs run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tier {
+    Jit,
+    Interpreter,
+}
+
+impl Tier {
+    /// JIT on x86-64 unless `NCCL_BPF_JIT=0`; the interpreter elsewhere.
+    pub fn from_env() -> Tier {
+        let off = std::env::var("NCCL_BPF_JIT").is_ok_and(|v| v.trim() == "0");
+        if cfg!(target_arch = "x86_64") && !off {
+            Tier::Jit
+        } else {
+            Tier::Interpreter
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct LoadOptions {
+    pub tier: Tier,
+    pub limits: Limits,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            tier: Tier::from_env(),
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// Why a policy did not load.
+#[derive(Debug)]
+pub enum LoadError {
+    Object(ObjectError),
+    NoProgram {
+        wanted: String,
+        available: Vec<String>,
+    },
+    Verify {
+        program: String,
+        error: VerifyError,
+    },
+    Map(RegistryError),
+    Jit(JitError),
+    Exec(std::io::Error),
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LoadError::Object(e) => write!(f, "{e}"),
+            LoadError::NoProgram { wanted, available } => {
+                write!(
+                    f,
+                    "no program '{wanted}' in the object (it has: {})",
+                    available.join(", ")
+                )
+            }
+            LoadError::Verify { program, error } => {
+                write!(f, "program '{program}' rejected by the verifier:\n{error}")
+            }
+            LoadError::Map(e) => write!(f, "{e}"),
+            LoadError::Jit(e) => write!(f, "{e}"),
+            LoadError::Exec(e) => write!(f, "cannot map JIT code executable: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+/// Programs alive in this process (for leak tests and diagnostics).
+pub static LIVE_PROGRAMS: AtomicUsize = AtomicUsize::new(0);
+
+/// Load timings.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LoadTimes {
+    pub verify: Duration,
+    pub compile: Duration,
+}
+
+/// A verified program, ready to run.
+pub struct LoadedProgram {
+    pub name: String,
+    pub section: String,
+    pub stats: Stats,
+    pub times: LoadTimes,
+    insns: Vec<Insn>,
+    maps: Vec<Arc<Map>>,
+    exec: Option<ExecBuf>,
+    /// A number callers may set to tell versions apart (e.g. a reload generation).
+    pub tag: u64,
+}
+
+impl fmt::Debug for LoadedProgram {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "LoadedProgram({} in {}, {} insns, {:?})",
+            self.name,
+            self.section,
+            self.insns.len(),
+            self.tier()
+        )
+    }
+}
+
+fn spec_of(m: &policy_object::MapDef, name: String) -> MapSpec {
+    MapSpec {
+        name,
+        kind: match m.kind {
+            MapKind::Hash => MapType::Hash,
+            MapKind::Array => MapType::Array,
+            MapKind::PercpuArray => MapType::PercpuArray,
+        },
+        key_size: m.key_size,
+        value_size: m.value_size,
+        max_entries: m.max_entries,
+    }
+}
+
+impl LoadedProgram {
+    /// Parses `bytes` and loads program `name` (or the only program).
+    pub fn from_elf(
+        bytes: &[u8],
+        name: Option<&str>,
+        registry: &Registry,
+        opts: &LoadOptions,
+    ) -> Result<LoadedProgram, LoadError> {
+        let obj = Object::parse(bytes).map_err(LoadError::Object)?;
+        LoadedProgram::load(&obj, name, registry, opts)
+    }
+
+    pub fn load(
+        obj: &Object,
+        name: Option<&str>,
+        registry: &Registry,
+        opts: &LoadOptions,
+    ) -> Result<LoadedProgram, LoadError> {
+        let prog = match name {
+            Some(n) => obj.program(n),
+            None if obj.programs.len() == 1 => obj.programs.first(),
+            None => None,
+        }
+        .ok_or_else(|| LoadError::NoProgram {
+            wanted: name.unwrap_or("<the only program>").to_string(),
+            available: obj
+                .programs
+                .iter()
+                .map(|p| format!("{} ({})", p.name, p.section))
+                .collect(),
+        })?;
+        let infos = policy_verifier::map_infos(&obj.maps);
+        let t0 = Instant::now();
+        let stats = policy_verifier::verify(prog, &infos, opts.limits).map_err(|error| {
+            LoadError::Verify {
+                program: prog.name.clone(),
+                error,
+            }
+        })?;
+        let verify = t0.elapsed();
+
+        // Bind maps: named maps are shared by name and shape; global data is private.
+        let owner = format!("{}:{}", prog.section, prog.name);
+        let mut maps = Vec::with_capacity(obj.maps.len());
+        for m in &obj.maps {
+            let map = if let Some(init) = &m.initial {
+                let map = registry
+                    .private(&spec_of(m, m.name.clone()), &owner)
+                    .map_err(LoadError::Map)?;
+                let _ = map.update(&0u32.to_le_bytes(), init, shared_maps::BPF_ANY);
+                map
+            } else {
+                registry
+                    .shared(&spec_of(m, m.name.clone()), &owner)
+                    .map_err(LoadError::Map)?
+            };
+            maps.push(map);
+        }
+
+        // Patch map references into plain 64-bit immediates.
+        let mut insns = prog.insns.clone();
+        let mut pc = 0;
+        while pc < insns.len() {
+            if insns[pc].is_lddw() {
+                let addr = match insns[pc].src {
+                    op::PSEUDO_MAP_FD => Some(Arc::as_ptr(&maps[insns[pc].imm as usize]) as u64),
+                    op::PSEUDO_MAP_VALUE => {
+                        let m = &maps[insns[pc].imm as usize];
+                        let base = m
+                            .lookup_ptr(&0u32.to_le_bytes())
+                            .expect("global data maps have entry 0");
+                        Some(base as u64 + insns[pc + 1].imm as u32 as u64)
+                    }
+                    _ => None,
+                };
+                if let Some(a) = addr {
+                    insns[pc].src = 0;
+                    insns[pc].imm = a as u32 as i32;
+                    insns[pc + 1].imm = (a >> 32) as u32 as i32;
+                }
+                pc += 2;
+            } else {
+                pc += 1;
+            }
+        }
+
+        let t1 = Instant::now();
+        let exec = match opts.tier {
+            Tier::Jit => {
+                let code = translate(&insns, &|id| helpers::by_id(id).map(|f| f as usize as u64))
+                    .map_err(LoadError::Jit)?;
+                Some(ExecBuf::new(&code).map_err(LoadError::Exec)?)
+            }
+            Tier::Interpreter => None,
+        };
+        let compile = t1.elapsed();
+        LIVE_PROGRAMS.fetch_add(1, Ordering::Relaxed);
+        Ok(LoadedProgram {
+            name: prog.name.clone(),
+            section: prog.section.clone(),
+            stats,
+            times: LoadTimes { verify, compile },
+            insns,
+            maps,
+            exec,
+            tag: 0,
+        })
+    }
+
+    pub fn tier(&self) -> Tier {
+        if self.exec.is_some() {
+            Tier::Jit
+        } else {
+            Tier::Interpreter
+        }
+    }
+
+    /// The maps the program uses, in the object's order.
+    pub fn maps(&self) -> &[Arc<Map>] {
+        &self.maps
+    }
+
+    /// The patched instructions (map references as addresses).
+    pub fn insns(&self) -> &[Insn] {
+        &self.insns
+    }
+
+    /// Size of the JIT code in bytes (0 for the interpreter).
+    pub fn code_len(&self) -> usize {
+        self.exec.as_ref().map_or(0, |e| e.code_len())
+    }
+
+    /// Runs the program on `ctx`. A context of the wrong kind for the program's hook returns
+    /// 0 without running (never undefined behaviour).
+    #[inline]
+    pub fn run<C: Context>(&self, ctx: &mut C) -> u64 {
+        if !C::accepts(&self.section) {
+            return 0;
+        }
+        let p = ctx.as_mut_ptr();
+        match &self.exec {
+            // SAFETY: the code was translated from this verified program, for this context
+            // type (checked above), and `self.maps` keeps every map it references alive.
+            Some(e) => unsafe { e.call(p) },
+            None => interp::run(&self.insns, p, None).unwrap_or(0),
+        }
+    }
+
+    /// Runs in the checking interpreter: every access must fall in the context, a live stack
+    /// or a map value.
+    pub fn run_checked<C: Context>(
+        &self,
+        ctx: &mut C,
+        max_steps: u64,
+    ) -> Result<u64, interp::Fault> {
+        let mut regions =
+            interp::Regions(vec![(ctx.as_mut_ptr() as usize, std::mem::size_of::<C>())]);
+        for m in &self.maps {
+            regions.0.extend(m.value_ranges());
+        }
+        interp::run(&self.insns, ctx.as_mut_ptr(), Some((&regions, max_steps)))
+    }
+
+    /// Runs in the interpreter regardless of the tier (for differential tests).
+    pub fn run_interpreted<C: Context>(&self, ctx: &mut C) -> u64 {
+        interp::run(&self.insns, ctx.as_mut_ptr(), None).unwrap_or(0)
+    }
+}
+
+impl Drop for LoadedProgram {
+    fn drop(&mut self) {
+        LIVE_PROGRAMS.fetch_sub(1, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,261 @@
+//! Loading and running policies: the JIT and the interpreter agree on every shipped and safe
+//! program (results, context writes, map effects), hooks get the right contexts, rejected
+//! objects explain themselves.
+
+mod common;
+use common::*;
+use policy_runtime::{LoadOptions, LoadedProgram, NetCtx, Tier, TunerCtx};
+
+fn opts(tier: Tier) -> LoadOptions {
+    LoadOptions {
+        tier,
+        ..LoadOptions::default()
+    }
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn size(&mut self) -> u64 {
+        let shift = self.next() % 34;
+        self.next() & ((1u64 << shift) - 1)
+    }
+}
+
+fn tuner_ctx(r: &mut Rng) -> TunerCtx {
+    TunerCtx {
+        msg_size: r.size(),
+        comm_id: r.next(),
+        coll_type: (r.next() % 8) as u32,
+        nranks: (r.next() % 130) as u32,
+        nnodes: (r.next() % 5) as u32,
+        num_pipe_ops: 1,
+        reg_buff: (r.next() % 2) as u32,
+        max_channels: (r.next() % 33) as u32,
+        algo: -1,
+        proto: -1,
+        nchannels: 0,
+        reserved: 0,
+    }
+}
+
+fn net_ctx(r: &mut Rng) -> NetCtx {
+    NetCtx {
+        conn_id: r.next() % 8,
+        bytes: r.size(),
+        comm_id: 7,
+        op: (r.next() % 8) as u32,
+        peer_port: (r.next() % 65536) as u32,
+        dev: 0,
+        nstreams: 4,
+        latency_ns: r.size(),
+        status: if r.next() % 10 == 0 { 2 } else { 0 },
+        reserved: 0,
+    }
+}
+
+#[test]
+fn jit_and_interpreter_agree_on_every_accepted_program() {
+    for dir in ["src", "safe"] {
+        for (name, _, obj) in objects(dir) {
+            for p in &obj.programs {
+                let (ra, rb) = (registry(), registry());
+                let jit = LoadedProgram::load(&obj, Some(&p.name), &ra, &opts(Tier::Jit))
+                    .unwrap_or_else(|e| panic!("{name}: {e}"));
+                let int = LoadedProgram::load(&obj, Some(&p.name), &rb, &opts(Tier::Interpreter))
+                    .unwrap();
+                assert_eq!(jit.tier(), Tier::Jit);
+                let mut r = Rng(0x9e37_79b9 ^ name.len() as u64);
+                for _ in 0..2000 {
+                    if p.section == "tuner" {
+                        let mut a = tuner_ctx(&mut r);
+                        let mut b = a;
+                        assert_eq!(
+                            jit.run(&mut a),
+                            int.run(&mut b),
+                            "{name}/{}: return value",
+                            p.name
+                        );
+                        assert_eq!(a, b, "{name}/{}: context writes", p.name);
+                    } else {
+                        let mut a = net_ctx(&mut r);
+                        let mut b = a;
+                        assert_eq!(
+                            jit.run(&mut a),
+                            int.run(&mut b),
+                            "{name}/{}: return value",
+                            p.name
+                        );
+                        assert_eq!(a, b);
+                    }
+                }
+                for (ma, mb) in jit.maps().iter().zip(int.maps()) {
+                    assert_eq!(
+                        dump(ma),
+                        dump(mb),
+                        "{name}/{}: map '{}' differs",
+                        p.name,
+                        ma.spec().name
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn size_aware_decides_by_size_and_counts() {
+    let (_, obj) = object("src/size_aware.o");
+    let reg = registry();
+    let p = LoadedProgram::load(&obj, None, &reg, &LoadOptions::default()).unwrap();
+    let mut small = TunerCtx {
+        msg_size: 1024,
+        nnodes: 2,
+        max_channels: 2,
+        algo: -1,
+        proto: -1,
+        ..Default::default()
+    };
+    p.run(&mut small);
+    assert_eq!((small.algo, small.proto, small.nchannels), (-1, 0, 0));
+    let mut mid = TunerCtx {
+        msg_size: 1 << 20,
+        algo: -1,
+        proto: -1,
+        ..small
+    };
+    p.run(&mut mid);
+    assert_eq!(mid.proto, 1);
+    let mut big = TunerCtx {
+        msg_size: 64 << 20,
+        algo: -1,
+        proto: -1,
+        ..small
+    };
+    p.run(&mut big);
+    assert_eq!((big.algo, big.proto, big.nchannels), (1, 2, 8));
+    // Thresholds come from the map, so operators can move them while the job runs.
+    let th = p
+        .maps()
+        .iter()
+        .find(|m| m.spec().name == "tuner_thresholds")
+        .unwrap();
+    th.update(&0u32.to_le_bytes(), &(4u64 << 20).to_le_bytes(), 0)
+        .unwrap();
+    let mut mid2 = TunerCtx {
+        msg_size: 1 << 20,
+        algo: -1,
+        proto: -1,
+        ..small
+    };
+    p.run(&mut mid2);
+    assert_eq!(mid2.proto, 0, "new threshold applies");
+    let dec = p
+        .maps()
+        .iter()
+        .find(|m| m.spec().name == "tuner_decisions")
+        .unwrap();
+    let calls: u64 = dec
+        .entries()
+        .iter()
+        .map(|(_, v)| u64::from_le_bytes(v[0][..8].try_into().unwrap()))
+        .sum();
+    assert_eq!(calls, 4);
+}
+
+#[test]
+fn net_stats_counts_bytes_per_connection() {
+    let (_, obj) = object("src/net_stats.o");
+    let reg = registry();
+    let p = LoadedProgram::load(&obj, Some("on_complete"), &reg, &LoadOptions::default()).unwrap();
+    for i in 0..10u64 {
+        let mut c = NetCtx {
+            conn_id: 42,
+            bytes: 1000 + i,
+            op: 5,
+            latency_ns: 3000,
+            ..Default::default()
+        };
+        p.run(&mut c);
+    }
+    let m = p
+        .maps()
+        .iter()
+        .find(|m| m.spec().name == "net_conn_stats")
+        .unwrap();
+    let v = m.get(&42u64.to_le_bytes()).unwrap();
+    let word = |i: usize| u64::from_le_bytes(v[i * 8..i * 8 + 8].try_into().unwrap());
+    assert_eq!(
+        word(0),
+        (0..10).map(|i| 1000 + i).sum::<u64>(),
+        "send bytes"
+    );
+    assert_eq!(word(2), 10, "sends");
+    assert_eq!(word(5 + 1), 10, "3 µs latencies land in bucket 1");
+    // A second program of the same object shares the map by name.
+    let close = LoadedProgram::load(&obj, Some("on_close"), &reg, &LoadOptions::default()).unwrap();
+    close.run(&mut NetCtx {
+        conn_id: 42,
+        ..Default::default()
+    });
+    assert!(
+        m.get(&42u64.to_le_bytes()).is_none(),
+        "on_close deleted the connection"
+    );
+}
+
+#[test]
+fn wrong_context_kind_does_not_run() {
+    let (_, obj) = object("src/size_aware.o");
+    let p = LoadedProgram::load(&obj, None, &registry(), &LoadOptions::default()).unwrap();
+    assert_eq!(p.run(&mut NetCtx::default()), 0);
+}
+
+#[test]
+fn rejected_objects_explain_why() {
+    let (bytes, _) = object("unsafe/null_deref.o");
+    let e =
+        LoadedProgram::from_elf(&bytes, None, &registry(), &LoadOptions::default()).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("map_value_or_null") && msg.contains("null_deref.c:7"),
+        "{msg}"
+    );
+    let e = LoadedProgram::from_elf(
+        b"\x7fELF garbage",
+        None,
+        &registry(),
+        &LoadOptions::default(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("not an ELF"), "{e}");
+    let (bytes, _) = object("src/net_stats.o");
+    let e = LoadedProgram::from_elf(&bytes, Some("nope"), &registry(), &LoadOptions::default())
+        .unwrap_err();
+    assert!(e.to_string().contains("on_complete"), "{e}");
+}
+
+#[test]
+fn map_shape_conflict_names_both() {
+    let reg = registry();
+    let (_, a) = object("safe/loop_const.o");
+    let _p = LoadedProgram::load(&a, None, &reg, &LoadOptions::default()).unwrap();
+    // Same name 'thresholds', different shape:
+    let mut b = a.clone();
+    b.maps
+        .iter_mut()
+        .find(|m| m.name == "thresholds")
+        .unwrap()
+        .value_size = 16;
+    let e = LoadedProgram::load(&b, None, &reg, &LoadOptions::default()).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("thresholds") && msg.contains("value 16 B") && msg.contains("value 8 B"),
+        "{msg}"
+    );
+}
