@@ -140,7 +140,7 @@ impl Insn {
 
 /// Decodes a byte slice (multiple of 8) into instructions.
 pub fn decode_all(bytes: &[u8]) -> Option<Vec<Insn>> {
-    if bytes.len() % 8 != 0 {
+    if !bytes.len().is_multiple_of(8) {
         return None;
     }
     Some(

@@ -116,7 +116,10 @@ pub fn run(insns: &[Insn], ctx: *mut u8, check: Option<(&Regions, u64)>) -> Resu
                     u64::from(i.imm as u32)
                 };
                 let a = reg[d];
-                let v = if w {
+                // Byte swaps live in the ALU class but work on the whole register.
+                let v = if i.op() == op::END {
+                    endian(a, &i)
+                } else if w {
                     alu64(i.op(), a, b, &i)
                 } else {
                     u64::from(alu32(i.op(), a as u32, b as u32, &i))
@@ -352,4 +355,72 @@ fn atomic(i: &Insn, addr: u64, reg: &mut [u64; 11], w: bool) -> Option<()> {
         }
     }
     Some(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn i(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
+        Insn {
+            code,
+            dst,
+            src,
+            off,
+            imm,
+        }
+    }
+
+    #[test]
+    fn checking_catches_accesses_outside_the_regions() {
+        let mut ctx = [0u8; 56];
+        let regions = Regions(vec![(ctx.as_ptr() as usize, 56)]);
+        let inside = [
+            i(op::LDX | op::MEM | op::DW, 0, 1, 48, 0),
+            i(op::JMP | op::EXIT, 0, 0, 0, 0),
+        ];
+        assert_eq!(run(&inside, ctx.as_mut_ptr(), Some((&regions, 100))), Ok(0));
+        let past = [
+            i(op::LDX | op::MEM | op::DW, 0, 1, 52, 0),
+            i(op::JMP | op::EXIT, 0, 0, 0, 0),
+        ];
+        assert!(matches!(
+            run(&past, ctx.as_mut_ptr(), Some((&regions, 100))),
+            Err(Fault::OutOfBounds { pc: 0, size: 8, .. })
+        ));
+        let stack_ok = [
+            i(op::ST | op::MEM | op::DW, 10, 0, -8, 7),
+            i(op::LDX | op::MEM | op::DW, 0, 10, -8, 0),
+            i(op::JMP | op::EXIT, 0, 0, 0, 0),
+        ];
+        assert_eq!(
+            run(&stack_ok, ctx.as_mut_ptr(), Some((&regions, 100))),
+            Ok(7)
+        );
+        let above_stack = [
+            i(op::ST | op::MEM | op::DW, 10, 0, 0, 7),
+            i(op::JMP | op::EXIT, 0, 0, 0, 0),
+        ];
+        assert!(run(&above_stack, ctx.as_mut_ptr(), Some((&regions, 100))).is_err());
+        let spin = [i(op::JMP | op::JA, 0, 0, -1, 0)];
+        assert!(matches!(
+            run(&spin, ctx.as_mut_ptr(), Some((&regions, 1000))),
+            Err(Fault::TooManySteps { .. })
+        ));
+    }
+
+    #[test]
+    fn division_by_zero_has_kernel_semantics() {
+        let prog = |o: u8| {
+            [
+                i(op::ALU64 | op::MOV | op::K, 0, 0, 0, 9),
+                i(op::ALU64 | op::MOV | op::K, 2, 0, 0, 0),
+                i(op::ALU64 | o | op::X, 0, 2, 0, 0),
+                i(op::JMP | op::EXIT, 0, 0, 0, 0),
+            ]
+        };
+        let mut ctx = [0u8; 8];
+        assert_eq!(run(&prog(op::DIV), ctx.as_mut_ptr(), None), Ok(0));
+        assert_eq!(run(&prog(op::MOD), ctx.as_mut_ptr(), None), Ok(9));
+    }
 }

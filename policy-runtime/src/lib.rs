@@ -8,6 +8,8 @@
 //! * [`swap`]: hot swap of a running program;
 //! * [`ctx`]: the contexts of each hook.
 
+#![allow(clippy::result_large_err)]
+
 pub mod ctx;
 pub mod helpers;
 pub mod interp;

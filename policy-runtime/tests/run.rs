@@ -54,7 +54,7 @@ fn net_ctx(r: &mut Rng) -> NetCtx {
         dev: 0,
         nstreams: 4,
         latency_ns: r.size(),
-        status: if r.next() % 10 == 0 { 2 } else { 0 },
+        status: if r.next().is_multiple_of(10) { 2 } else { 0 },
         reserved: 0,
     }
 }

@@ -602,7 +602,9 @@ impl<'a> Checker<'a> {
             Self::set(st, dst_reg, r);
             return Ok(());
         }
-        let (a, b) = if is64 {
+        // Byte swaps sit in the ALU class but read and write the whole register.
+        let wide = is64 || o == op::END;
+        let (a, b) = if wide {
             (dst.v, src.v)
         } else {
             (dst.v.trunc32(), src.v.trunc32())
@@ -662,7 +664,7 @@ impl<'a> Checker<'a> {
                 });
             }
         };
-        let r = if is64 { r } else { r.trunc32() };
+        let r = if wide { r } else { r.trunc32() };
         Self::set(st, dst_reg, Reg::scalar(r));
         Ok(())
     }
@@ -845,10 +847,7 @@ impl<'a> Checker<'a> {
     }
 
     fn value_bounds(&self, breg: u8, m: &MapInfo, base: Reg, off: i64, size: u32) -> R<()> {
-        if base.v.smin < -(1 << 29)
-            || base.v.umax > 1 << 29 && base.v.smin < 0
-            || base.v.umax > 1 << 29
-        {
+        if base.v.smin < -(1 << 29) || base.v.umax > 1 << 29 {
             return Err(Reject::UnboundedAccess { reg: breg });
         }
         let lo = base.off + off + base.v.smin;
@@ -1342,9 +1341,13 @@ fn decide(o: u8, a: &Scalar, b: &Scalar, is32: bool) -> Option<bool> {
         op::JEQ | op::JNE => {
             let eq = if let (Some(x), Some(y)) = (a.const_value(), b.const_value()) {
                 Some(x == y)
-            } else if a.umax < b.umin || b.umax < a.umin || a.smax < b.smin || b.smax < a.smin {
-                Some(false)
-            } else if (a.tn.value ^ b.tn.value) & !(a.tn.mask | b.tn.mask) != 0 {
+            } else if a.umax < b.umin
+                || b.umax < a.umin
+                || a.smax < b.smin
+                || b.smax < a.smin
+                || (a.tn.value ^ b.tn.value) & !(a.tn.mask | b.tn.mask) != 0
+            {
+                // Disjoint ranges, or a known bit that differs.
                 Some(false)
             } else {
                 None

@@ -4,6 +4,9 @@
 //! lies in the abstract result (a property test checks this against concrete execution).
 //! 32-bit operations work on zero-extended values, as BPF's ALU32 does.
 
+// The operations take their names from BPF, not from std::ops.
+#![allow(clippy::should_implement_trait)]
+
 /// Known bits: a bit is unknown where `mask` is 1, else it equals the bit of `value`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Tnum {

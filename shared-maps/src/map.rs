@@ -223,14 +223,14 @@ impl Map {
     }
 
     fn atomic_u64(&self, off: usize) -> &AtomicU64 {
-        debug_assert!(off % 8 == 0 && off + 8 <= self.region.len());
+        debug_assert!(off.is_multiple_of(8) && off + 8 <= self.region.len());
         // SAFETY: off is 8-aligned inside the mapping (page-aligned base), which lives as long
         // as self; all accesses to header words are atomic.
         unsafe { AtomicU64::from_ptr(self.region.base().add(off) as *mut u64) }
     }
 
     fn atomic_u32(&self, off: usize) -> &AtomicU32 {
-        debug_assert!(off % 4 == 0 && off + 4 <= self.region.len());
+        debug_assert!(off.is_multiple_of(4) && off + 4 <= self.region.len());
         // SAFETY: as atomic_u64, 4-aligned.
         unsafe { AtomicU32::from_ptr(self.region.base().add(off) as *mut u32) }
     }

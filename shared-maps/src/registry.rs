@@ -21,16 +21,20 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
+/// Two declarations of one map name with different shapes.
+#[derive(Debug)]
+pub struct Conflict {
+    pub name: String,
+    pub existing: MapSpec,
+    pub existing_owner: String,
+    pub new: MapSpec,
+    pub new_owner: String,
+}
+
 #[derive(Debug)]
 pub enum RegistryError {
     /// Same name, different shape.
-    Conflict {
-        name: String,
-        existing: MapSpec,
-        existing_owner: String,
-        new: MapSpec,
-        new_owner: String,
-    },
+    Conflict(Box<Conflict>),
     Create {
         name: String,
         source: io::Error,
@@ -40,15 +44,10 @@ pub enum RegistryError {
 impl fmt::Display for RegistryError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            RegistryError::Conflict {
-                name,
-                existing,
-                existing_owner,
-                new,
-                new_owner,
-            } => write!(
+            RegistryError::Conflict(c) => write!(
                 f,
-                "map '{name}' declared as {new} by '{new_owner}' but already exists as {existing} (declared by '{existing_owner}')"
+                "map '{}' declared as {} by '{}' but already exists as {} (declared by '{}')",
+                c.name, c.new, c.new_owner, c.existing, c.existing_owner
             ),
             RegistryError::Create { name, source } => {
                 write!(f, "map '{name}': cannot create shared memory: {source}")
@@ -114,13 +113,13 @@ impl Registry {
         let mut inner = self.lock();
         if let Some(e) = inner.shared.get(&spec.name) {
             if e.map.spec() != spec {
-                return Err(RegistryError::Conflict {
+                return Err(RegistryError::Conflict(Box::new(Conflict {
                     name: spec.name.clone(),
                     existing: e.map.spec().clone(),
                     existing_owner: e.owner.clone(),
                     new: spec.clone(),
                     new_owner: owner.to_string(),
-                });
+                })));
             }
             return Ok(e.map.clone());
         }

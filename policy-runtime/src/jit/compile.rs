@@ -89,7 +89,7 @@ pub fn translate(insns: &[Insn], helper: &dyn Fn(i32) -> Option<u64>) -> Result<
             what: what.into(),
         };
         match i.class() {
-            op::ALU | op::ALU64 => alu(&mut a, &i).map_err(|w| unsupported(w))?,
+            op::ALU | op::ALU64 => alu(&mut a, &i).map_err(&unsupported)?,
             op::LD => {
                 let v = (u64::from(insns[pc + 1].imm as u32) << 32) | u64::from(i.imm as u32);
                 a.mov_ri64(r(i.dst), v);
@@ -320,4 +320,170 @@ fn alu(a: &mut Asm, i: &Insn) -> Result<(), &'static str> {
         _ => return Err("ALU operation"),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interp;
+    use crate::jit::exec::ExecBuf;
+
+    fn i(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
+        Insn {
+            code,
+            dst,
+            src,
+            off,
+            imm,
+        }
+    }
+
+    fn both(prog: &[Insn]) -> (u64, u64) {
+        let code = translate(prog, &|_| None).unwrap();
+        let e = ExecBuf::new(&code).unwrap();
+        let mut ctx = [0u8; 64];
+        // SAFETY: the programs below only touch their registers and stack.
+        let j = unsafe { e.call(ctx.as_mut_ptr()) };
+        let n = interp::run(prog, ctx.as_mut_ptr(), None).unwrap();
+        (j, n)
+    }
+
+    /// Every ALU operation, 32 and 64 bit, register and immediate forms, on edge values and
+    /// every register pairing that hits a special case (rcx for shifts, rax/rdx for division).
+    #[test]
+    fn alu_edge_cases_match_the_interpreter() {
+        let vals: [u64; 8] = [
+            0,
+            1,
+            7,
+            63,
+            64,
+            0x8000_0000,
+            u64::MAX,
+            0xdead_beef_cafe_f00d,
+        ];
+        let ops = [
+            op::ADD,
+            op::SUB,
+            op::MUL,
+            op::DIV,
+            op::OR,
+            op::AND,
+            op::LSH,
+            op::RSH,
+            op::NEG,
+            op::MOD,
+            op::XOR,
+            op::MOV,
+            op::ARSH,
+        ];
+        let regs = [0u8, 1, 2, 3, 4, 5, 6, 7, 8, 9];
+        let mut checked = 0;
+        for class in [op::ALU, op::ALU64] {
+            for &o in &ops {
+                for &d in &regs {
+                    for &s in &regs {
+                        for (k, &a) in vals.iter().enumerate() {
+                            let b = vals[(k * 3 + 1) % vals.len()];
+                            let mut p = vec![];
+                            let lddw = |r: u8, v: u64| {
+                                [
+                                    i(op::LDDW, r, 0, 0, v as u32 as i32),
+                                    i(0, 0, 0, 0, (v >> 32) as u32 as i32),
+                                ]
+                            };
+                            p.extend(lddw(s, b));
+                            p.extend(lddw(d, a));
+                            p.push(i(class | o | op::X, d, s, 0, 0));
+                            p.push(i(op::ALU64 | op::MOV | op::X, 0, d, 0, 0));
+                            p.push(i(op::JMP | op::EXIT, 0, 0, 0, 0));
+                            let (j, n) = both(&p);
+                            assert_eq!(
+                                j, n,
+                                "class {class:#x} op {o:#x} r{d}=r{d} op r{s}: {a:#x}, {b:#x}"
+                            );
+                            checked += 1;
+                        }
+                    }
+                }
+                for &a in &vals {
+                    for imm in [0i32, 1, -1, 5, 31, 33, i32::MIN] {
+                        if matches!(o, op::LSH | op::RSH | op::ARSH)
+                            && !(0..if class == op::ALU64 { 64 } else { 32 }).contains(&imm)
+                        {
+                            continue;
+                        }
+                        let p = [
+                            i(op::LDDW, 3, 0, 0, a as u32 as i32),
+                            i(0, 0, 0, 0, (a >> 32) as u32 as i32),
+                            i(class | o | op::K, 3, 0, 0, imm),
+                            i(op::ALU64 | op::MOV | op::X, 0, 3, 0, 0),
+                            i(op::JMP | op::EXIT, 0, 0, 0, 0),
+                        ];
+                        let (j, n) = both(&p);
+                        assert_eq!(j, n, "class {class:#x} op {o:#x} imm {imm}: {a:#x}");
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 10_000);
+    }
+
+    #[test]
+    fn jumps_and_byte_swaps_match_the_interpreter() {
+        let vals: [u64; 6] = [
+            0,
+            5,
+            u64::MAX,
+            0xffff_ffd9,
+            0x1_0000_0005,
+            0x8000_0000_0000_0000,
+        ];
+        let jops = [
+            op::JEQ,
+            op::JNE,
+            op::JGT,
+            op::JGE,
+            op::JLT,
+            op::JLE,
+            op::JSGT,
+            op::JSGE,
+            op::JSLT,
+            op::JSLE,
+            op::JSET,
+        ];
+        for class in [op::JMP, op::JMP32] {
+            for &o in &jops {
+                for &a in &vals {
+                    for &b in &vals {
+                        let p = [
+                            i(op::LDDW, 2, 0, 0, a as u32 as i32),
+                            i(0, 0, 0, 0, (a >> 32) as u32 as i32),
+                            i(op::LDDW, 3, 0, 0, b as u32 as i32),
+                            i(0, 0, 0, 0, (b >> 32) as u32 as i32),
+                            i(op::ALU64 | op::MOV | op::K, 0, 0, 0, 1),
+                            i(class | o | op::X, 2, 3, 2, 0),
+                            i(class | o | op::K, 2, 0, 1, b as i32),
+                            i(op::ALU64 | op::MOV | op::K, 0, 0, 0, 2),
+                            i(op::JMP | op::EXIT, 0, 0, 0, 0),
+                        ];
+                        let (j, n) = both(&p);
+                        assert_eq!(j, n, "jump {class:#x}/{o:#x} {a:#x} vs {b:#x}");
+                    }
+                }
+            }
+        }
+        for (src, imm) in [(0u8, 16), (0, 32), (0, 64), (1, 16), (1, 32), (1, 64)] {
+            let p = [
+                i(op::LDDW, 4, 0, 0, 0x1122_3344),
+                i(0, 0, 0, 0, 0x5566_7788),
+                i(op::ALU | op::END | (src << 3), 4, 0, 0, imm),
+                i(op::ALU64 | op::MOV | op::X, 0, 4, 0, 0),
+                i(op::JMP | op::EXIT, 0, 0, 0, 0),
+            ];
+            let (j, n) = both(&p);
+            assert_eq!(j, n, "end src {src} imm {imm}");
+        }
+    }
 }

@@ -1,4 +1,5 @@
 #![allow(dead_code)]
+pub mod progen;
 use policy_object::Object;
 use shared_maps::{Map, Registry};
 use std::path::PathBuf;
