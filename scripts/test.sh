@@ -18,6 +18,8 @@ echo "$syms"
 for v in 7 8 9 10 11 12; do
   echo "$syms" | grep -qx "ncclNetPlugin_v$v" || { echo "missing ncclNetPlugin_v$v"; exit 1; }
 done
+echo "== policies (clang -target bpf)"
+policies/build.sh
 echo "== tests (unit, harness against $lib)"
 NCCLBPF_PLUGIN=$PWD/$lib cargo test --workspace --release
 echo "== all checks passed"

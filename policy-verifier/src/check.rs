@@ -240,6 +240,9 @@ impl<'a> Checker<'a> {
                             if m < 0 || m as usize >= self.maps.len() {
                                 return Err(self.err(pc, None, Reject::BadMapRef { index: m }));
                             }
+                            if i.src == op::PSEUDO_MAP_VALUE && !self.maps[m as usize].global_data {
+                                return Err(self.err(pc, None, bad("direct map value reference (lddw src 2) to a map that is not global data")));
+                            }
                             if i.src == op::PSEUDO_MAP_VALUE {
                                 let off = i64::from(self.insns[pc + 1].imm);
                                 let vs = i64::from(self.maps[m as usize].value_size);

@@ -38,6 +38,7 @@ pub fn map_infos(maps: &[MapDef]) -> Vec<MapInfo> {
             value_size: m.value_size,
             max_entries: m.max_entries,
             read_only: m.read_only,
+            global_data: m.initial.is_some(),
         })
         .collect()
 }

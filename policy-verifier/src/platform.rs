@@ -194,6 +194,9 @@ pub struct MapInfo {
     pub value_size: u32,
     pub max_entries: u32,
     pub read_only: bool,
+    /// Global data (`.rodata`/`.data`/`.bss`): the only maps an `lddw` may point into
+    /// directly (src 2).
+    pub global_data: bool,
 }
 
 /// Limits of verification.

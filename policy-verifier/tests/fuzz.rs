@@ -68,7 +68,7 @@ proptest! {
             if w >> 63 == 1 { i.off %= 8; }
             i
         }).collect();
-        let maps = vec![MapInfo { name: "m".into(), key_size: 4, value_size: 16, max_entries: 4, read_only: false }];
+        let maps = vec![MapInfo { name: "m".into(), key_size: 4, value_size: 16, max_entries: 4, read_only: false, global_data: false }];
         let _ = verify_insns(&insns, &HOOKS[hook], &maps, limits());
     }
 }

@@ -1,0 +1,201 @@
+//! Policy runtime benchmark: cost per call of JIT-compiled policies against native Rust twins
+//! of the same logic (same run, same maps), the interpreter, verification and compilation time
+//! of every shipped policy, and swap time.
+//!
+//! ```text
+//! policies/build.sh && cargo run --release -p ncclbpf-bench --bin policy-bench
+//! ```
+
+use policy_object::Object;
+use policy_runtime::{LoadOptions, LoadedProgram, ProgramSlot, Tier, TunerCtx};
+use shared_maps::{Map, Registry};
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+const CALLS: u64 = 5_000_000;
+const ROUNDS: usize = 7;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn bytes(rel: &str) -> Vec<u8> {
+    let p = root().join("target/policies").join(rel);
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e} (run policies/build.sh)", p.display()))
+}
+
+/// Best-of-rounds nanoseconds per call of `f`.
+fn ns_per_call(mut f: impl FnMut(u64)) -> f64 {
+    let mut best = f64::MAX;
+    for _ in 0..ROUNDS {
+        let t = Instant::now();
+        for i in 0..CALLS {
+            f(i);
+        }
+        best = best.min(t.elapsed().as_nanos() as f64 / CALLS as f64);
+    }
+    best
+}
+
+fn ctx(i: u64) -> TunerCtx {
+    TunerCtx { msg_size: (i & 0xff) << 12, coll_type: (i & 7) as u32, algo: -1, proto: -1, ..TunerCtx::default() }
+}
+
+#[inline(never)]
+fn native_trivial(c: &mut TunerCtx) -> u64 {
+    if c.msg_size > 65536 {
+        c.proto = 2;
+    }
+    0
+}
+
+#[inline(never)]
+fn native_lookup(m: &Map, c: &mut TunerCtx) -> u64 {
+    let k = c.coll_type & 15;
+    if let Some(p) = m.lookup_ptr(&k.to_le_bytes()) {
+        // SAFETY: an array value of 8 bytes.
+        let v = unsafe { (p as *const u64).read() };
+        if c.msg_size > v {
+            c.proto = 2;
+        }
+    }
+    0
+}
+
+#[inline(never)]
+fn native_update(m: &Map, c: &mut TunerCtx) -> u64 {
+    let k = c.coll_type.to_le_bytes();
+    match m.lookup_ptr(&k) {
+        // SAFETY: an 8-byte aligned hash value.
+        Some(p) => unsafe { std::sync::atomic::AtomicU64::from_ptr(p as *mut u64) }.fetch_add(c.msg_size, std::sync::atomic::Ordering::SeqCst),
+        None => {
+            let _ = m.update(&k, &c.msg_size.to_le_bytes(), 0);
+            0
+        }
+    };
+    0
+}
+
+fn registry() -> Registry {
+    Registry::new(std::env::temp_dir().join(format!("ncclbpf-bench-{}", std::process::id())))
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--help" || a == "-h") {
+        println!("usage: policy-bench\n  per-call cost of policies (JIT, interpreter) against native Rust twins, load and swap times");
+        return;
+    }
+    let reg = registry();
+    let jit = LoadOptions { tier: Tier::Jit, ..LoadOptions::default() };
+    let int = LoadOptions { tier: Tier::Interpreter, ..LoadOptions::default() };
+    println!("policy runtime, {CALLS} calls per round, best of {ROUNDS} rounds\n");
+    println!("| case | native Rust (ns) | JIT (ns) | JIT − native (ns) | interpreter (ns) |");
+    println!("|---|---:|---:|---:|---:|");
+
+    let load = |rel: &str, o: &LoadOptions| LoadedProgram::from_elf(&bytes(rel), None, &reg, o).unwrap();
+    // Trivial decision.
+    let pj = load("safe/bench_trivial.o", &jit);
+    let pi = load("safe/bench_trivial.o", &int);
+    let n = ns_per_call(|i| {
+        let mut c = ctx(i);
+        black_box(native_trivial(black_box(&mut c)));
+    });
+    let j = ns_per_call(|i| {
+        let mut c = ctx(i);
+        black_box(pj.run(black_box(&mut c)));
+    });
+    let it = ns_per_call(|i| {
+        let mut c = ctx(i);
+        black_box(pi.run(black_box(&mut c)));
+    });
+    println!("| trivial decision | {n:.2} | {j:.2} | {:.2} | {it:.1} |", j - n);
+
+    // Array lookup.
+    let pj = load("safe/bench_lookup.o", &jit);
+    let pi = load("safe/bench_lookup.o", &int);
+    let arr = pj.maps()[0].clone();
+    for k in 0..16u32 {
+        arr.update(&k.to_le_bytes(), &(u64::from(k) << 14).to_le_bytes(), 0).unwrap();
+    }
+    let n = ns_per_call(|i| {
+        let mut c = ctx(i);
+        black_box(native_lookup(&arr, black_box(&mut c)));
+    });
+    let j = ns_per_call(|i| {
+        let mut c = ctx(i);
+        black_box(pj.run(black_box(&mut c)));
+    });
+    let it = ns_per_call(|i| {
+        let mut c = ctx(i);
+        black_box(pi.run(black_box(&mut c)));
+    });
+    println!("| array map lookup | {n:.2} | {j:.2} | {:.2} | {it:.1} |", j - n);
+
+    // Hash lookup + update.
+    let pj = load("safe/bench_update.o", &jit);
+    let pi = load("safe/bench_update.o", &int);
+    let h = pj.maps()[0].clone();
+    let n = ns_per_call(|i| {
+        let mut c = ctx(i);
+        black_box(native_update(&h, black_box(&mut c)));
+    });
+    let j = ns_per_call(|i| {
+        let mut c = ctx(i);
+        black_box(pj.run(black_box(&mut c)));
+    });
+    let it = ns_per_call(|i| {
+        let mut c = ctx(i);
+        black_box(pi.run(black_box(&mut c)));
+    });
+    println!("| hash lookup + atomic update | {n:.2} | {j:.2} | {:.2} | {it:.1} |", j - n);
+
+    // Through a hot-swap handle.
+    let slot = ProgramSlot::new(load("safe/bench_trivial.o", &jit));
+    let mut handle = slot.handle();
+    let s = ns_per_call(|i| {
+        let mut c = ctx(i);
+        black_box(handle.call(black_box(&mut c)));
+    });
+    println!("| trivial decision through a swap handle | | {s:.2} | | |");
+
+    println!("\n| shipped policy | program | insns | verify (µs) | JIT compile (µs) | verify + compile (µs) | code bytes |");
+    println!("|---|---|---:|---:|---:|---:|---:|");
+    let mut names: Vec<_> = std::fs::read_dir(root().join("policies/src")).unwrap().flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "c")).collect();
+    names.sort();
+    for c in names {
+        let name = c.file_stem().unwrap().to_string_lossy().into_owned();
+        let b = bytes(&format!("src/{name}.o"));
+        let obj = Object::parse(&b).unwrap();
+        for p in &obj.programs {
+            let mut ver = vec![];
+            let mut comp = vec![];
+            let mut last = None;
+            for _ in 0..50 {
+                let lp = LoadedProgram::load(&obj, Some(&p.name), &reg, &jit).unwrap();
+                ver.push(lp.times.verify);
+                comp.push(lp.times.compile);
+                last = Some(lp);
+            }
+            ver.sort();
+            comp.sort();
+            let (v, k) = (ver[ver.len() / 2], comp[comp.len() / 2]);
+            let lp = last.unwrap();
+            let us = |d: Duration| d.as_secs_f64() * 1e6;
+            println!("| {name} | {} | {} | {:.1} | {:.1} | {:.1} | {} |", p.name, p.insns.len(), us(v), us(k), us(v + k), lp.code_len());
+        }
+    }
+
+    let slot = ProgramSlot::new(load("src/size_aware.o", &jit));
+    let mut swaps = vec![];
+    for _ in 0..2000 {
+        let p = load("src/size_aware.o", &jit);
+        swaps.push(slot.install(p).unwrap());
+    }
+    swaps.sort();
+    println!(
+        "\nswap (no concurrent callers): median {} ns, p99 {} ns",
+        swaps[swaps.len() / 2].as_nanos(),
+        swaps[swaps.len() * 99 / 100].as_nanos()
+    );
+}
