@@ -222,6 +222,7 @@ fn rejected_objects_explain_why() {
     let e =
         LoadedProgram::from_elf(&bytes, None, &registry(), &LoadOptions::default()).unwrap_err();
     let msg = e.to_string();
+    println!("{msg}");
     assert!(
         msg.contains("map_value_or_null") && msg.contains("null_deref.c:7"),
         "{msg}"
