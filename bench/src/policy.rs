@@ -39,7 +39,13 @@ fn ns_per_call(mut f: impl FnMut(u64)) -> f64 {
 }
 
 fn ctx(i: u64) -> TunerCtx {
-    TunerCtx { msg_size: (i & 0xff) << 12, coll_type: (i & 7) as u32, algo: -1, proto: -1, ..TunerCtx::default() }
+    TunerCtx {
+        msg_size: (i & 0xff) << 12,
+        coll_type: (i & 7) as u32,
+        algo: -1,
+        proto: -1,
+        ..TunerCtx::default()
+    }
 }
 
 #[inline(never)]
@@ -68,7 +74,8 @@ fn native_update(m: &Map, c: &mut TunerCtx) -> u64 {
     let k = c.coll_type.to_le_bytes();
     match m.lookup_ptr(&k) {
         // SAFETY: an 8-byte aligned hash value.
-        Some(p) => unsafe { std::sync::atomic::AtomicU64::from_ptr(p as *mut u64) }.fetch_add(c.msg_size, std::sync::atomic::Ordering::SeqCst),
+        Some(p) => unsafe { std::sync::atomic::AtomicU64::from_ptr(p as *mut u64) }
+            .fetch_add(c.msg_size, std::sync::atomic::Ordering::SeqCst),
         None => {
             let _ = m.update(&k, &c.msg_size.to_le_bytes(), 0);
             0
@@ -83,17 +90,26 @@ fn registry() -> Registry {
 
 fn main() {
     if std::env::args().any(|a| a == "--help" || a == "-h") {
-        println!("usage: policy-bench\n  per-call cost of policies (JIT, interpreter) against native Rust twins, load and swap times");
+        println!(
+            "usage: policy-bench\n  per-call cost of policies (JIT, interpreter) against native Rust twins, load and swap times"
+        );
         return;
     }
     let reg = registry();
-    let jit = LoadOptions { tier: Tier::Jit, ..LoadOptions::default() };
-    let int = LoadOptions { tier: Tier::Interpreter, ..LoadOptions::default() };
+    let jit = LoadOptions {
+        tier: Tier::Jit,
+        ..LoadOptions::default()
+    };
+    let int = LoadOptions {
+        tier: Tier::Interpreter,
+        ..LoadOptions::default()
+    };
     println!("policy runtime, {CALLS} calls per round, best of {ROUNDS} rounds\n");
     println!("| case | native Rust (ns) | JIT (ns) | JIT − native (ns) | interpreter (ns) |");
     println!("|---|---:|---:|---:|---:|");
 
-    let load = |rel: &str, o: &LoadOptions| LoadedProgram::from_elf(&bytes(rel), None, &reg, o).unwrap();
+    let load =
+        |rel: &str, o: &LoadOptions| LoadedProgram::from_elf(&bytes(rel), None, &reg, o).unwrap();
     // Trivial decision.
     let pj = load("safe/bench_trivial.o", &jit);
     let pi = load("safe/bench_trivial.o", &int);
@@ -109,14 +125,18 @@ fn main() {
         let mut c = ctx(i);
         black_box(pi.run(black_box(&mut c)));
     });
-    println!("| trivial decision | {n:.2} | {j:.2} | {:.2} | {it:.1} |", j - n);
+    println!(
+        "| trivial decision | {n:.2} | {j:.2} | {:.2} | {it:.1} |",
+        j - n
+    );
 
     // Array lookup.
     let pj = load("safe/bench_lookup.o", &jit);
     let pi = load("safe/bench_lookup.o", &int);
     let arr = pj.maps()[0].clone();
     for k in 0..16u32 {
-        arr.update(&k.to_le_bytes(), &(u64::from(k) << 14).to_le_bytes(), 0).unwrap();
+        arr.update(&k.to_le_bytes(), &(u64::from(k) << 14).to_le_bytes(), 0)
+            .unwrap();
     }
     let n = ns_per_call(|i| {
         let mut c = ctx(i);
@@ -130,7 +150,10 @@ fn main() {
         let mut c = ctx(i);
         black_box(pi.run(black_box(&mut c)));
     });
-    println!("| array map lookup | {n:.2} | {j:.2} | {:.2} | {it:.1} |", j - n);
+    println!(
+        "| array map lookup | {n:.2} | {j:.2} | {:.2} | {it:.1} |",
+        j - n
+    );
 
     // Hash lookup + update.
     let pj = load("safe/bench_update.o", &jit);
@@ -148,7 +171,10 @@ fn main() {
         let mut c = ctx(i);
         black_box(pi.run(black_box(&mut c)));
     });
-    println!("| hash lookup + atomic update | {n:.2} | {j:.2} | {:.2} | {it:.1} |", j - n);
+    println!(
+        "| hash lookup + atomic update | {n:.2} | {j:.2} | {:.2} | {it:.1} |",
+        j - n
+    );
 
     // Through a hot-swap handle.
     let slot = ProgramSlot::new(load("safe/bench_trivial.o", &jit));
@@ -159,9 +185,16 @@ fn main() {
     });
     println!("| trivial decision through a swap handle | | {s:.2} | | |");
 
-    println!("\n| shipped policy | program | insns | verify (µs) | JIT compile (µs) | verify + compile (µs) | code bytes |");
+    println!(
+        "\n| shipped policy | program | insns | verify (µs) | JIT compile (µs) | verify + compile (µs) | code bytes |"
+    );
     println!("|---|---|---:|---:|---:|---:|---:|");
-    let mut names: Vec<_> = std::fs::read_dir(root().join("policies/src")).unwrap().flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "c")).collect();
+    let mut names: Vec<_> = std::fs::read_dir(root().join("policies/src"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "c"))
+        .collect();
     names.sort();
     for c in names {
         let name = c.file_stem().unwrap().to_string_lossy().into_owned();
@@ -182,7 +215,15 @@ fn main() {
             let (v, k) = (ver[ver.len() / 2], comp[comp.len() / 2]);
             let lp = last.unwrap();
             let us = |d: Duration| d.as_secs_f64() * 1e6;
-            println!("| {name} | {} | {} | {:.1} | {:.1} | {:.1} | {} |", p.name, p.insns.len(), us(v), us(k), us(v + k), lp.code_len());
+            println!(
+                "| {name} | {} | {} | {:.1} | {:.1} | {:.1} | {} |",
+                p.name,
+                p.insns.len(),
+                us(v),
+                us(k),
+                us(v + k),
+                lp.code_len()
+            );
         }
     }
 

@@ -207,10 +207,15 @@ impl LoadedProgram {
                     op::PSEUDO_MAP_VALUE => {
                         let m = &maps[insns[pc].imm as usize];
                         // The verifier allows src 2 only into global data, a one-entry array.
-                        let base = m.lookup_ptr(&0u32.to_le_bytes()).ok_or_else(|| LoadError::Jit(JitError::Unsupported {
-                            pc,
-                            what: format!("direct value reference into map '{}'", m.spec().name),
-                        }))?;
+                        let base = m.lookup_ptr(&0u32.to_le_bytes()).ok_or_else(|| {
+                            LoadError::Jit(JitError::Unsupported {
+                                pc,
+                                what: format!(
+                                    "direct value reference into map '{}'",
+                                    m.spec().name
+                                ),
+                            })
+                        })?;
                         Some(base as u64 + insns[pc + 1].imm as u32 as u64)
                     }
                     _ => None,

@@ -250,10 +250,24 @@ fn regression_seeds() {
 #[test]
 fn mutant_regressions() {
     // A mutant turned an lddw into a direct value reference (src 2) into a hash map.
-    let seed = (0u64..).find(|&s| progen::program(s, "tuner").programs[0].insns.iter().any(|i| i.is_lddw())).unwrap();
+    let seed = (0u64..)
+        .find(|&s| {
+            progen::program(s, "tuner").programs[0]
+                .insns
+                .iter()
+                .any(|i| i.is_lddw())
+        })
+        .unwrap();
     let mut obj = progen::program(seed, "tuner");
-    let i = obj.programs[0].insns.iter_mut().find(|i| i.is_lddw()).unwrap();
+    let i = obj.programs[0]
+        .insns
+        .iter_mut()
+        .find(|i| i.is_lddw())
+        .unwrap();
     i.src = op::PSEUDO_MAP_VALUE;
     i.imm = 1;
-    assert!(matches!(LoadedProgram::load(&obj, None, &registry(), &opts(Tier::Jit)), Err(LoadError::Verify { .. })));
+    assert!(matches!(
+        LoadedProgram::load(&obj, None, &registry(), &opts(Tier::Jit)),
+        Err(LoadError::Verify { .. })
+    ));
 }

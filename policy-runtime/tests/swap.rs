@@ -68,7 +68,7 @@ fn million_calls_while_swapping_every_millisecond() {
                     );
                     last = v;
                     n += 1;
-                    if n % 1024 == 0 {
+                    if n.is_multiple_of(1024) {
                         calls.fetch_add(1024, Ordering::Relaxed);
                     }
                 }

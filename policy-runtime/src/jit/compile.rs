@@ -430,6 +430,42 @@ mod tests {
         assert!(checked > 10_000);
     }
 
+    #[repr(align(16))]
+    struct Aligned16(#[allow(dead_code)] [u8; 16]);
+
+    /// Returns 0 when the stack was 16-byte aligned at the call, as the System V ABI requires
+    /// (a local with 16-byte alignment lands on a 16-byte boundary only then).
+    extern "C" fn probe_alignment(depth: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+        let v = std::hint::black_box(Aligned16([depth as u8; 16]));
+        (&v as *const Aligned16 as usize % 16) as u64
+    }
+
+    #[test]
+    fn helpers_are_called_with_an_aligned_stack() {
+        // Main program calls the probe, then a BPF-to-BPF subprogram that calls it again.
+        let p = [
+            i(op::JMP | op::CALL, 0, 0, 0, 99),
+            i(op::ALU64 | op::MOV | op::X, 6, 0, 0, 0),
+            i(op::JMP | op::CALL, 0, op::PSEUDO_CALL, 0, 2),
+            i(op::ALU64 | op::ADD | op::X, 0, 6, 0, 0),
+            i(op::JMP | op::EXIT, 0, 0, 0, 0),
+            i(op::JMP | op::CALL, 0, 0, 0, 99),
+            i(op::JMP | op::EXIT, 0, 0, 0, 0),
+        ];
+        let code = translate(&p, &|id| {
+            (id == 99).then_some(probe_alignment as *const () as usize as u64)
+        })
+        .unwrap();
+        let e = ExecBuf::new(&code).unwrap();
+        let mut ctx = [0u8; 8];
+        // SAFETY: the program only calls the probe.
+        assert_eq!(
+            unsafe { e.call(ctx.as_mut_ptr()) },
+            0,
+            "misaligned stack at a helper call"
+        );
+    }
+
     #[test]
     fn jumps_and_byte_swaps_match_the_interpreter() {
         let vals: [u64; 6] = [

@@ -427,6 +427,33 @@ mod tests {
             .join(" ")
     }
 
+    fn objdump(hex: &str) -> Option<String> {
+        let bytes: Vec<u8> = hex
+            .split(' ')
+            .map(|b| u8::from_str_radix(b, 16).unwrap())
+            .collect();
+        let path = std::env::temp_dir()
+            .join(format!("ncclbpf-x86-{}-{hex}.bin", std::process::id()).replace(' ', ""));
+        std::fs::write(&path, &bytes).ok()?;
+        let out = std::process::Command::new("objdump")
+            .args(["-D", "-b", "binary", "-mi386:x86-64"])
+            .arg(&path)
+            .output()
+            .ok()?;
+        let _ = std::fs::remove_file(&path);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let line = text.lines().find(|l| l.trim_start().starts_with("0:"))?;
+        Some(
+            line.split('\t')
+                .skip(2)
+                .collect::<Vec<_>>()
+                .join(" ")
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" "),
+        )
+    }
+
     /// (encoding, bytes, what GNU objdump prints for them).
     #[test]
     fn golden_encodings() {
@@ -525,6 +552,14 @@ mod tests {
         for (got, want, asm) in &rows {
             if got != want {
                 bad.push(format!("{asm}: got {got}, want {want}"));
+            }
+            // Where GNU objdump is installed, an independent disassembler checks the text.
+            if let Some(text) = objdump(want)
+                && text.replace(' ', "") != asm.replace(' ', "")
+            {
+                bad.push(format!(
+                    "{want}: objdump says '{text}', the table says '{asm}'"
+                ));
             }
         }
         assert!(bad.is_empty(), "{}", bad.join("\n"));
