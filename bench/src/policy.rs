@@ -110,70 +110,53 @@ fn main() {
 
     let load =
         |rel: &str, o: &LoadOptions| LoadedProgram::from_elf(&bytes(rel), None, &reg, o).unwrap();
-    // Trivial decision.
-    let pj = load("safe/bench_trivial.o", &jit);
-    let pi = load("safe/bench_trivial.o", &int);
-    let n = ns_per_call(|i| {
-        let mut c = ctx(i);
-        black_box(native_trivial(black_box(&mut c)));
-    });
-    let j = ns_per_call(|i| {
-        let mut c = ctx(i);
-        black_box(pj.run(black_box(&mut c)));
-    });
-    let it = ns_per_call(|i| {
-        let mut c = ctx(i);
-        black_box(pi.run(black_box(&mut c)));
-    });
-    println!(
-        "| trivial decision | {n:.2} | {j:.2} | {:.2} | {it:.1} |",
-        j - n
+    // One row: the native twin, the JIT and the interpreter on the same maps and contexts.
+    let row = |label: &str,
+               jit_prog: &LoadedProgram,
+               int_prog: &LoadedProgram,
+               native: &dyn Fn(&mut TunerCtx) -> u64| {
+        let n = ns_per_call(|i| {
+            let mut c = ctx(i);
+            black_box(native(black_box(&mut c)));
+        });
+        let j = ns_per_call(|i| {
+            let mut c = ctx(i);
+            black_box(jit_prog.run(black_box(&mut c)));
+        });
+        let it = ns_per_call(|i| {
+            let mut c = ctx(i);
+            black_box(int_prog.run(black_box(&mut c)));
+        });
+        println!("| {label} | {n:.2} | {j:.2} | {:.2} | {it:.1} |", j - n);
+    };
+
+    row(
+        "trivial decision",
+        &load("safe/bench_trivial.o", &jit),
+        &load("safe/bench_trivial.o", &int),
+        &native_trivial,
     );
 
-    // Array lookup.
     let pj = load("safe/bench_lookup.o", &jit);
-    let pi = load("safe/bench_lookup.o", &int);
     let arr = pj.maps()[0].clone();
     for k in 0..16u32 {
         arr.update(&k.to_le_bytes(), &(u64::from(k) << 14).to_le_bytes(), 0)
             .unwrap();
     }
-    let n = ns_per_call(|i| {
-        let mut c = ctx(i);
-        black_box(native_lookup(&arr, black_box(&mut c)));
-    });
-    let j = ns_per_call(|i| {
-        let mut c = ctx(i);
-        black_box(pj.run(black_box(&mut c)));
-    });
-    let it = ns_per_call(|i| {
-        let mut c = ctx(i);
-        black_box(pi.run(black_box(&mut c)));
-    });
-    println!(
-        "| array map lookup | {n:.2} | {j:.2} | {:.2} | {it:.1} |",
-        j - n
+    row(
+        "array map lookup",
+        &pj,
+        &load("safe/bench_lookup.o", &int),
+        &|c| native_lookup(&arr, c),
     );
 
-    // Hash lookup + update.
     let pj = load("safe/bench_update.o", &jit);
-    let pi = load("safe/bench_update.o", &int);
     let h = pj.maps()[0].clone();
-    let n = ns_per_call(|i| {
-        let mut c = ctx(i);
-        black_box(native_update(&h, black_box(&mut c)));
-    });
-    let j = ns_per_call(|i| {
-        let mut c = ctx(i);
-        black_box(pj.run(black_box(&mut c)));
-    });
-    let it = ns_per_call(|i| {
-        let mut c = ctx(i);
-        black_box(pi.run(black_box(&mut c)));
-    });
-    println!(
-        "| hash lookup + atomic update | {n:.2} | {j:.2} | {:.2} | {it:.1} |",
-        j - n
+    row(
+        "hash lookup + atomic update",
+        &pj,
+        &load("safe/bench_update.o", &int),
+        &|c| native_update(&h, c),
     );
 
     // Through a hot-swap handle.

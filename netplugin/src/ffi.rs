@@ -478,28 +478,22 @@ unsafe extern "C" fn get_properties_v12(dev: c_int, props: *mut NetPropertiesV12
     guard("getProperties", || put(props, props_v12(dev)?, "props"))
 }
 
+/// An older properties struct filled from the v12 one: the listed fields copy over by name,
+/// the rest are given.
+macro_rules! older_props {
+    ($p:ident, $ty:ident { $($f:ident),* } $(, $extra:ident: $val:expr)*) => {
+        $ty { $($f: $p.$f,)* $($extra: $val,)* }
+    };
+}
+
 unsafe extern "C" fn get_properties_v11(dev: c_int, props: *mut NetPropertiesV11) -> NcclResult {
     guard("getProperties", || {
         let p = props_v12(dev)?;
-        let v = NetPropertiesV11 {
-            name: p.name,
-            pci_path: p.pci_path,
-            guid: p.guid,
-            ptr_support: p.ptr_support,
-            reg_is_global: p.reg_is_global,
-            force_flush: p.force_flush,
-            speed: p.speed,
-            port: p.port,
-            latency: p.latency,
-            max_comms: p.max_comms,
-            max_recvs: p.max_recvs,
-            net_device_type: p.net_device_type,
-            net_device_version: p.net_device_version,
-            v_props: v_props_v11(&p),
-            max_p2p_bytes: p.max_p2p_bytes,
-            max_coll_bytes: p.max_coll_bytes,
-            max_multi_request_size: p.max_multi_request_size,
-        };
+        let v = older_props!(p, NetPropertiesV11 {
+            name, pci_path, guid, ptr_support, reg_is_global, force_flush, speed, port, latency,
+            max_comms, max_recvs, net_device_type, net_device_version, max_p2p_bytes,
+            max_coll_bytes, max_multi_request_size
+        }, v_props: v_props_v11(&p));
         put(props, v, "props")
     })
 }
@@ -507,24 +501,11 @@ unsafe extern "C" fn get_properties_v11(dev: c_int, props: *mut NetPropertiesV11
 unsafe extern "C" fn get_properties_v9(dev: c_int, props: *mut NetPropertiesV9) -> NcclResult {
     guard("getProperties", || {
         let p = props_v12(dev)?;
-        let v = NetPropertiesV9 {
-            name: p.name,
-            pci_path: p.pci_path,
-            guid: p.guid,
-            ptr_support: p.ptr_support,
-            reg_is_global: p.reg_is_global,
-            force_flush: p.force_flush,
-            speed: p.speed,
-            port: p.port,
-            latency: p.latency,
-            max_comms: p.max_comms,
-            max_recvs: p.max_recvs,
-            net_device_type: p.net_device_type,
-            net_device_version: p.net_device_version,
-            v_props: v_props_v11(&p),
-            max_p2p_bytes: p.max_p2p_bytes,
-            max_coll_bytes: p.max_coll_bytes,
-        };
+        let v = older_props!(p, NetPropertiesV9 {
+            name, pci_path, guid, ptr_support, reg_is_global, force_flush, speed, port, latency,
+            max_comms, max_recvs, net_device_type, net_device_version, max_p2p_bytes,
+            max_coll_bytes
+        }, v_props: v_props_v11(&p));
         put(props, v, "props")
     })
 }
@@ -532,20 +513,23 @@ unsafe extern "C" fn get_properties_v9(dev: c_int, props: *mut NetPropertiesV9) 
 unsafe extern "C" fn get_properties_v8(dev: c_int, props: *mut NetPropertiesV8) -> NcclResult {
     guard("getProperties", || {
         let p = props_v12(dev)?;
-        let v = NetPropertiesV8 {
-            name: p.name,
-            pci_path: p.pci_path,
-            guid: p.guid,
-            ptr_support: p.ptr_support,
-            reg_is_global: p.reg_is_global,
-            speed: p.speed,
-            port: p.port,
-            latency: p.latency,
-            max_comms: p.max_comms,
-            max_recvs: p.max_recvs,
-            net_device_type: p.net_device_type,
-            net_device_version: p.net_device_version,
-        };
+        let v = older_props!(
+            p,
+            NetPropertiesV8 {
+                name,
+                pci_path,
+                guid,
+                ptr_support,
+                reg_is_global,
+                speed,
+                port,
+                latency,
+                max_comms,
+                max_recvs,
+                net_device_type,
+                net_device_version
+            }
+        );
         put(props, v, "props")
     })
 }
@@ -553,19 +537,22 @@ unsafe extern "C" fn get_properties_v8(dev: c_int, props: *mut NetPropertiesV8) 
 unsafe extern "C" fn get_properties_v7(dev: c_int, props: *mut NetPropertiesV7) -> NcclResult {
     guard("getProperties", || {
         let p = props_v12(dev)?;
-        let v = NetPropertiesV7 {
-            name: p.name,
-            pci_path: p.pci_path,
-            guid: p.guid,
-            ptr_support: p.ptr_support,
-            speed: p.speed,
-            port: p.port,
-            latency: p.latency,
-            max_comms: p.max_comms,
-            max_recvs: p.max_recvs,
-            net_device_type: p.net_device_type,
-            net_device_version: p.net_device_version,
-        };
+        let v = older_props!(
+            p,
+            NetPropertiesV7 {
+                name,
+                pci_path,
+                guid,
+                ptr_support,
+                speed,
+                port,
+                latency,
+                max_comms,
+                max_recvs,
+                net_device_type,
+                net_device_version
+            }
+        );
         put(props, v, "props")
     })
 }

@@ -298,61 +298,40 @@ fn endian(a: u64, i: &Insn) -> u64 {
 fn atomic(i: &Insn, addr: u64, reg: &mut [u64; 11], w: bool) -> Option<()> {
     use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::SeqCst};
     let s = i.src as usize;
-    let v = reg[s];
-    // SAFETY: the verifier proved an aligned-enough in-bounds map value or stack access; x86
-    // and aarch64 handle these atomically.
-    unsafe {
+    /// The old value of one read-modify-write on `$a`.
+    macro_rules! rmw {
+        ($a:expr, $v:expr, $expected:expr) => {
+            match i.imm {
+                x if x == op::ATOMIC_ADD || x == op::ATOMIC_ADD | op::FETCH => {
+                    $a.fetch_add($v, SeqCst)
+                }
+                op::ATOMIC_OR => $a.fetch_or($v, SeqCst),
+                op::ATOMIC_AND => $a.fetch_and($v, SeqCst),
+                op::ATOMIC_XOR => $a.fetch_xor($v, SeqCst),
+                op::ATOMIC_XCHG => $a.swap($v, SeqCst),
+                op::ATOMIC_CMPXCHG => $a
+                    .compare_exchange($expected, $v, SeqCst, SeqCst)
+                    .unwrap_or_else(|x| x),
+                _ => return None,
+            }
+        };
+    }
+    // SAFETY: the verifier proved an aligned, in-bounds map value or stack access.
+    let old = unsafe {
         if w {
-            let a = AtomicU64::from_ptr(addr as *mut u64);
-            match i.imm {
-                op::ATOMIC_ADD => {
-                    a.fetch_add(v, SeqCst);
-                }
-                op::ATOMIC_OR => {
-                    a.fetch_or(v, SeqCst);
-                }
-                op::ATOMIC_AND => {
-                    a.fetch_and(v, SeqCst);
-                }
-                op::ATOMIC_XOR => {
-                    a.fetch_xor(v, SeqCst);
-                }
-                x if x == op::ATOMIC_ADD | op::FETCH => reg[s] = a.fetch_add(v, SeqCst),
-                op::ATOMIC_XCHG => reg[s] = a.swap(v, SeqCst),
-                op::ATOMIC_CMPXCHG => {
-                    reg[0] = a
-                        .compare_exchange(reg[0], v, SeqCst, SeqCst)
-                        .unwrap_or_else(|x| x)
-                }
-                _ => return None,
-            }
+            rmw!(AtomicU64::from_ptr(addr as *mut u64), reg[s], reg[0])
         } else {
-            let a = AtomicU32::from_ptr(addr as *mut u32);
-            let v = v as u32;
-            match i.imm {
-                op::ATOMIC_ADD => {
-                    a.fetch_add(v, SeqCst);
-                }
-                op::ATOMIC_OR => {
-                    a.fetch_or(v, SeqCst);
-                }
-                op::ATOMIC_AND => {
-                    a.fetch_and(v, SeqCst);
-                }
-                op::ATOMIC_XOR => {
-                    a.fetch_xor(v, SeqCst);
-                }
-                x if x == op::ATOMIC_ADD | op::FETCH => reg[s] = u64::from(a.fetch_add(v, SeqCst)),
-                op::ATOMIC_XCHG => reg[s] = u64::from(a.swap(v, SeqCst)),
-                op::ATOMIC_CMPXCHG => {
-                    reg[0] = u64::from(
-                        a.compare_exchange(reg[0] as u32, v, SeqCst, SeqCst)
-                            .unwrap_or_else(|x| x),
-                    )
-                }
-                _ => return None,
-            }
+            u64::from(rmw!(
+                AtomicU32::from_ptr(addr as *mut u32),
+                reg[s] as u32,
+                reg[0] as u32
+            ))
         }
+    };
+    match i.imm {
+        op::ATOMIC_CMPXCHG => reg[0] = old,
+        x if x & op::FETCH != 0 => reg[s] = old,
+        _ => {}
     }
     Some(())
 }

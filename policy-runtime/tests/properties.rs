@@ -14,6 +14,7 @@ mod common;
 use common::progen::{self, Rng};
 use common::{dump, registry};
 use policy_object::insn::{self as op, Insn};
+use policy_runtime::ctx::Context;
 use policy_runtime::{LoadError, LoadOptions, LoadedProgram, NetCtx, Tier, TunerCtx};
 use proptest::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -78,6 +79,32 @@ fn as_bytes<T>(v: &mut T) -> &mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(v as *mut T as *mut u8, std::mem::size_of::<T>()) }
 }
 
+/// Runs one context through the JIT, the checking interpreter and (while it can) rbpf:
+/// their return values, and whether the context writes agree.
+fn three_engines<C: Context + Copy + PartialEq>(
+    jit: &LoadedProgram,
+    int: &LoadedProgram,
+    orc: &LoadedProgram,
+    ctx: C,
+    use_rbpf: &mut bool,
+    seed: u64,
+) -> (u64, u64, Option<u64>, bool) {
+    let (mut a, mut b, mut c) = (ctx, ctx, ctx);
+    let ra = jit.run(&mut a);
+    let rb = int
+        .run_checked(&mut b, 10_000_000)
+        .unwrap_or_else(|f| panic!("seed {seed}: unsound: {f}\n{}", listing(int)));
+    let rc = if *use_rbpf {
+        rbpf_run(orc, as_bytes(&mut c))
+    } else {
+        None
+    };
+    if rc.is_none() {
+        *use_rbpf = false;
+    }
+    (ra, rb, rc, a == b && (rc.is_none() || b == c))
+}
+
 /// Checks one generated program; returns whether the verifier accepted it.
 fn differential(seed: u64) -> bool {
     let section = if seed.is_multiple_of(3) {
@@ -112,20 +139,7 @@ fn differential(seed: u64) -> bool {
             reserved: 0,
         };
         let (ret_a, ret_b, ret_c, same_ctx) = if section == "tuner" {
-            let (mut a, mut b, mut c) = (base, base, base);
-            let ra = jit.run(&mut a);
-            let rb = int
-                .run_checked(&mut b, 10_000_000)
-                .unwrap_or_else(|f| panic!("seed {seed}: unsound: {f}\n{}", listing(&int)));
-            let rc = if use_rbpf {
-                rbpf_run(&orc, as_bytes(&mut c))
-            } else {
-                None
-            };
-            if rc.is_none() {
-                use_rbpf = false;
-            }
-            (ra, rb, rc, a == b && (rc.is_none() || b == c))
+            three_engines(&jit, &int, &orc, base, &mut use_rbpf, seed)
         } else {
             let n = NetCtx {
                 conn_id: r.below(4),
@@ -133,20 +147,7 @@ fn differential(seed: u64) -> bool {
                 op: r.below(8) as u32,
                 ..NetCtx::default()
             };
-            let (mut a, mut b, mut c) = (n, n, n);
-            let ra = jit.run(&mut a);
-            let rb = int
-                .run_checked(&mut b, 10_000_000)
-                .unwrap_or_else(|f| panic!("seed {seed}: unsound: {f}\n{}", listing(&int)));
-            let rc = if use_rbpf {
-                rbpf_run(&orc, as_bytes(&mut c))
-            } else {
-                None
-            };
-            if rc.is_none() {
-                use_rbpf = false;
-            }
-            (ra, rb, rc, a == b && (rc.is_none() || b == c))
+            three_engines(&jit, &int, &orc, n, &mut use_rbpf, seed)
         };
         assert_eq!(
             ret_a,

@@ -9,9 +9,16 @@ use std::ffi::CString;
 fn library_survives_dlclose_and_reopen() {
     let elf = std::fs::read(plugin_path()).unwrap();
     // DT_FLAGS_1 with DF_1_NODELETE (0x8) must be present: check with readelf when available.
-    if let Ok(out) = std::process::Command::new("readelf").arg("-d").arg(plugin_path()).output() {
+    if let Ok(out) = std::process::Command::new("readelf")
+        .arg("-d")
+        .arg(plugin_path())
+        .output()
+    {
         let text = String::from_utf8_lossy(&out.stdout);
-        assert!(text.contains("NODELETE"), "library not linked -z nodelete:\n{text}");
+        assert!(
+            text.contains("NODELETE"),
+            "library not linked -z nodelete:\n{text}"
+        );
     }
     assert!(!elf.is_empty());
     for round in 0..3 {
