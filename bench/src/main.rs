@@ -27,6 +27,7 @@ fn plugin_pingpong(n: &Arc<Net>, size: usize, iters: usize) -> f64 {
                 .unwrap()
                 .unwrap();
             n2.wait(q, Duration::from_secs(60)).unwrap();
+            // SAFETY: as above.
             let q = unsafe { n2.isend(s2, buf.as_ptr(), size) }
                 .unwrap()
                 .unwrap();

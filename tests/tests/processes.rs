@@ -93,6 +93,7 @@ fn killed_sender_fails_pending_receive_quickly() {
         .unwrap();
     n.wait(q, Duration::from_secs(30)).unwrap();
     assert!(buf == pattern(64 << 20, 1));
+    // SAFETY: as above.
     let q = unsafe { n.irecv(r, buf.as_mut_ptr(), buf.len(), false) }
         .unwrap()
         .unwrap();

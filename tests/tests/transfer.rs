@@ -105,6 +105,7 @@ fn thirty_two_outstanding_requests_complete_in_order() {
                     .unwrap()
                     .expect("32 receives fit"),
             );
+            // SAFETY: as above.
             sreq.push(
                 unsafe { n.isend(s, data[i].as_ptr(), data[i].len()) }
                     .unwrap()

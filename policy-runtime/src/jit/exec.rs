@@ -75,3 +75,30 @@ impl Drop for ExecBuf {
         unsafe { libc::munmap(self.ptr.cast(), self.len) };
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn code_is_executable_but_not_writable() {
+        let e = ExecBuf::new(&[0xc3]).unwrap();
+        let addr = e.ptr as usize;
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let line = maps
+            .lines()
+            .find(|l| {
+                let r: Vec<usize> = l
+                    .split_whitespace()
+                    .next()
+                    .unwrap()
+                    .split('-')
+                    .map(|x| usize::from_str_radix(x, 16).unwrap())
+                    .collect();
+                (r[0]..r[1]).contains(&addr)
+            })
+            .expect("mapping listed");
+        let perms = line.split_whitespace().nth(1).unwrap();
+        assert_eq!(&perms[..3], "r-x", "{line}");
+    }
+}
