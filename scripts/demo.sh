@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh >/dev/null
+policies/build.sh >/dev/null
 cargo build -q --release -p ncclbpf-harness --bin harness-rank
 nranks=${1:-4}
 shift || true

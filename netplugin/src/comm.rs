@@ -14,7 +14,7 @@
 
 use crate::buf::Buf;
 use crate::error::{NetError, NetResult};
-use crate::hooks::ConnHooks;
+use crate::hooks::{ConnHooks, ConnInfo};
 use crate::wire::{self, MSG_HEADER_SIZE, Shape};
 use crossbeam_channel::{Receiver, Sender};
 use shared_maps::ConnDirection;
@@ -24,6 +24,7 @@ use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 /// Request slots per comm: NCCL needs 32 (x maxRecvs = 1) in flight.
 pub const SLOTS: usize = 64;
@@ -62,6 +63,8 @@ struct Req {
     inline: bool,
     header_done: bool,
     ctrl_done: bool,
+    /// When it was posted, if a policy wants latencies.
+    posted: Option<Instant>,
 }
 
 const IDLE: Req = Req {
@@ -71,6 +74,7 @@ const IDLE: Req = Req {
     inline: true,
     header_done: false,
     ctrl_done: false,
+    posted: None,
 };
 
 struct Task {
@@ -117,6 +121,7 @@ impl Comm {
     pub fn new(
         direction: ConnDirection,
         conn_id: u64,
+        dev: u32,
         shape: Shape,
         control: TcpStream,
         data: Vec<TcpStream>,
@@ -156,7 +161,13 @@ impl Comm {
                 next_stream: 0,
                 error: None,
             }),
-            hooks: ConnHooks::on_open(direction, conn_id, peer_port),
+            hooks: ConnHooks::on_open(ConnInfo {
+                direction,
+                conn_id,
+                peer_port,
+                dev,
+                nstreams: shape.nstreams,
+            }),
         });
         let ptr = &*comm as *const Comm as *mut Comm;
         for s in comm.slots.iter() {
@@ -187,12 +198,13 @@ impl Comm {
             inline,
             header_done: true,
             ctrl_done: false,
+            posted: self.hooks.wants_time().then(Instant::now),
         };
         if !inline {
             self.dispatch(&mut st, idx, buf)?;
         }
         st.fifo.push_back(idx);
-        self.hooks.on_post();
+        self.hooks.on_post(size);
         self.progress_send(&mut st);
         Ok(Some(&self.slots[idx as usize]))
     }
@@ -213,9 +225,10 @@ impl Comm {
             inline: true,
             header_done: false,
             ctrl_done: false,
+            posted: self.hooks.wants_time().then(Instant::now),
         };
         st.fifo.push_back(idx);
-        self.hooks.on_post();
+        self.hooks.on_post(buf.len());
         self.progress_recv(&mut st);
         Ok(Some(&self.slots[idx as usize]))
     }
@@ -243,7 +256,7 @@ impl Comm {
         let chunks_done = slot.pending_chunks.load(Ordering::Acquire) == 0;
         if r.ctrl_done && chunks_done && !slot.failed.load(Ordering::Acquire) {
             self.release(&mut st, idx);
-            self.hooks.on_complete(r.size);
+            self.hooks.on_complete(r.size, r.posted);
             return Ok(Some(r.size));
         }
         match &st.error {
@@ -263,7 +276,7 @@ impl Comm {
                     st.fifo.retain(|&i| i as usize != idx);
                     self.release(&mut st, idx);
                 }
-                self.hooks.on_error();
+                self.hooks.on_error(err.code().0);
                 Err(err)
             }
         }

@@ -133,7 +133,7 @@ fn v_props_v11(p: &NetPropertiesV12) -> NetVDevicePropsV11 {
 fn listen(dev: c_int, handle: Vp, listen_comm: *mut Vp) -> NetResult<()> {
     let p = plugin::get()?;
     let d = p.device(dev)?;
-    let l = setup::listen(d.bind_addr(), p.shape(), handle_buf(handle)?)?;
+    let l = setup::listen(dev as u32, d.bind_addr(), p.shape(), handle_buf(handle)?)?;
     put(listen_comm, Box::into_raw(l) as Vp, "listenComm")
 }
 
@@ -141,7 +141,7 @@ fn connect(dev: c_int, handle: Vp, send_comm: *mut Vp) -> NetResult<()> {
     plugin::get()?.device(dev)?;
     // Report "in progress" unless the comm is up.
     put(send_comm, std::ptr::null_mut(), "sendComm")?;
-    if let Some(c) = setup::connect(handle_buf(handle)?)? {
+    if let Some(c) = setup::connect(dev as u32, handle_buf(handle)?)? {
         put(send_comm, Box::into_raw(c) as Vp, "sendComm")?;
     }
     Ok(())

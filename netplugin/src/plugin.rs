@@ -74,6 +74,7 @@ pub fn init() -> NetResult<&'static Plugin> {
         config.inline_bytes,
         config.min_chunk
     );
+    crate::hooks::init_policies();
     Ok(PLUGIN.get_or_init(|| Plugin { devices, config }))
 }
 

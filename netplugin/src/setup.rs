@@ -69,6 +69,7 @@ struct Group {
 }
 
 pub struct ListenComm {
+    dev: u32,
     listener: TcpListener,
     nonce: u64,
     shape: Shape,
@@ -78,6 +79,7 @@ pub struct ListenComm {
 
 /// Opens a listener on `bind` and fills the 128-byte handle for the peer.
 pub fn listen(
+    dev: u32,
     bind: SocketAddr,
     shape: Shape,
     handle: &mut [u8; HANDLE_SIZE],
@@ -93,6 +95,7 @@ pub fn listen(
     let nonce = random_u64();
     Handle { nonce, addr, shape }.encode(handle);
     Ok(Box::new(ListenComm {
+        dev,
         listener,
         nonce,
         shape,
@@ -184,7 +187,15 @@ impl ListenComm {
             .map(|s| s.expect("complete group"))
             .collect();
         let control = streams.pop().expect("control stream is last");
-        Comm::new(ConnDirection::Recv, conn_id, self.shape, control, streams).map(Some)
+        Comm::new(
+            ConnDirection::Recv,
+            conn_id,
+            self.dev,
+            self.shape,
+            control,
+            streams,
+        )
+        .map(Some)
     }
 }
 
@@ -215,7 +226,7 @@ pub fn pending_connects() -> usize {
 }
 
 /// One step of a non-blocking connect. `Ok(None)`: call again with the same handle.
-pub fn connect(handle: &mut [u8; HANDLE_SIZE]) -> NetResult<Option<Box<Comm>>> {
+pub fn connect(dev: u32, handle: &mut [u8; HANDLE_SIZE]) -> NetResult<Option<Box<Comm>>> {
     let key = Handle::connect_key(handle);
     let taken = {
         let mut table = pending();
@@ -272,7 +283,7 @@ pub fn connect(handle: &mut [u8; HANDLE_SIZE]) -> NetResult<Option<Box<Comm>>> {
         })
         .collect();
     let control = streams.pop().expect("control stream is last");
-    Comm::new(ConnDirection::Send, conn_id, h.shape, control, streams).map(Some)
+    Comm::new(ConnDirection::Send, conn_id, dev, h.shape, control, streams).map(Some)
 }
 
 fn start_connect(h: Handle) -> NetResult<PendingConnect> {

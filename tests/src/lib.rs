@@ -609,3 +609,52 @@ pub fn fds_and_threads() -> (usize, usize) {
     let count = |p: &str| std::fs::read_dir(p).map(|d| d.count()).unwrap_or(0);
     (count("/proc/self/fd"), count("/proc/self/task"))
 }
+
+/// One connection's record in the `net_conn_stats` map of `policies/src/net_stats.c`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnStats {
+    pub conn_id: u64,
+    pub send_bytes: u64,
+    pub recv_bytes: u64,
+    pub sends: u64,
+    pub recvs: u64,
+    pub errors: u64,
+    pub lat_hist: [u64; 16],
+}
+
+/// Reads `net_conn_stats` of process `pid` from outside, as a tool would.
+pub fn read_conn_stats(pid: u32) -> Result<Vec<ConnStats>, String> {
+    let views = shared_maps::MapView::open_all(pid).map_err(|e| e.to_string())?;
+    let v = views
+        .iter()
+        .find(|v| v.name == "net_conn_stats")
+        .ok_or("no net_conn_stats map")?;
+    Ok(v.entries()
+        .into_iter()
+        .map(|(k, vals)| {
+            let w: Vec<u64> = vals[0]
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+                .collect();
+            let mut lat_hist = [0u64; 16];
+            lat_hist.copy_from_slice(&w[5..21]);
+            ConnStats {
+                conn_id: u64::from_le_bytes(k[..8].try_into().unwrap()),
+                send_bytes: w[0],
+                recv_bytes: w[1],
+                sends: w[2],
+                recvs: w[3],
+                errors: w[4],
+                lat_hist,
+            }
+        })
+        .collect())
+}
+
+/// The compiled shipped policy `name` (built by policies/build.sh), if present.
+pub fn shipped_policy(name: &str) -> Option<PathBuf> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/policies/src")
+        .join(format!("{name}.o"));
+    p.exists().then_some(p)
+}

@@ -268,3 +268,54 @@ fn no_interface_fails_init_with_a_reason() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("init"), "{err}");
 }
+
+fn probe_with_policy(policy: &std::path::Path) -> String {
+    let out = Command::new(RANK_BIN)
+        .arg("probe")
+        .env("NCCL_BPF_NET_POLICY", policy)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.contains("transfer ok"), "{text}");
+    text
+}
+
+fn policy(rel: &str) -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/policies")
+        .join(rel);
+    assert!(p.exists(), "{} missing: run policies/build.sh", p.display());
+    p
+}
+
+#[test]
+fn net_policy_counts_what_the_plugin_moved() {
+    let text = probe_with_policy(&policy("src/net_stats.o"));
+    // probe sends 100 B, 2 MiB and 0 B on one connection; both ends update one record.
+    let want = format!(
+        "conn_stats send_bytes={n} recv_bytes={n} sends=3 recvs=3 errors=0 timed=6",
+        n = 100 + (2 << 20)
+    );
+    assert!(text.contains(&want), "{text}");
+    assert!(
+        text.contains("'on_complete' attached to net/complete"),
+        "{text}"
+    );
+}
+
+#[test]
+fn rejected_net_policy_is_logged_and_traffic_flows() {
+    let text = probe_with_policy(&policy("unsafe/null_deref_wrong_branch.o"));
+    assert!(text.contains("rejected by the verifier"), "{text}");
+    assert!(text.contains("map_value_or_null"), "{text}");
+    let text = probe_with_policy(std::path::Path::new("/nonexistent/policy.o"));
+    assert!(
+        text.contains("NCCL_BPF_NET_POLICY=/nonexistent/policy.o"),
+        "{text}"
+    );
+}

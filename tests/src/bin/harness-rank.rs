@@ -136,6 +136,29 @@ fn ring(rank: usize, nranks: usize, dir: PathBuf, version: u32, sizes: &[usize])
             println!("{bytes:>12} B  {us:>10.1} us  busbw {busbw:>7.3} GB/s  (checked)");
         }
     }
+    if verbose && std::env::var_os("NCCL_BPF_NET_POLICY").is_some() {
+        // What the verified net policy counted, read from shared memory as a tool would.
+        match ncclbpf_harness::read_conn_stats(std::process::id()) {
+            Ok(stats) => {
+                for c in stats {
+                    let lat: u64 = c.lat_hist.iter().sum();
+                    let p50 = median_bucket(&c.lat_hist);
+                    println!(
+                        "rank {rank}: policy net_stats: conn {:#018x} sent {} B in {} msgs, received {} B in {} msgs, {} errors, median latency < {} us ({} timed)",
+                        c.conn_id,
+                        c.send_bytes,
+                        c.sends,
+                        c.recv_bytes,
+                        c.recvs,
+                        c.errors,
+                        2u64 << p50,
+                        lat
+                    );
+                }
+            }
+            Err(e) => println!("rank {rank}: policy maps unreadable: {e}"),
+        }
+    }
     n.close_send(s).unwrap();
     n.close_recv(r).unwrap();
     if verbose {
@@ -148,6 +171,19 @@ fn ring(rank: usize, nranks: usize, dir: PathBuf, version: u32, sizes: &[usize])
         }
     }
     println!("rank {rank} ok");
+}
+
+/// The log2 bucket holding the median of a histogram.
+fn median_bucket(h: &[u64; 16]) -> u32 {
+    let total: u64 = h.iter().sum();
+    let mut acc = 0;
+    for (i, c) in h.iter().enumerate() {
+        acc += c;
+        if acc * 2 >= total {
+            return i as u32;
+        }
+    }
+    15
 }
 
 fn send_forever(dir: PathBuf, version: u32) {
@@ -203,11 +239,32 @@ fn cycles(count: usize) {
 fn probe() {
     let n = Net::ready(None);
     let (s, r) = n.connect_pair(0).unwrap();
-    let data = pattern(2 << 20, 3);
-    assert!(n.transfer(s, r, &data, data.len()).unwrap() == data);
+    for (i, size) in [100usize, 2 << 20, 0].into_iter().enumerate() {
+        let data = pattern(size, i as u64);
+        assert!(n.transfer(s, r, &data, data.len()).unwrap() == data);
+    }
+    println!("transfer ok");
+    if std::env::var_os("NCCL_BPF_NET_POLICY").is_some() {
+        // Read what the net policy counted before closing (its close hook forgets the conn).
+        match ncclbpf_harness::read_conn_stats(std::process::id()) {
+            Ok(stats) => {
+                for c in stats {
+                    println!(
+                        "conn_stats send_bytes={} recv_bytes={} sends={} recvs={} errors={} timed={}",
+                        c.send_bytes,
+                        c.recv_bytes,
+                        c.sends,
+                        c.recvs,
+                        c.errors,
+                        c.lat_hist.iter().sum::<u64>()
+                    );
+                }
+            }
+            Err(e) => println!("conn_stats unreadable: {e}"),
+        }
+    }
     n.close_send(s).unwrap();
     n.close_recv(r).unwrap();
-    println!("transfer ok");
     print!("{}", ncclbpf_harness::log_text());
 }
 
@@ -218,6 +275,14 @@ fn job(nranks: usize, version: &str, sizes: &[String]) {
     println!(
         "ring all-reduce, {nranks} ranks over loopback through the plugin (net ABI v{version}):"
     );
+    let policy = std::env::var_os("NCCL_BPF_NET_POLICY")
+        .or_else(|| ncclbpf_harness::shipped_policy("net_stats").map(Into::into));
+    if let Some(p) = &policy {
+        println!(
+            "net policy: {} (verified, JIT-compiled in every rank)",
+            p.to_string_lossy()
+        );
+    }
     let me = std::env::current_exe().unwrap();
     let kids: Vec<_> = (0..nranks)
         .map(|r| {
@@ -231,6 +296,7 @@ fn job(nranks: usize, version: &str, sizes: &[String]) {
                 ])
                 .args(sizes)
                 .env("HARNESS_VERBOSE", "1")
+                .envs(policy.iter().map(|p| ("NCCL_BPF_NET_POLICY", p.clone())))
                 .stdout(std::process::Stdio::piped())
                 .spawn()
                 .unwrap()
