@@ -3,7 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh
+policies/build.sh
 cargo build --release -p ncclbpf-bench -p ncclbpf-harness
 mkdir -p build
-cp -f target/release/libnccl-net-bpf.so target/release/ncclbpf-bench target/release/harness-rank build/
+cp -f target/release/libnccl-net-bpf.so target/release/ncclbpf-bench target/release/harness-rank target/policies/src/net_stats.o build/
 ls -la build

@@ -38,14 +38,27 @@ run() { # label nranks extra-env...
 
 : >"$OUT/results.txt"; : >"$OUT/runs.txt"
 python3 -c 'import torch, torch.cuda.nccl as n; print("torch", torch.__version__, "nccl", n.version())' | tee "$OUT/versions.txt"
-[ "${LOOPBACK_ONLY:-0}" = 1 ] || for n in 2 4; do
-  run socket $n NCCL_NET=Socket
-  run bpf $n NCCL_NET_PLUGIN=$LIB NCCL_NET=BPF
-done
-[ "${LOOPBACK_ONLY:-0}" = 1 ] || run bpf-streams0 2 NCCL_NET_PLUGIN=$LIB NCCL_NET=BPF NCCL_BPF_NSTREAMS=0
-[ "${LOOPBACK_ONLY:-0}" = 1 ] || run bpf-streams8 2 NCCL_NET_PLUGIN=$LIB NCCL_NET=BPF NCCL_BPF_NSTREAMS=8
+POLICY=$PWD/build/net_stats.o
+# Knobs: RANKS ("2 4"), ROUNDS (2), CONFIGS ("socket bpf bpfpolicy"), LOOPBACK (1).
+config_env() {
+  case $1 in
+    socket) echo NCCL_NET=Socket ;;
+    bpf) echo NCCL_NET_PLUGIN=$LIB NCCL_NET=BPF ;;
+    bpfpolicy) echo NCCL_NET_PLUGIN=$LIB NCCL_NET=BPF NCCL_BPF_NET_POLICY=$POLICY ;;
+  esac
+}
+if [ "${LOOPBACK_ONLY:-0}" != 1 ]; then
+  # Configurations alternated within each round, so drift on the shared machine hits all alike.
+  for round in $(seq 1 "${ROUNDS:-2}"); do
+    for n in ${RANKS:-2 4}; do
+      for c in ${CONFIGS:-socket bpf bpfpolicy}; do
+        run "$c-r$round" "$n" $(config_env "$c")
+      done
+    done
+  done
+fi
 
-if [ -x build/ncclbpf-bench ]; then
+if [ -x build/ncclbpf-bench ] && [ "${LOOPBACK:-1}" = 1 ]; then
   for s in 0 2 4 8; do
     echo "## loopback, NCCL_BPF_NSTREAMS=$s" >>"$OUT/loopback.md"
     NCCLBPF_PLUGIN=$LIB NCCL_BPF_NSTREAMS=$s timeout 120 build/ncclbpf-bench >>"$OUT/loopback.md" 2>&1

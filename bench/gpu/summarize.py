@@ -1,17 +1,24 @@
-"""Turns RESULT lines into a markdown table: time per config, and plugin / Socket ratios."""
+"""Turns RESULT lines into markdown tables: time per configuration (the mean of its rounds,
+labels like `bpf-r1`/`bpf-r2` are rounds of `bpf`), and ratios to NCCL's Socket transport."""
 import collections
 import sys
 
-rows = collections.defaultdict(dict)
+rows = collections.defaultdict(lambda: collections.defaultdict(list))
+correct = collections.defaultdict(lambda: True)
 for line in open(sys.argv[1]):
-    f = dict(kv.split("=", 1) for kv in line.split()[2:])
-    label = line.split()[1]
-    rows[(int(f["ranks"]), int(f["bytes"]))][label] = (float(f["us"]), f["correct"])
+    parts = line.split()
+    label = parts[1].split("-r")[0]
+    f = dict(kv.split("=", 1) for kv in parts[2:])
+    key = (int(f["ranks"]), int(f["bytes"]))
+    rows[key][label].append(float(f["us"]))
+    correct[key] &= f["correct"] == "yes"
 labels = sorted({l for r in rows.values() for l in r}, key=lambda l: (l != "socket", l))
-print("| ranks | bytes | " + " | ".join(f"{l} (us)" for l in labels) + " | bpf / socket time | all correct |")
-print("|---:|---:|" + "---:|" * len(labels) + "---:|---|")
+mean = lambda v: sum(v) / len(v)
+head = " | ".join(f"{l} (us)" for l in labels)
+ratios = [l for l in labels if l != "socket"]
+print(f"| ranks | bytes | {head} | " + " | ".join(f"{l} / socket" for l in ratios) + " | all correct |")
+print("|---:|---:|" + "---:|" * (len(labels) + len(ratios)) + "---|")
 for (n, b), r in sorted(rows.items()):
-    cells = [f"{r[l][0]:.1f}" if l in r else "" for l in labels]
-    ratio = f"{r['bpf'][0] / r['socket'][0]:.2f}" if "bpf" in r and "socket" in r else ""
-    correct = "yes" if all(c == "yes" for _, c in r.values()) else "NO"
-    print(f"| {n} | {b} | " + " | ".join(cells) + f" | {ratio} | {correct} |")
+    cells = [f"{mean(r[l]):.1f}" if l in r else "" for l in labels]
+    rs = [f"{mean(r[l]) / mean(r['socket']):.2f}" if l in r and "socket" in r else "" for l in ratios]
+    print(f"| {n} | {b} | " + " | ".join(cells + rs) + f" | {'yes' if correct[(n, b)] else 'NO'} |")

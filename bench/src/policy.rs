@@ -7,7 +7,7 @@
 //! ```
 
 use policy_object::Object;
-use policy_runtime::{LoadOptions, LoadedProgram, ProgramSlot, Tier, TunerCtx};
+use policy_runtime::{LoadOptions, LoadedProgram, NetCtx, ProgramSlot, Tier, TunerCtx};
 use shared_maps::{Map, Registry};
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -158,6 +158,22 @@ fn main() {
         &load("safe/bench_update.o", &int),
         &|c| native_update(&h, c),
     );
+
+    // The net hook's per-operation cost: net_stats' completion program (hash lookup, atomic
+    // adds, a latency-bucket loop) on one connection, as the plugin runs it in `test`.
+    let ns = LoadedProgram::from_elf(&bytes("src/net_stats.o"), Some("on_complete"), &reg, &jit)
+        .unwrap();
+    let per_op = ns_per_call(|i| {
+        let mut c = NetCtx {
+            conn_id: 7,
+            bytes: 1 << 20,
+            op: 5 + (i & 1) as u32,
+            latency_ns: 1000 + (i & 0xffff) * 100,
+            ..NetCtx::default()
+        };
+        black_box(ns.run(black_box(&mut c)));
+    });
+    println!("| net_stats completion hook (per operation) | | {per_op:.2} | | |");
 
     // Through a hot-swap handle.
     let slot = ProgramSlot::new(load("safe/bench_trivial.o", &jit));
