@@ -102,6 +102,15 @@ struct State {
     error: Option<NetError>,
 }
 
+impl State {
+    /// The fifo head's control-stream part (header and inline payload) is complete.
+    fn control_done(&mut self, idx: u32) {
+        self.reqs[idx as usize].ctrl_done = true;
+        self.fifo.pop_front();
+        self.cursor = 0;
+    }
+}
+
 /// One end (send or recv) of a connection.
 pub struct Comm {
     pub direction: ConnDirection,
@@ -347,15 +356,16 @@ impl Comm {
         if st.error.is_some() {
             return;
         }
-        let State {
-            control,
-            reqs,
-            fifo,
-            cursor,
-            error,
-            ..
-        } = st;
-        while let Some(&idx) = fifo.front() {
+        loop {
+            let State {
+                control,
+                reqs,
+                fifo,
+                cursor,
+                error,
+                ..
+            } = &mut *st;
+            let Some(&idx) = fifo.front() else { return };
             let r = &mut reqs[idx as usize];
             let header = (r.size as u64).to_le_bytes();
             // SAFETY: NCCL keeps the send buffer alive and unmodified until the request is done.
@@ -386,9 +396,7 @@ impl Comm {
                     }
                 }
             }
-            r.ctrl_done = true;
-            fifo.pop_front();
-            *cursor = 0;
+            st.control_done(idx);
         }
     }
 
@@ -437,10 +445,7 @@ impl Comm {
                         st.error = Some(e);
                         return;
                     }
-                    let st2 = &mut *st;
-                    st2.reqs[idx as usize].ctrl_done = true;
-                    st2.fifo.pop_front();
-                    st2.cursor = 0;
+                    st.control_done(idx);
                     continue;
                 }
             }
@@ -458,9 +463,7 @@ impl Comm {
                     }
                 }
             }
-            r.ctrl_done = true;
-            fifo.pop_front();
-            *cursor = 0;
+            st.control_done(idx);
         }
     }
 
