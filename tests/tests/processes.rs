@@ -215,19 +215,10 @@ fn connect_close_cycles_leave_no_fds_or_threads() {
 
 #[test]
 fn bad_settings_are_logged_and_defaults_used() {
-    let out = Command::new(RANK_BIN)
-        .arg("probe")
-        .env("NCCL_BPF_NSTREAMS", "lots")
-        .env("NCCL_BPF_MIN_CHUNK", "7")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("transfer ok"));
+    let text = probe(&[
+        ("NCCL_BPF_NSTREAMS", "lots".as_ref()),
+        ("NCCL_BPF_MIN_CHUNK", "7".as_ref()),
+    ]);
     assert!(
         text.contains("NCCL_BPF_NSTREAMS=\"lots\" ignored"),
         "{text}"
@@ -239,17 +230,7 @@ fn bad_settings_are_logged_and_defaults_used() {
 #[test]
 fn settings_change_the_transport_shape() {
     for streams in ["0", "1", "8"] {
-        let out = Command::new(RANK_BIN)
-            .arg("probe")
-            .env("NCCL_BPF_NSTREAMS", streams)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = String::from_utf8_lossy(&out.stdout);
+        let text = probe(&[("NCCL_BPF_NSTREAMS", streams.as_ref())]);
         assert!(
             text.contains(&format!("{streams} data stream(s)")),
             "{text}"
@@ -259,22 +240,16 @@ fn settings_change_the_transport_shape() {
 
 #[test]
 fn no_interface_fails_init_with_a_reason() {
-    let out = Command::new(RANK_BIN)
-        .arg("probe")
-        .env("NCCL_SOCKET_IFNAME", "=nosuchif0")
-        .output()
-        .unwrap();
+    let out = probe_output(&[("NCCL_SOCKET_IFNAME", "=nosuchif0".as_ref())]);
     assert!(!out.status.success(), "init must fail without a device");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("init"), "{err}");
 }
 
-fn probe_with_policy(policy: &std::path::Path) -> String {
-    let out = Command::new(RANK_BIN)
-        .arg("probe")
-        .env("NCCL_BPF_NET_POLICY", policy)
-        .output()
-        .unwrap();
+/// Runs `harness-rank probe` (one connection, a few transfers, then the plugin's log) with
+/// extra environment; returns its stdout, failing unless it succeeded.
+fn probe(env: &[(&str, &std::ffi::OsStr)]) -> String {
+    let out = probe_output(env);
     assert!(
         out.status.success(),
         "{}",
@@ -283,6 +258,18 @@ fn probe_with_policy(policy: &std::path::Path) -> String {
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(text.contains("transfer ok"), "{text}");
     text
+}
+
+fn probe_output(env: &[(&str, &std::ffi::OsStr)]) -> std::process::Output {
+    Command::new(RANK_BIN)
+        .arg("probe")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
+fn probe_with_policy(policy: &std::path::Path) -> String {
+    probe(&[("NCCL_BPF_NET_POLICY", policy.as_os_str())])
 }
 
 fn policy(rel: &str) -> PathBuf {

@@ -197,6 +197,16 @@ fn prologue_start(at: &[usize], target: usize) -> usize {
     at[target] - prologue_len()
 }
 
+/// An ALU immediate as BPF defines it: sign-extended for 64-bit operations, zero-extended
+/// (as a 32-bit value) for 32-bit ones.
+fn imm_value(w: bool, imm: i32) -> u64 {
+    if w {
+        imm as i64 as u64
+    } else {
+        u64::from(imm as u32)
+    }
+}
+
 fn alu(a: &mut Asm, i: &Insn) -> Result<(), &'static str> {
     let w = i.class() == op::ALU64;
     let dst = r(i.dst);
@@ -223,24 +233,15 @@ fn alu(a: &mut Asm, i: &Insn) -> Result<(), &'static str> {
         op::MOV => {
             if reg {
                 a.mov_rr(w, dst, src);
-            } else if w {
-                a.mov_ri64(dst, imm as i64 as u64);
             } else {
-                a.mov_ri64(dst, u64::from(imm as u32));
+                a.mov_ri64(dst, imm_value(w, imm));
             }
         }
         op::MUL => {
             if reg {
                 a.imul_rr(w, dst, src);
             } else {
-                a.mov_ri64(
-                    R11,
-                    if w {
-                        imm as i64 as u64
-                    } else {
-                        u64::from(imm as u32)
-                    },
-                );
+                a.mov_ri64(R11, imm_value(w, imm));
                 a.imul_rr(w, dst, R11);
             }
         }
@@ -248,14 +249,7 @@ fn alu(a: &mut Asm, i: &Insn) -> Result<(), &'static str> {
             if reg {
                 a.mov_rr(w, R11, src);
             } else {
-                a.mov_ri64(
-                    R11,
-                    if w {
-                        imm as i64 as u64
-                    } else {
-                        u64::from(imm as u32)
-                    },
-                );
+                a.mov_ri64(R11, imm_value(w, imm));
             }
             a.test_rr(w, R11, R11);
             let nonzero = a.jcc(Cond::Ne);
