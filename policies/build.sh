@@ -19,4 +19,15 @@ for dir in src safe unsafe; do
     fi
   done
 done
+# The verifier and JIT must also take what older cpu versions emit (no ALU32/JMP32 in v1,
+# no ALU32 in v2). Programs that need v3 (32-bit atomics) are skipped for them.
+for cpu in v1 v2; do
+  mkdir -p "$out/cpu-$cpu"
+  for c in src/*.c safe/*.c; do
+    o="$out/cpu-$cpu/$(basename "$(dirname "$c")")-$(basename "${c%.c}").o"
+    if [ ! -f "$o" ] || [ "$c" -nt "$o" ] || [ include/ncclbpf.h -nt "$o" ]; then
+      clang -O2 -g -target bpf -mcpu=$cpu -I include -c "$c" -o "$o" 2>/dev/null || rm -f "$o"
+    fi
+  done
+done
 echo "policies built in target/policies"

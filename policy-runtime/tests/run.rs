@@ -61,8 +61,20 @@ fn net_ctx(r: &mut Rng) -> NetCtx {
 
 #[test]
 fn jit_and_interpreter_agree_on_every_accepted_program() {
-    for dir in ["src", "safe"] {
-        for (name, _, obj) in objects(dir) {
+    let v1 = built_objects("cpu-v1");
+    let v2 = built_objects("cpu-v2");
+    assert!(
+        v1.len() >= 10 && v2.len() >= 10,
+        "run policies/build.sh (cpu-v1/v2 builds)"
+    );
+    let all: Vec<_> = ["src", "safe"]
+        .into_iter()
+        .flat_map(objects)
+        .chain(v1)
+        .chain(v2)
+        .collect();
+    {
+        for (name, _, obj) in all {
             for p in &obj.programs {
                 let (ra, rb) = (registry(), registry());
                 let jit = LoadedProgram::load(&obj, Some(&p.name), &ra, &opts(Tier::Jit))

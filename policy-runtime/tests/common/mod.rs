@@ -36,6 +36,31 @@ pub fn objects(dir: &str) -> Vec<(String, Vec<u8>, Object)> {
         .collect()
 }
 
+/// Every object compiled into target/policies/<dir> (e.g. the `cpu-v1` builds).
+pub fn built_objects(dir: &str) -> Vec<(String, Vec<u8>, Object)> {
+    let mut paths: Vec<_> = std::fs::read_dir(root().join("target/policies").join(dir))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "o"))
+                .collect()
+        })
+        .unwrap_or_default();
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|p| {
+            let b = std::fs::read(&p).unwrap();
+            let o = Object::parse(&b).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            (
+                format!("{dir}/{}", p.file_stem().unwrap().to_string_lossy()),
+                b,
+                o,
+            )
+        })
+        .collect()
+}
+
 /// A registry of its own (maps not shared with other tests).
 pub fn registry() -> Registry {
     static N: AtomicU64 = AtomicU64::new(0);
