@@ -6,5 +6,5 @@ scripts/build.sh
 policies/build.sh
 cargo build --release -p ncclbpf-bench -p ncclbpf-harness
 mkdir -p build
-cp -f target/release/libnccl-net-bpf.so target/release/ncclbpf-bench target/release/harness-rank target/policies/src/net_stats.o build/
+cp -f target/release/libnccl-net-bpf.so target/release/ncclbpf-bench target/release/harness-rank target/policies/src/net_stats.o target/policies/src/size_aware.o build/
 ls -la build

@@ -18,6 +18,9 @@ echo "$syms"
 for v in 7 8 9 10 11 12; do
   echo "$syms" | grep -qx "ncclNetPlugin_v$v" || { echo "missing ncclNetPlugin_v$v"; exit 1; }
 done
+for v in 2 3 4 5 6; do
+  echo "$syms" | grep -qx "ncclTunerPlugin_v$v" || { echo "missing ncclTunerPlugin_v$v"; exit 1; }
+done
 echo "== policies (clang -target bpf)"
 policies/build.sh
 echo "== tests (unit, harness against $lib)"

@@ -24,7 +24,7 @@ run() { # label nranks extra-env...
   for r in $(seq 0 $((n - 1))); do
     env "$@" RANK=$r WORLD_SIZE=$n LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
       NCCL_HOSTID=host$r NCCL_SOCKET_IFNAME=lo NCCL_NVLS_ENABLE=0 \
-      NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET \
+      NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,TUNING \
       timeout 240 python3 bench/gpu/allreduce.py "$label" >"$OUT/$label-n$n-r$r.log" 2>&1 &
     pids+=($!)
   done
@@ -34,6 +34,7 @@ run() { # label nranks extra-env...
   echo "$label n=$n exit=$rc via-NET-lines=$(cat "$OUT"/$label-n$n-r*.log | grep -c 'via NET/')" | tee -a "$OUT/runs.txt"
   grep -h -m2 'via NET/' "$OUT/$label-n$n-r0.log" | sed 's/^/    /' | tee -a "$OUT/runs.txt"
   grep -h -m1 -E 'Using network|Initialized NET plugin' "$OUT/$label-n$n-r0.log" | sed 's/^/    /' | tee -a "$OUT/runs.txt"
+  grep -h -E 'TUNER/BPF|tuner' "$OUT/$label-n$n-r0.log" | head -4 | sed 's/^/    /' | tee -a "$OUT/runs.txt"
 }
 
 : >"$OUT/results.txt"; : >"$OUT/runs.txt"
@@ -45,6 +46,7 @@ config_env() {
     socket) echo NCCL_NET=Socket ;;
     bpf) echo NCCL_NET_PLUGIN=$LIB NCCL_NET=BPF ;;
     bpfpolicy) echo NCCL_NET_PLUGIN=$LIB NCCL_NET=BPF NCCL_BPF_NET_POLICY=$POLICY ;;
+    bpftuner) echo NCCL_NET_PLUGIN=$LIB NCCL_NET=BPF NCCL_TUNER_PLUGIN=$LIB NCCL_BPF_TUNER_POLICY=$PWD/build/size_aware.o ;;
   esac
 }
 if [ "${LOOPBACK_ONLY:-0}" != 1 ]; then

@@ -129,3 +129,12 @@ impl NcclFunc {
     pub const SIGNAL: Self = Self(13);
     pub const WAIT_SIGNAL: Self = Self(14);
 }
+
+/// A function table NCCL reads through `dlsym`. Tables hold raw pointers (the name, the
+/// functions), so they are not `Sync` by themselves; this wrapper, layout-transparent, lets a
+/// `static` hold one.
+#[repr(transparent)]
+pub struct Export<T>(pub T);
+
+// SAFETY: exported tables are immutable statics whose pointers refer to 'static code and strings.
+unsafe impl<T> Sync for Export<T> {}

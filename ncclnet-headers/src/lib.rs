@@ -2,7 +2,8 @@
 //!
 //! * [`common`]: `ncclResult_t`, the logger, the profiler callback, shared constants.
 //! * [`net`]: `ncclNet_v7` … `ncclNet_v12` function tables and their property structs.
-//! * [`tuner`]: `ncclTuner_v2` … `ncclTuner_v6` function tables and their constants.
+//! * [`tuner`]: `ncclTuner_v2` … `ncclTuner_v6` function tables and their constants;
+//! * [`log`]: calling the (variadic) logger NCCL hands to plugins, safely.
 //!
 //! NCCL enums are never Rust enums here: NCCL adds values over time, and an unknown
 //! discriminant in a Rust enum is undefined behaviour. Every enum is an `i32` newtype with
@@ -10,6 +11,7 @@
 //! values of the ABI reference (which were computed from the real C headers).
 
 pub mod common;
+pub mod log;
 pub mod net;
 pub mod tuner;
 

@@ -559,11 +559,7 @@ unsafe extern "C" fn get_properties_v7(dev: c_int, props: *mut NetPropertiesV7) 
 
 // ---------------------------------------------------------------- exported tables
 
-/// A function table NCCL reads through `dlsym`. It holds raw pointers, hence the wrapper.
-#[repr(transparent)]
-pub struct Export<T>(pub T);
-// SAFETY: the tables are immutable and their pointers refer to 'static code and strings.
-unsafe impl<T> Sync for Export<T> {}
+use ncclnet_headers::Export;
 
 const NAME: *const std::ffi::c_char = NET_NAME.as_ptr();
 

@@ -26,3 +26,6 @@ pub mod log;
 pub mod plugin;
 pub mod setup;
 pub mod wire;
+
+/// The tuner plugin lives in the same library (NCCL finds `ncclTunerPlugin_vN` here too).
+pub use ncclbpf_tuner as tuner;

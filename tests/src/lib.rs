@@ -658,3 +658,170 @@ pub fn shipped_policy(name: &str) -> Option<PathBuf> {
         .join(format!("{name}.o"));
     p.exists().then_some(p)
 }
+
+/// The tuner half of the library, driven as NCCL's enqueue path drives it.
+pub struct Tuner {
+    pub version: u32,
+    table: TunerTable,
+    ctx: Vp,
+}
+
+#[derive(Clone, Copy)]
+enum TunerTable {
+    V2(&'static ncclnet_headers::tuner::TunerV2),
+    V3(&'static ncclnet_headers::tuner::TunerV3),
+    V4(&'static ncclnet_headers::tuner::TunerV4),
+    V5(&'static ncclnet_headers::tuner::TunerV5),
+    V6(&'static ncclnet_headers::tuner::TunerV6),
+}
+
+/// What one getCollInfo call did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TunerCall {
+    /// The cost table after the call (v3+), row-major `[algo][proto]`.
+    pub table: Vec<f32>,
+    /// v2: the (algorithm, protocol) it returned (-1 when left alone).
+    pub pair: (i32, i32),
+    pub nchannels: i32,
+}
+
+impl TunerCall {
+    /// The (algo, proto) NCCL would pick: the smallest non-negative cost.
+    pub fn picked(&self, num_proto: usize) -> Option<(usize, usize)> {
+        if self.pair.0 >= 0 {
+            return Some((self.pair.0 as usize, self.pair.1 as usize));
+        }
+        let i = (0..self.table.len())
+            .filter(|&i| self.table[i] >= 0.0)
+            .min_by(|&a, &b| self.table[a].total_cmp(&self.table[b]))?;
+        Some((i / num_proto, i % num_proto))
+    }
+}
+
+impl Tuner {
+    /// Loads the library's `ncclTunerPlugin_vN` (newest, or `version`) and runs its `init`.
+    pub fn open(version: Option<u32>, nranks: usize, nnodes: usize) -> Result<Tuner, String> {
+        let path = plugin_path();
+        let cpath = CString::new(path.to_string_lossy().as_bytes()).map_err(|e| e.to_string())?;
+        // SAFETY: dlopen with a valid C string; kept open for the process's life.
+        let lib = unsafe { libc::dlopen(cpath.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        if lib.is_null() {
+            return Err(format!("dlopen {}", path.display()));
+        }
+        let versions: Vec<u32> = version.map_or(vec![6, 5, 4, 3, 2], |v| vec![v]);
+        for v in versions {
+            let sym = CString::new(format!("ncclTunerPlugin_v{v}")).expect("no NUL");
+            // SAFETY: dlsym on a live handle.
+            let p = unsafe { libc::dlsym(lib, sym.as_ptr()) };
+            if p.is_null() {
+                continue;
+            }
+            use ncclnet_headers::tuner::*;
+            // SAFETY: the symbol is that version's table, alive while the library is.
+            let table = unsafe {
+                match v {
+                    2 => TunerTable::V2(&*(p as *const TunerV2)),
+                    3 => TunerTable::V3(&*(p as *const TunerV3)),
+                    4 => TunerTable::V4(&*(p as *const TunerV4)),
+                    5 => TunerTable::V5(&*(p as *const TunerV5)),
+                    _ => TunerTable::V6(&*(p as *const TunerV6)),
+                }
+            };
+            let mut t = Tuner {
+                version: v,
+                table,
+                ctx: std::ptr::null_mut(),
+            };
+            let mut nvl = NvlDomainInfoV5::default();
+            // SAFETY: zeroed constants are a valid (if meaningless) table of doubles.
+            let mut consts: TunerConstantsV5 = unsafe { std::mem::zeroed() };
+            // SAFETY: init with the arguments of its version.
+            let r = unsafe {
+                match table {
+                    TunerTable::V2(x) => x.init.unwrap()(nranks, nnodes, logger(), &mut t.ctx),
+                    TunerTable::V3(x) => x.init.unwrap()(nranks, nnodes, logger(), &mut t.ctx),
+                    TunerTable::V4(x) => x.init.unwrap()(nranks, nnodes, logger(), &mut t.ctx),
+                    TunerTable::V5(x) => x.init.unwrap()(
+                        &mut t.ctx,
+                        0xc0ffee,
+                        nranks,
+                        nnodes,
+                        logger(),
+                        &mut nvl,
+                        &mut consts,
+                    ),
+                    TunerTable::V6(x) => x.init.unwrap()(
+                        &mut t.ctx,
+                        0xc0ffee,
+                        nranks,
+                        nnodes,
+                        logger(),
+                        &mut nvl,
+                        &mut consts,
+                    ),
+                }
+            };
+            return if r.is_success() {
+                Ok(t)
+            } else {
+                Err(format!("tuner init: {}", r.name()))
+            };
+        }
+        Err("no ncclTunerPlugin_vN".into())
+    }
+
+    /// One getCollInfo for an all-reduce of `bytes` over a cost table NCCL filled with `costs`.
+    pub fn coll_info(
+        &self,
+        bytes: usize,
+        costs: &[f32],
+        num_algo: usize,
+        num_proto: usize,
+    ) -> R<TunerCall> {
+        let mut table = costs.to_vec();
+        let tp = table.as_mut_ptr() as *mut *mut f32;
+        let mut nch: c_int = 0;
+        let (mut algo, mut proto) = (-1, -1);
+        let f = ncclnet_headers::NcclFunc::ALL_REDUCE;
+        let (na, np) = (num_algo as c_int, num_proto as c_int);
+        // SAFETY: the table outlives the call and has num_algo x num_proto floats.
+        ok(unsafe {
+            match self.table {
+                TunerTable::V2(x) => x.get_coll_info.unwrap()(
+                    self.ctx, f, bytes, 0, 0, 1, &mut algo, &mut proto, &mut nch,
+                ),
+                TunerTable::V3(x) => {
+                    x.get_coll_info.unwrap()(self.ctx, f, bytes, 1, tp, na, np, &mut nch)
+                }
+                TunerTable::V4(x) => {
+                    x.get_coll_info.unwrap()(self.ctx, f, bytes, 1, tp, na, np, 0, &mut nch)
+                }
+                TunerTable::V5(x) => {
+                    x.get_coll_info.unwrap()(self.ctx, f, bytes, 1, tp, na, np, 0, &mut nch)
+                }
+                TunerTable::V6(x) => {
+                    x.get_coll_info.unwrap()(self.ctx, f, bytes, 1, tp, na, np, 0, &mut nch)
+                }
+            }
+        })?;
+        Ok(TunerCall {
+            table,
+            pair: (algo, proto),
+            nchannels: nch,
+        })
+    }
+
+    pub fn finalize(&mut self) -> R<()> {
+        let ctx = std::mem::replace(&mut self.ctx, std::ptr::null_mut());
+        // SAFETY: ctx came from this table's init.
+        ok(unsafe {
+            match self.table {
+                TunerTable::V2(x) => x.destroy.unwrap()(ctx),
+                TunerTable::V3(x) => x.destroy.unwrap()(ctx),
+                TunerTable::V4(x) => x.destroy.unwrap()(ctx),
+                TunerTable::V5(x) => x.finalize.unwrap()(ctx),
+                TunerTable::V6(x) => x.finalize.unwrap()(ctx),
+            }
+        })
+    }
+}

@@ -6,6 +6,7 @@
 //! harness-rank recv-forever <dir> <version>                      listen (dir/handle.0), receive forever
 //! harness-rank cycles <n>                                        n connect/close cycles, print fds/threads
 //! harness-rank probe                                              one transfer, then print the plugin's log
+//! harness-rank tune <version|0> <nranks> <nnodes>                 tuner decisions for a size sweep
 //! harness-rank job <nranks> <version> <size>...                   the demo: a ring all-reduce job of
 //!                                                                  nranks processes, with timings and
 //!                                                                  per-connection totals
@@ -268,6 +269,32 @@ fn probe() {
     print!("{}", ncclbpf_harness::log_text());
 }
 
+/// NCCL-like costs: every combination usable, Simple cheapest, then LL128, then LL.
+pub fn tune_costs(num_algo: usize, num_proto: usize) -> Vec<f32> {
+    (0..num_algo * num_proto)
+        .map(|i| 10.0 + (i / num_proto) as f32 + (num_proto - 1 - i % num_proto) as f32)
+        .collect()
+}
+
+fn tune(version: u32, nranks: usize, nnodes: usize) {
+    let mut t =
+        ncclbpf_harness::Tuner::open((version > 0).then_some(version), nranks, nnodes).unwrap();
+    let (na, np) = (7, 3);
+    let costs = tune_costs(na, np);
+    println!("tuner v{} ({nranks} ranks, {nnodes} nodes)", t.version);
+    for bytes in [1024usize, 65536, 1 << 20, 16 << 20, 256 << 20] {
+        let c = t.coll_info(bytes, &costs, na, np).unwrap();
+        let (a, p) = c.picked(np).unwrap();
+        let changed = c.table.iter().zip(&costs).filter(|(x, y)| x != y).count();
+        println!(
+            "decision bytes={bytes} algo={a} proto={p} nchannels={} changed={changed}",
+            c.nchannels
+        );
+    }
+    t.finalize().unwrap();
+    print!("{}", ncclbpf_harness::log_text());
+}
+
 fn job(nranks: usize, version: &str, sizes: &[String]) {
     let dir = std::env::temp_dir().join(format!("ncclbpf-job-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -284,6 +311,26 @@ fn job(nranks: usize, version: &str, sizes: &[String]) {
         );
     }
     let me = std::env::current_exe().unwrap();
+    if let Some(tp) = std::env::var_os("NCCL_BPF_TUNER_POLICY")
+        .or_else(|| ncclbpf_harness::shipped_policy("size_aware").map(Into::into))
+    {
+        // The tuner half of the library, as NCCL would call it for this job's all-reduces.
+        let out = std::process::Command::new(&me)
+            .args(["tune", "0", &nranks.to_string(), &nranks.to_string()])
+            .env("NCCL_BPF_TUNER_POLICY", &tp)
+            .output()
+            .unwrap();
+        println!(
+            "tuner policy: {} — decisions for all_reduce (algo 0 tree, 1 ring; proto 0 LL, 1 LL128, 2 Simple):",
+            tp.to_string_lossy()
+        );
+        for l in String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with("decision "))
+        {
+            println!("  {}", &l["decision ".len()..]);
+        }
+    }
     let kids: Vec<_> = (0..nranks)
         .map(|r| {
             std::process::Command::new(&me)
@@ -333,6 +380,11 @@ fn main() {
         "recv-forever" => recv_forever(a(1).into(), a(2).parse().unwrap()),
         "cycles" => cycles(a(1).parse().unwrap()),
         "probe" => probe(),
+        "tune" => tune(
+            a(1).parse().unwrap(),
+            a(2).parse().unwrap(),
+            a(3).parse().unwrap(),
+        ),
         "job" => job(a(1).parse().unwrap(), a(2), &args[3..]),
         m => panic!("unknown mode {m}"),
     }

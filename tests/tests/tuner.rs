@@ -1,0 +1,108 @@
+//! The tuner in the same library, driven through every tuner ABI version as NCCL drives it.
+//! Each case runs in its own process because the policy is read from the environment once.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+const RANK_BIN: &str = env!("CARGO_BIN_EXE_harness-rank");
+
+fn policy(rel: &str) -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/policies")
+        .join(rel);
+    assert!(p.exists(), "{} missing: run policies/build.sh", p.display());
+    p
+}
+
+/// One decision line: `(bytes, algo, proto, nchannels, table entries changed)`.
+type Row = (u64, u64, u64, i64, u64);
+
+/// The decision lines and the whole output of `harness-rank tune`.
+fn tune(version: u32, policy: Option<PathBuf>) -> (Vec<Row>, String) {
+    let mut cmd = Command::new(RANK_BIN);
+    cmd.args(["tune", &version.to_string(), "4", "2"]);
+    if let Some(p) = policy {
+        cmd.env("NCCL_BPF_TUNER_POLICY", p);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let rows = text
+        .lines()
+        .filter(|l| l.starts_with("decision "))
+        .map(|l| {
+            let v: Vec<i64> = l
+                .split_whitespace()
+                .skip(1)
+                .map(|kv| kv.split('=').nth(1).unwrap().parse().unwrap())
+                .collect();
+            (v[0] as u64, v[1] as u64, v[2] as u64, v[3], v[4] as u64)
+        })
+        .collect();
+    (rows, text)
+}
+
+const KIB: u64 = 1024;
+
+#[test]
+fn without_a_policy_nccls_table_is_untouched() {
+    for v in [6, 5, 4, 3, 2] {
+        let (rows, _) = tune(v, None);
+        assert_eq!(rows.len(), 5);
+        for (bytes, algo, proto, nch, changed) in rows {
+            assert_eq!(
+                (algo, proto, nch, changed),
+                (0, 2, 0, 0),
+                "v{v} {bytes} B: NCCL's own choice"
+            );
+        }
+    }
+}
+
+#[test]
+fn size_aware_policy_steers_every_version() {
+    for v in [6, 5, 4, 3] {
+        let (rows, text) = tune(v, Some(policy("src/size_aware.o")));
+        let picked: Vec<_> = rows.iter().map(|r| (r.0, r.1, r.2, r.3)).collect();
+        assert_eq!(
+            picked,
+            [
+                (KIB, 0, 0, 0),
+                (64 * KIB, 0, 0, 0),
+                (1024 * KIB, 0, 1, 0),
+                (16 << 20, 1, 2, 8),
+                (256 << 20, 1, 2, 8)
+            ],
+            "v{v}:\n{text}"
+        );
+        assert!(
+            rows.iter().all(|r| r.4 == 1),
+            "exactly one entry lowered per decision"
+        );
+        assert!(text.contains("policy 'size_aware'"), "{text}");
+    }
+    // v2 takes full (algorithm, protocol) pairs only.
+    let (rows, _) = tune(2, Some(policy("src/size_aware.o")));
+    let picked: Vec<_> = rows.iter().map(|r| (r.1, r.2, r.3)).collect();
+    assert_eq!(
+        picked,
+        [(0, 2, 0), (0, 2, 0), (0, 2, 0), (1, 2, 8), (1, 2, 8)]
+    );
+}
+
+#[test]
+fn rejected_policy_leaves_nccl_in_charge() {
+    let (rows, text) = tune(6, Some(policy("unsafe/div_by_zero.o")));
+    assert!(rows.iter().all(|r| (r.1, r.2, r.4) == (0, 2, 0)), "{text}");
+    assert!(
+        text.contains("tuner policy not loaded") && text.contains("division or modulo by R1"),
+        "{text}"
+    );
+    let (rows, text) = tune(6, Some(policy("src/net_stats.o")));
+    assert!(rows.iter().all(|r| r.4 == 0));
+    assert!(text.contains("no program in a 'tuner' section"), "{text}");
+}

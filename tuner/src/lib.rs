@@ -1,0 +1,27 @@
+//! The tuner plugin: on every collective NCCL asks for an algorithm, a protocol and a channel
+//! count; a verified BPF program (`SEC("tuner")`) answers from the message size, the
+//! communicator's shape and the maps the net hooks fill.
+//!
+//! * [`ffi`]: `ncclTunerPlugin_v2` … `v6` (exported by the plugin library, which links this
+//!   crate), panic guards; a tuner never returns an error to NCCL;
+//! * [`decide`]: building the program's context and writing its answer into NCCL's cost table;
+//! * [`policy`]: the process-wide policy (`NCCL_BPF_TUNER_POLICY`).
+
+pub mod decide;
+pub mod ffi;
+pub mod policy;
+
+/// `tlog!(INFO, TUNING, "format", args...)`: a line prefixed `TUNER/BPF` in NCCL's log.
+#[macro_export]
+macro_rules! tlog {
+    ($level:ident, $subsys:ident, $($arg:tt)*) => {
+        ::ncclnet_headers::log::log(
+            "TUNER/BPF",
+            ::ncclnet_headers::LogLevel::$level,
+            ::ncclnet_headers::LogSubsys::$subsys,
+            file!(),
+            line!(),
+            &format!($($arg)*),
+        )
+    };
+}
