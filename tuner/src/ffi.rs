@@ -76,17 +76,19 @@ impl TunerContext {
             },
         };
         *st.counts.entry((d.algo, d.proto, d.applied)).or_default() += 1;
-        crate::tlog!(
-            TRACE,
-            TUNING,
-            "coll {} {} B: algo {} proto {} channels {} ({})",
-            coll.0,
-            n_bytes,
-            d.algo,
-            d.proto,
-            d.nchannels,
-            if d.applied { "applied" } else { "not applied" }
-        );
+        if trace_decisions() {
+            crate::tlog!(
+                TRACE,
+                TUNING,
+                "coll {} {} B: algo {} proto {} channels {} ({})",
+                coll.0,
+                n_bytes,
+                d.algo,
+                d.proto,
+                d.nchannels,
+                if d.applied { "applied" } else { "not applied" }
+            );
+        }
         Some(d)
     }
 
@@ -113,6 +115,13 @@ impl TunerContext {
             }
         )
     }
+}
+
+/// Per-decision log lines cost a formatted string per collective, so they are built only when
+/// NCCL would print them (`NCCL_DEBUG=TRACE`); the summary at finalize is always logged.
+fn trace_decisions() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("NCCL_DEBUG").is_ok_and(|v| v.eq_ignore_ascii_case("TRACE")))
 }
 
 fn quiet(what: &str, f: impl FnOnce()) {
