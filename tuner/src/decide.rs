@@ -4,8 +4,8 @@
 //! NCCL fills `float[numAlgo][numProto]` with estimated times (-1 for combinations it cannot
 //! use) and picks the smallest entry that is not negative. The policy names an algorithm, a
 //! protocol, or both (-1 for "NCCL's choice"); the chosen combination's cost is set to 0 so
-//! NCCL picks it. A choice NCCL cannot use is ignored: the table is never left without a
-//! usable entry, and entries NCCL disabled are never revived.
+//! NCCL picks it. A choice NCCL cannot use, or any other out-of-range value, changes nothing:
+//! the table is never left without a usable entry, and entries NCCL disabled are never revived.
 
 use policy_runtime::{SlotHandle, TunerCtx};
 
@@ -62,8 +62,8 @@ pub fn apply(ctx: &TunerCtx, table: &mut [f32], num_algo: usize, num_proto: usiz
     let in_range = |v: i32, n: usize| usize::try_from(v).ok().filter(|&v| v < n);
     let choice = match (in_range(ctx.algo, num_algo), in_range(ctx.proto, num_proto)) {
         (Some(a), Some(p)) => usable(a, p).then_some((a, p)),
-        (Some(a), None) if ctx.proto < 0 => cheapest(&mut (0..num_proto).map(|p| (a, p))),
-        (None, Some(p)) if ctx.algo < 0 => cheapest(&mut (0..num_algo).map(|a| (a, p))),
+        (Some(a), None) if ctx.proto == -1 => cheapest(&mut (0..num_proto).map(|p| (a, p))),
+        (None, Some(p)) if ctx.algo == -1 => cheapest(&mut (0..num_algo).map(|a| (a, p))),
         _ => None,
     };
     if let Some((a, p)) = choice {
