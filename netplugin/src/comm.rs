@@ -15,6 +15,7 @@
 use crate::buf::Buf;
 use crate::error::{NetError, NetResult};
 use crate::hooks::{ConnHooks, ConnInfo};
+use crate::setup::Endpoint;
 use crate::wire::{self, MSG_HEADER_SIZE, Shape};
 use crossbeam_channel::{Receiver, Sender};
 use shared_maps::ConnDirection;
@@ -130,7 +131,7 @@ impl Comm {
     pub fn new(
         direction: ConnDirection,
         conn_id: u64,
-        dev: u32,
+        endpoint: Endpoint,
         shape: Shape,
         control: TcpStream,
         data: Vec<TcpStream>,
@@ -174,7 +175,8 @@ impl Comm {
                 direction,
                 conn_id,
                 peer_port,
-                dev,
+                dev: endpoint.dev,
+                comm_id: endpoint.comm_id,
                 nstreams: shape.nstreams,
             }),
         });

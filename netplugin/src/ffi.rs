@@ -10,7 +10,7 @@ use crate::comm::{Comm, ReqSlot};
 use crate::error::{NetError, NetResult};
 use crate::log::set_logger;
 use crate::plugin::{self, NET_NAME, NetContext};
-use crate::setup::{self, ListenComm};
+use crate::setup::{self, Endpoint, ListenComm};
 use crate::wire::HANDLE_SIZE;
 use ncclnet_headers::net::*;
 use ncclnet_headers::{DebugLogger, NcclResult, ProfilerCallback};
@@ -130,18 +130,37 @@ fn v_props_v11(p: &NetPropertiesV12) -> NetVDevicePropsV11 {
     }
 }
 
-fn listen(dev: c_int, handle: Vp, listen_comm: *mut Vp) -> NetResult<()> {
+/// Which device and communicator a connection serves (the communicator is known from v11).
+fn endpoint(dev: c_int, ctx: Vp) -> Endpoint {
+    // SAFETY: a non-null ctx is a NetContext from init_v11, alive until finalize.
+    let comm_id = if ctx.is_null() {
+        0
+    } else {
+        unsafe { (*(ctx as *const NetContext)).comm_id }
+    };
+    Endpoint {
+        dev: dev.max(0) as u32,
+        comm_id,
+    }
+}
+
+fn listen(dev: c_int, ctx: Vp, handle: Vp, listen_comm: *mut Vp) -> NetResult<()> {
     let p = plugin::get()?;
     let d = p.device(dev)?;
-    let l = setup::listen(dev as u32, d.bind_addr(), p.shape(), handle_buf(handle)?)?;
+    let l = setup::listen(
+        endpoint(dev, ctx),
+        d.bind_addr(),
+        p.shape(),
+        handle_buf(handle)?,
+    )?;
     put(listen_comm, Box::into_raw(l) as Vp, "listenComm")
 }
 
-fn connect(dev: c_int, handle: Vp, send_comm: *mut Vp) -> NetResult<()> {
+fn connect(dev: c_int, ctx: Vp, handle: Vp, send_comm: *mut Vp) -> NetResult<()> {
     plugin::get()?.device(dev)?;
     // Report "in progress" unless the comm is up.
     put(send_comm, std::ptr::null_mut(), "sendComm")?;
-    if let Some(c) = setup::connect(dev as u32, handle_buf(handle)?)? {
+    if let Some(c) = setup::connect(endpoint(dev, ctx), handle_buf(handle)?)? {
         put(send_comm, Box::into_raw(c) as Vp, "sendComm")?;
     }
     Ok(())
@@ -433,16 +452,18 @@ unsafe extern "C" fn set_net_attr(ctx: Vp, attr: *mut NetAttr) -> NcclResult {
 }
 
 unsafe extern "C" fn listen_v7(dev: c_int, handle: Vp, listen_comm: *mut Vp) -> NcclResult {
-    guard("listen", || listen(dev, handle, listen_comm))
+    guard("listen", || {
+        listen(dev, std::ptr::null_mut(), handle, listen_comm)
+    })
 }
 
 unsafe extern "C" fn listen_v11(
-    _ctx: Vp,
+    ctx: Vp,
     dev: c_int,
     handle: Vp,
     listen_comm: *mut Vp,
 ) -> NcclResult {
-    guard("listen", || listen(dev, handle, listen_comm))
+    guard("listen", || listen(dev, ctx, handle, listen_comm))
 }
 
 unsafe extern "C" fn connect_v7(
@@ -451,7 +472,9 @@ unsafe extern "C" fn connect_v7(
     send_comm: *mut Vp,
     _dc: *mut *mut NetDeviceHandle,
 ) -> NcclResult {
-    guard("connect", || connect(dev, handle, send_comm))
+    guard("connect", || {
+        connect(dev, std::ptr::null_mut(), handle, send_comm)
+    })
 }
 
 unsafe extern "C" fn connect_v10(
@@ -461,17 +484,19 @@ unsafe extern "C" fn connect_v10(
     send_comm: *mut Vp,
     _dc: *mut *mut NetDeviceHandle,
 ) -> NcclResult {
-    guard("connect", || connect(dev, handle, send_comm))
+    guard("connect", || {
+        connect(dev, std::ptr::null_mut(), handle, send_comm)
+    })
 }
 
 unsafe extern "C" fn connect_v11(
-    _ctx: Vp,
+    ctx: Vp,
     dev: c_int,
     handle: Vp,
     send_comm: *mut Vp,
     _dc: *mut *mut NetDeviceHandle,
 ) -> NcclResult {
-    guard("connect", || connect(dev, handle, send_comm))
+    guard("connect", || connect(dev, ctx, handle, send_comm))
 }
 
 unsafe extern "C" fn get_properties_v12(dev: c_int, props: *mut NetPropertiesV12) -> NcclResult {

@@ -152,6 +152,8 @@ pub struct ConnInfo {
     pub conn_id: u64,
     pub peer_port: u16,
     pub dev: u32,
+    /// The communicator's hash (net v11+), 0 when NCCL gives none.
+    pub comm_id: u64,
     pub nstreams: u32,
 }
 
@@ -189,7 +191,7 @@ impl ConnHooks {
         let mut ctx = NetCtx {
             conn_id: self.info.conn_id,
             bytes,
-            comm_id: 0,
+            comm_id: self.info.comm_id,
             op,
             peer_port: u32::from(self.info.peer_port),
             dev: self.info.dev,

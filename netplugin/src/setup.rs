@@ -68,8 +68,16 @@ struct Group {
     count: usize,
 }
 
+/// The device and communicator a connection serves.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Endpoint {
+    pub dev: u32,
+    /// The communicator's hash (net v11+), 0 when NCCL gives none.
+    pub comm_id: u64,
+}
+
 pub struct ListenComm {
-    dev: u32,
+    endpoint: Endpoint,
     listener: TcpListener,
     nonce: u64,
     shape: Shape,
@@ -79,7 +87,7 @@ pub struct ListenComm {
 
 /// Opens a listener on `bind` and fills the 128-byte handle for the peer.
 pub fn listen(
-    dev: u32,
+    endpoint: Endpoint,
     bind: SocketAddr,
     shape: Shape,
     handle: &mut [u8; HANDLE_SIZE],
@@ -95,7 +103,7 @@ pub fn listen(
     let nonce = random_u64();
     Handle { nonce, addr, shape }.encode(handle);
     Ok(Box::new(ListenComm {
-        dev,
+        endpoint,
         listener,
         nonce,
         shape,
@@ -190,7 +198,7 @@ impl ListenComm {
         Comm::new(
             ConnDirection::Recv,
             conn_id,
-            self.dev,
+            self.endpoint,
             self.shape,
             control,
             streams,
@@ -226,7 +234,7 @@ pub fn pending_connects() -> usize {
 }
 
 /// One step of a non-blocking connect. `Ok(None)`: call again with the same handle.
-pub fn connect(dev: u32, handle: &mut [u8; HANDLE_SIZE]) -> NetResult<Option<Box<Comm>>> {
+pub fn connect(endpoint: Endpoint, handle: &mut [u8; HANDLE_SIZE]) -> NetResult<Option<Box<Comm>>> {
     let key = Handle::connect_key(handle);
     let taken = {
         let mut table = pending();
@@ -283,7 +291,15 @@ pub fn connect(dev: u32, handle: &mut [u8; HANDLE_SIZE]) -> NetResult<Option<Box
         })
         .collect();
     let control = streams.pop().expect("control stream is last");
-    Comm::new(ConnDirection::Send, conn_id, dev, h.shape, control, streams).map(Some)
+    Comm::new(
+        ConnDirection::Send,
+        conn_id,
+        endpoint,
+        h.shape,
+        control,
+        streams,
+    )
+    .map(Some)
 }
 
 fn start_connect(h: Handle) -> NetResult<PendingConnect> {

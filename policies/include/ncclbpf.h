@@ -51,7 +51,7 @@ struct ncclbpf_tuner_ctx {
   __u32 nnodes;       /* read */
   __u32 num_pipe_ops; /* read */
   __u32 reg_buff;     /* read */
-  __u32 max_channels; /* read:  NCCL's channel count for this collective */
+  __u32 max_channels; /* read:  0 today (NCCL gives tuners no channel count; reserved) */
   __s32 algo;         /* write: NCCL_ALGO_* or -1 */
   __s32 proto;        /* write: NCCL_PROTO_* or -1 */
   __u32 nchannels;    /* write: channel count, 0 = NCCL's */

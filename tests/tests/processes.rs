@@ -306,3 +306,13 @@ fn rejected_net_policy_is_logged_and_traffic_flows() {
         "{text}"
     );
 }
+
+#[test]
+fn net_hooks_see_the_communicator_and_connection_shape() {
+    // harness-rank probe initialises net v12 with commId 0x1234; connections have 4 streams.
+    let text = probe_with_policy(&policy("safe/net_seen.o"));
+    assert!(
+        text.contains(&format!("map net_seen [0] = {} 4 1", 0x1234)),
+        "{text}"
+    );
+}

@@ -263,6 +263,19 @@ fn probe() {
             }
             Err(e) => println!("conn_stats unreadable: {e}"),
         }
+        // Every other map the policy filled, entry 0, as u64 words.
+        for v in shared_maps::MapView::open_all(std::process::id()).unwrap_or_default() {
+            if v.name == "net_conn_stats" {
+                continue;
+            }
+            if let Some((_, vals)) = v.entries().into_iter().next() {
+                let words: Vec<String> = vals[0]
+                    .chunks_exact(8)
+                    .map(|c| u64::from_le_bytes(c.try_into().unwrap()).to_string())
+                    .collect();
+                println!("map {} [0] = {}", v.name, words.join(" "));
+            }
+        }
     }
     n.close_send(s).unwrap();
     n.close_recv(r).unwrap();
