@@ -120,6 +120,31 @@ fn ok(r: NcclResult) -> R<()> {
 
 static ENV: Once = Once::new();
 
+/// Opens the library (`dlopen(RTLD_NOW | RTLD_LOCAL)`, as NCCL does; the handle stays open)
+/// and finds the first of `versions` exported as `<prefix><version>`, as NCCL's loader does.
+fn newest_symbol(prefix: &str, versions: &[u32]) -> Result<(u32, *mut c_void), String> {
+    let path = plugin_path();
+    let cpath = CString::new(path.to_string_lossy().as_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: dlopen with a valid C string; the handle is kept for the process's life.
+    let lib = unsafe { libc::dlopen(cpath.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if lib.is_null() {
+        // SAFETY: dlerror returns a C string describing the last failure.
+        let err = unsafe { CStr::from_ptr(libc::dlerror()) }
+            .to_string_lossy()
+            .into_owned();
+        return Err(format!("dlopen {}: {err}", path.display()));
+    }
+    for &v in versions {
+        let sym = CString::new(format!("{prefix}{v}")).expect("no NUL");
+        // SAFETY: dlsym on a live handle.
+        let p = unsafe { libc::dlsym(lib, sym.as_ptr()) };
+        if !p.is_null() {
+            return Ok((v, p));
+        }
+    }
+    Err(format!("no {prefix}{versions:?} in {}", path.display()))
+}
+
 impl Net {
     /// Loads the library; picks `version` or the newest exported one, as NCCL does.
     pub fn open(version: Option<u32>) -> Result<Net, String> {
@@ -129,50 +154,25 @@ impl Net {
                 unsafe { std::env::set_var("NCCL_SOCKET_IFNAME", "lo") };
             }
         });
-        let path = plugin_path();
-        let cpath = CString::new(path.to_string_lossy().as_bytes()).map_err(|e| e.to_string())?;
-        // SAFETY: dlopen with a valid C string; the handle is kept for the process's life.
-        let lib = unsafe { libc::dlopen(cpath.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        if lib.is_null() {
-            // SAFETY: dlerror returns a C string describing the last failure.
-            let err = unsafe { CStr::from_ptr(libc::dlerror()) }
-                .to_string_lossy()
-                .into_owned();
-            return Err(format!("dlopen {}: {err}", path.display()));
-        }
-        let wanted: Vec<u32> = match version {
-            Some(v) => vec![v],
-            None => VERSIONS.to_vec(),
-        };
-        for v in wanted {
-            let sym = CString::new(format!("ncclNetPlugin_v{v}")).expect("no NUL");
-            // SAFETY: dlsym on a live handle.
-            let p = unsafe { libc::dlsym(lib, sym.as_ptr()) };
-            if p.is_null() {
-                continue;
+        let versions: Vec<u32> = version.map_or(VERSIONS.to_vec(), |v| vec![v]);
+        let (v, p) = newest_symbol("ncclNetPlugin_v", &versions)?;
+        // SAFETY: the symbol is the data table of that version, alive while the library is.
+        let table = unsafe {
+            match v {
+                7 => Table::V7(&*(p as *const NetV7)),
+                8 => Table::V8(&*(p as *const NetV8)),
+                9 => Table::V9(&*(p as *const NetV9)),
+                10 => Table::V10(&*(p as *const NetV10)),
+                11 => Table::V11(&*(p as *const NetV11)),
+                12 => Table::V12(&*(p as *const NetV12)),
+                _ => return Err(format!("unknown net version {v}")),
             }
-            // SAFETY: the symbol is the data table of that version, alive while the library is.
-            let table = unsafe {
-                match v {
-                    7 => Table::V7(&*(p as *const NetV7)),
-                    8 => Table::V8(&*(p as *const NetV8)),
-                    9 => Table::V9(&*(p as *const NetV9)),
-                    10 => Table::V10(&*(p as *const NetV10)),
-                    11 => Table::V11(&*(p as *const NetV11)),
-                    12 => Table::V12(&*(p as *const NetV12)),
-                    _ => continue,
-                }
-            };
-            return Ok(Net {
-                version: v,
-                table,
-                ctx: std::ptr::null_mut(),
-            });
-        }
-        Err(format!(
-            "no ncclNetPlugin_v{version:?} in {}",
-            path.display()
-        ))
+        };
+        Ok(Net {
+            version: v,
+            table,
+            ctx: std::ptr::null_mut(),
+        })
     }
 
     /// Opens and initialises, failing the test on any error.
@@ -701,73 +701,58 @@ impl TunerCall {
 impl Tuner {
     /// Loads the library's `ncclTunerPlugin_vN` (newest, or `version`) and runs its `init`.
     pub fn open(version: Option<u32>, nranks: usize, nnodes: usize) -> Result<Tuner, String> {
-        let path = plugin_path();
-        let cpath = CString::new(path.to_string_lossy().as_bytes()).map_err(|e| e.to_string())?;
-        // SAFETY: dlopen with a valid C string; kept open for the process's life.
-        let lib = unsafe { libc::dlopen(cpath.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        if lib.is_null() {
-            return Err(format!("dlopen {}", path.display()));
-        }
         let versions: Vec<u32> = version.map_or(vec![6, 5, 4, 3, 2], |v| vec![v]);
-        for v in versions {
-            let sym = CString::new(format!("ncclTunerPlugin_v{v}")).expect("no NUL");
-            // SAFETY: dlsym on a live handle.
-            let p = unsafe { libc::dlsym(lib, sym.as_ptr()) };
-            if p.is_null() {
-                continue;
+        let (v, p) = newest_symbol("ncclTunerPlugin_v", &versions)?;
+        use ncclnet_headers::tuner::*;
+        // SAFETY: the symbol is that version's table, alive while the library is.
+        let table = unsafe {
+            match v {
+                2 => TunerTable::V2(&*(p as *const TunerV2)),
+                3 => TunerTable::V3(&*(p as *const TunerV3)),
+                4 => TunerTable::V4(&*(p as *const TunerV4)),
+                5 => TunerTable::V5(&*(p as *const TunerV5)),
+                _ => TunerTable::V6(&*(p as *const TunerV6)),
             }
-            use ncclnet_headers::tuner::*;
-            // SAFETY: the symbol is that version's table, alive while the library is.
-            let table = unsafe {
-                match v {
-                    2 => TunerTable::V2(&*(p as *const TunerV2)),
-                    3 => TunerTable::V3(&*(p as *const TunerV3)),
-                    4 => TunerTable::V4(&*(p as *const TunerV4)),
-                    5 => TunerTable::V5(&*(p as *const TunerV5)),
-                    _ => TunerTable::V6(&*(p as *const TunerV6)),
-                }
-            };
-            let mut t = Tuner {
-                version: v,
-                table,
-                ctx: std::ptr::null_mut(),
-            };
-            let mut nvl = NvlDomainInfoV5::default();
-            // SAFETY: zeroed constants are a valid (if meaningless) table of doubles.
-            let mut consts: TunerConstantsV5 = unsafe { std::mem::zeroed() };
-            // SAFETY: init with the arguments of its version.
-            let r = unsafe {
-                match table {
-                    TunerTable::V2(x) => x.init.unwrap()(nranks, nnodes, logger(), &mut t.ctx),
-                    TunerTable::V3(x) => x.init.unwrap()(nranks, nnodes, logger(), &mut t.ctx),
-                    TunerTable::V4(x) => x.init.unwrap()(nranks, nnodes, logger(), &mut t.ctx),
-                    TunerTable::V5(x) => x.init.unwrap()(
-                        &mut t.ctx,
-                        0xc0ffee,
-                        nranks,
-                        nnodes,
-                        logger(),
-                        &mut nvl,
-                        &mut consts,
-                    ),
-                    TunerTable::V6(x) => x.init.unwrap()(
-                        &mut t.ctx,
-                        0xc0ffee,
-                        nranks,
-                        nnodes,
-                        logger(),
-                        &mut nvl,
-                        &mut consts,
-                    ),
-                }
-            };
-            return if r.is_success() {
-                Ok(t)
-            } else {
-                Err(format!("tuner init: {}", r.name()))
-            };
+        };
+        let mut t = Tuner {
+            version: v,
+            table,
+            ctx: std::ptr::null_mut(),
+        };
+        let mut nvl = NvlDomainInfoV5::default();
+        // SAFETY: zeroed constants are a valid (if meaningless) table of doubles.
+        let mut consts: TunerConstantsV5 = unsafe { std::mem::zeroed() };
+        // SAFETY: init with the arguments of its version.
+        let r = unsafe {
+            match table {
+                TunerTable::V2(x) => x.init.unwrap()(nranks, nnodes, logger(), &mut t.ctx),
+                TunerTable::V3(x) => x.init.unwrap()(nranks, nnodes, logger(), &mut t.ctx),
+                TunerTable::V4(x) => x.init.unwrap()(nranks, nnodes, logger(), &mut t.ctx),
+                TunerTable::V5(x) => x.init.unwrap()(
+                    &mut t.ctx,
+                    0xc0ffee,
+                    nranks,
+                    nnodes,
+                    logger(),
+                    &mut nvl,
+                    &mut consts,
+                ),
+                TunerTable::V6(x) => x.init.unwrap()(
+                    &mut t.ctx,
+                    0xc0ffee,
+                    nranks,
+                    nnodes,
+                    logger(),
+                    &mut nvl,
+                    &mut consts,
+                ),
+            }
+        };
+        if r.is_success() {
+            Ok(t)
+        } else {
+            Err(format!("tuner init: {}", r.name()))
         }
-        Err("no ncclTunerPlugin_vN".into())
     }
 
     /// One getCollInfo for an all-reduce of `bytes` over a cost table NCCL filled with `costs`.
