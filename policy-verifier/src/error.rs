@@ -77,6 +77,12 @@ pub enum Reject {
     PointerArithmetic { reg: u8, what: String },
     /// An instruction that is malformed or not supported.
     BadInsn { what: String },
+    /// A store or atomic that would change part of a spilled pointer (the rest would then
+    /// read as a number).
+    CorruptSpill { off: i64, what: String },
+    /// Subprogram boundaries broken: a fall-through into the next subprogram, a jump out of
+    /// one.
+    BadSubprog { what: String },
     /// A jump or call outside the program.
     JumpOutOfRange { target: i64 },
     /// A jump into the second half of a 64-bit immediate load.
@@ -117,6 +123,8 @@ impl Reject {
             Reject::PointerLeak { .. } => "pointer_leak",
             Reject::PointerArithmetic { .. } => "pointer_arithmetic",
             Reject::BadInsn { .. } => "bad_insn",
+            Reject::CorruptSpill { .. } => "corrupt_spill",
+            Reject::BadSubprog { .. } => "bad_subprog",
             Reject::JumpOutOfRange { .. } => "jump_out_of_range",
             Reject::JumpIntoLddw { .. } => "jump_into_lddw",
             Reject::FallOffEnd => "fall_off_end",
@@ -272,6 +280,11 @@ impl fmt::Display for Reject {
                 write!(f, "R{reg} pointer arithmetic prohibited: {what}")
             }
             Reject::BadInsn { what } => write!(f, "invalid instruction: {what}"),
+            Reject::CorruptSpill { off, what } => write!(
+                f,
+                "attempt to corrupt spilled pointer on stack at fp{off}: {what}"
+            ),
+            Reject::BadSubprog { what } => write!(f, "{what}"),
             Reject::JumpOutOfRange { target } => write!(f, "jump out of range to insn {target}"),
             Reject::JumpIntoLddw { target } => {
                 write!(f, "jump into the middle of ldimm64 insn {target}")

@@ -19,6 +19,7 @@
 
 pub mod check;
 pub mod error;
+pub mod liveness;
 pub mod platform;
 pub mod scalar;
 pub mod state;

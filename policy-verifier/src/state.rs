@@ -1,6 +1,7 @@
 //! The abstract machine state: typed registers, per-byte stack initialization with spilled
 //! registers, call frames.
 
+use crate::liveness::FrameMask;
 use crate::platform::MapInfo;
 use crate::scalar::Scalar;
 use std::collections::HashMap;
@@ -146,7 +147,9 @@ pub fn scalar_text(v: &Scalar) -> String {
     s
 }
 
-/// Eight stack bytes: which are initialized, and the register spilled there if any.
+/// Eight stack bytes: which are initialized (bit k for byte k), and the register spilled
+/// there if any. A spill always covers the whole slot (`init == 0xff`): it is made only by
+/// an aligned 8-byte store through `r10`, or of a pointer through any stack pointer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Slot {
     pub init: u8,
@@ -208,21 +211,51 @@ impl State {
         self.frames == o.frames
     }
 
-    /// Whether every concrete state of `new` is one of `self`'s (so `self`'s verified
-    /// continuation covers `new`).
-    pub fn subsumes(&self, new: &State) -> bool {
-        if self.frames.len() != new.frames.len() {
+    /// Whether `self`'s verified continuation covers `new`: on what `masks` (one per frame,
+    /// from [`crate::liveness`]) say may still matter, every concrete state of `new` is one
+    /// of `self`'s. Dead registers and slots are not compared; live scalars that are not
+    /// precise only need to be scalars.
+    pub fn subsumes(&self, new: &State, masks: &[FrameMask]) -> bool {
+        if self.frames.len() != new.frames.len() || masks.len() != self.frames.len() {
             return false;
         }
+        // An id links copies (bounds learnt on one apply to all; a NULL check converts all).
+        // It matters only where two copies can still be compared or used.
+        let mut shared: HashMap<u32, u32> = HashMap::new();
+        for (fo, m) in self.frames.iter().zip(masks) {
+            let mut count = |r: &Reg, precise: bool| {
+                if r.id != 0 && (r.ty != RegType::Scalar || precise) {
+                    *shared.entry(r.id).or_default() += 1;
+                }
+            };
+            for (r, o) in fo.regs.iter().enumerate() {
+                if m.live & (1 << r) != 0 {
+                    count(o, m.prec & (1 << r) != 0);
+                }
+            }
+            for (k, o) in fo.stack.iter().enumerate() {
+                if let Some(os) = o.spill
+                    && m.slots_live & (1 << k) != 0
+                {
+                    count(&os, m.slots_prec & (1 << k) != 0);
+                }
+            }
+        }
         let mut ids: HashMap<u32, u32> = HashMap::new();
-        let mut reg_ok = |o: &Reg, n: &Reg| -> bool {
+        let mut reg_ok = |o: &Reg, n: &Reg, precise: bool| -> bool {
             if o.ty == RegType::NotInit {
                 return true;
             }
-            if o.ty != n.ty || o.off != n.off || !o.v.contains(&n.v) {
+            if o.ty != n.ty {
                 return false;
             }
-            if o.id != 0 {
+            if o.ty == RegType::Scalar && !precise {
+                return true;
+            }
+            if o.off != n.off || !o.v.contains(&n.v) {
+                return false;
+            }
+            if o.id != 0 && shared.get(&o.id).is_some_and(|&c| c > 1) {
                 if n.id == 0 {
                     return false;
                 }
@@ -232,23 +265,32 @@ impl State {
             }
             true
         };
-        for (fo, fnew) in self.frames.iter().zip(&new.frames) {
+        for ((fo, fnew), m) in self.frames.iter().zip(&new.frames).zip(masks) {
             if fo.ret_pc != fnew.ret_pc {
                 return false;
             }
-            for (o, n) in fo.regs.iter().zip(&fnew.regs) {
-                if !reg_ok(o, n) {
+            for (r, (o, n)) in fo.regs.iter().zip(&fnew.regs).enumerate() {
+                if m.live & (1 << r) != 0 && !reg_ok(o, n, m.prec & (1 << r) != 0) {
                     return false;
                 }
             }
-            for (o, n) in fo.stack.iter().zip(&fnew.stack) {
+            for (k, (o, n)) in fo.stack.iter().zip(&fnew.stack).enumerate() {
+                if m.slots_live & (1 << k) == 0 {
+                    continue;
+                }
+                let precise = m.slots_prec & (1 << k) != 0;
                 match (o.spill, n.spill) {
                     (Some(os), Some(ns)) => {
-                        if !reg_ok(&os, &ns) {
+                        if !reg_ok(&os, &ns, precise) {
                             return false;
                         }
                     }
-                    (Some(_), None) => return false,
+                    (Some(os), None) => {
+                        // A spilled scalar whose value does not matter is eight plain bytes.
+                        if os.ty != RegType::Scalar || precise || n.init != 0xff {
+                            return false;
+                        }
+                    }
                     (None, ns) => {
                         if n.init & o.init != o.init {
                             return false;

@@ -1,0 +1,320 @@
+//! Which registers and stack slots can still matter, computed once per program before
+//! exploration, so that pruning compares only those.
+//!
+//! Two backward data-flow facts per instruction, taken *before* it runs:
+//!
+//! * **live**: the register or slot may be read (by any instruction, for any reason: a
+//!   value stored, a pointer's type checked) on some path from here;
+//! * **precise**: its *value* may reach a point where the verifier's verdict depends on it:
+//!   a conditional jump (which edges are feasible, how bounds are refined), a divisor (the
+//!   zero check), the scalar added to a pointer (the bounds of a later access), the return
+//!   value of a subprogram whose caller needs it, and everything that flows into those.
+//!
+//! A state pruned against an explored one must match it on every live register and slot,
+//! and on the value of every precise one; a live scalar that is not precise only has to be a
+//! scalar. Values stored through a pointer that is not `r10` itself, or read back so, never
+//! carry precision (the exploration stores them as plain bytes and loads them as unknown
+//! scalars); such accesses make every slot of every frame live instead.
+
+use crate::check::structure::{Layout, MEMSX, jump_target};
+use crate::platform;
+use crate::state::Frame;
+use policy_object::insn::{self as op, Insn};
+
+/// The facts before one instruction.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Facts {
+    pub live: u16,
+    pub prec: u16,
+    pub slots_live: u64,
+    pub slots_prec: u64,
+    /// A stack read through a pointer other than `r10` may follow: every slot of every
+    /// frame is live.
+    pub any_live: bool,
+}
+
+impl Facts {
+    fn join(&mut self, o: &Facts) {
+        self.live |= o.live;
+        self.prec |= o.prec;
+        self.slots_live |= o.slots_live;
+        self.slots_prec |= o.slots_prec;
+        self.any_live |= o.any_live;
+    }
+}
+
+/// What must match in one frame of a state being pruned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameMask {
+    pub live: u16,
+    pub prec: u16,
+    pub slots_live: u64,
+    pub slots_prec: u64,
+}
+
+impl FrameMask {
+    /// Everything matters (no liveness information).
+    pub const ALL: FrameMask = FrameMask {
+        live: 0x7ff,
+        prec: 0x7ff,
+        slots_live: u64::MAX,
+        slots_prec: u64::MAX,
+    };
+}
+
+const R0_5: u16 = 0x3f;
+const R1_5: u16 = 0x3e;
+const R6_10: u16 = 0x7c0;
+
+fn bit(r: u8) -> u16 {
+    1 << r
+}
+
+/// The stack slots bytes `[off, off + size)` below the frame pointer fall in.
+fn slots(off: i64, size: usize) -> u64 {
+    let lo = off + 512;
+    let hi = lo + size as i64 - 1;
+    if lo < 0 || hi >= 512 {
+        return 0; // out of the stack: the access itself is rejected
+    }
+    let (a, b) = ((lo / 8) as u32, (hi / 8) as u32);
+    let mut m = 0u64;
+    for k in a..=b {
+        m |= 1 << k;
+    }
+    m
+}
+
+/// Whether a direct stack store replaces the slot whole (and so ends what it held).
+fn whole_slot(off: i64, size: usize) -> bool {
+    size == 8 && (off + 512) % 8 == 0
+}
+
+pub struct Liveness {
+    at: Vec<Facts>,
+}
+
+impl Liveness {
+    /// Runs the analysis to its fixed point over the whole program (subprograms included).
+    pub fn compute(insns: &[Insn], layout: &Layout) -> Liveness {
+        let n = insns.len();
+        let mut at = vec![Facts::default(); n + 1];
+        let mut ret_prec = vec![false; layout.subprog_starts.len()];
+        loop {
+            let mut changed = false;
+            for pc in (0..n).rev() {
+                if layout.second_half[pc] {
+                    continue;
+                }
+                let i = insns[pc];
+                let next = if i.is_lddw() { pc + 2 } else { pc + 1 };
+                let get = |p: usize| at.get(p).copied().unwrap_or_default();
+                let mut out = Facts::default();
+                let (class, o) = (i.class(), i.op());
+                let is_jump = matches!(class, op::JMP | op::JMP32);
+                if is_jump && o == op::EXIT {
+                    // nothing follows inside the subprogram
+                } else if is_jump && o == op::JA {
+                    if let Some(t) = jump_target(&i, pc) {
+                        out = get(t as usize);
+                    }
+                } else if is_jump && o != op::CALL {
+                    out = get(next);
+                    if let Some(t) = jump_target(&i, pc) {
+                        out.join(&get(t as usize));
+                    }
+                } else {
+                    out = get(next);
+                }
+                if crate::check::structure::is_pseudo_call(&i) {
+                    let t = (pc as i64 + 1 + i64::from(i.imm)) as usize;
+                    if t < n {
+                        let k = layout.subprog_of[t];
+                        if out.prec & bit(0) != 0 && !ret_prec[k] {
+                            ret_prec[k] = true;
+                            changed = true;
+                        }
+                    }
+                }
+                let f = transfer(&i, pc, out, &at, &ret_prec, layout);
+                if f != at[pc] {
+                    at[pc] = f;
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        Liveness { at }
+    }
+
+    pub fn at(&self, pc: usize) -> Facts {
+        self.at.get(pc).copied().unwrap_or_default()
+    }
+
+    /// The masks for each frame of a state at `pc` (frames listed outermost first).
+    pub fn masks(&self, pc: usize, frames: &[Frame]) -> Vec<FrameMask> {
+        let k = frames.len() - 1;
+        // Frame j continues at the return point stored in frame j + 1.
+        let cont = |j: usize| {
+            if j == k {
+                self.at(pc)
+            } else {
+                self.at(frames[j + 1].ret_pc)
+            }
+        };
+        let mut out = vec![FrameMask::ALL; frames.len()];
+        let mut any = false;
+        for j in (0..=k).rev() {
+            let f = cont(j);
+            any |= f.any_live;
+            let regs = if j == k { 0x7ff } else { R6_10 };
+            out[j] = FrameMask {
+                live: (f.live | bit(10)) & regs,
+                prec: f.prec & regs,
+                slots_live: if any { u64::MAX } else { f.slots_live },
+                slots_prec: f.slots_prec,
+            };
+        }
+        out
+    }
+}
+
+fn transfer(
+    i: &Insn,
+    pc: usize,
+    out: Facts,
+    at: &[Facts],
+    ret_prec: &[bool],
+    layout: &Layout,
+) -> Facts {
+    let (d, s) = (i.dst, i.src);
+    let x = i.is_reg_src();
+    let mut f = out;
+    match i.class() {
+        op::ALU | op::ALU64 => {
+            let o = i.op();
+            let mut uses = 0u16;
+            if o != op::MOV {
+                uses |= bit(d);
+            }
+            if x && !matches!(o, op::END | op::NEG) {
+                uses |= bit(s);
+            }
+            let dst_live = out.live & bit(d) != 0;
+            let dst_prec = out.prec & bit(d) != 0;
+            f.live = (out.live & !bit(d)) | uses;
+            f.prec = out.prec & !bit(d);
+            if dst_prec {
+                f.prec |= uses;
+            }
+            if x && matches!(o, op::DIV | op::MOD) {
+                f.prec |= bit(s); // the zero check
+            }
+            if x && matches!(o, op::ADD | op::SUB) && dst_live {
+                // Either side may be a pointer whose offset the other moves.
+                f.prec |= uses;
+            }
+        }
+        op::LD => {
+            f.live &= !bit(d);
+            f.prec &= !bit(d);
+        }
+        op::LDX => {
+            let dst_prec = out.prec & bit(d) != 0;
+            f.live = (out.live & !bit(d)) | bit(s);
+            f.prec = out.prec & !bit(d);
+            if s == 10 && i.mode() != MEMSX {
+                let m = slots(i64::from(i.off), i.access_size());
+                f.slots_live |= m;
+                if dst_prec {
+                    f.slots_prec |= m;
+                }
+            } else if s == 10 {
+                f.slots_live |= slots(i64::from(i.off), i.access_size());
+            } else {
+                f.any_live = true;
+            }
+        }
+        op::ST | op::STX => {
+            let atomic = i.class() == op::STX && i.mode() == op::ATOMIC;
+            let mut uses = bit(d);
+            let mut defs = 0u16;
+            if i.class() == op::STX {
+                uses |= bit(s);
+            }
+            if atomic {
+                if i.imm == op::ATOMIC_CMPXCHG {
+                    uses |= bit(0);
+                    defs |= bit(0);
+                } else if i.imm & op::FETCH != 0 {
+                    defs |= bit(s);
+                }
+            }
+            f.live = (out.live & !defs) | uses;
+            f.prec = out.prec & !defs;
+            if d == 10 {
+                let off = i64::from(i.off);
+                let m = slots(off, i.access_size());
+                if !atomic && whole_slot(off, i.access_size()) {
+                    // A spill: the slot now holds the stored register (or constant).
+                    if out.slots_prec & m != 0 && i.class() == op::STX {
+                        f.prec |= bit(s);
+                    }
+                    f.slots_live &= !m;
+                    f.slots_prec &= !m;
+                } else {
+                    // Part of a slot, or an atomic: what the slot held is checked (a spilled
+                    // pointer may not be overwritten in part), what it holds after is unknown.
+                    f.slots_live |= m;
+                    f.slots_prec &= !m;
+                }
+            } else {
+                f.any_live = true;
+            }
+        }
+        _ => match i.op() {
+            op::JA => {}
+            op::EXIT => {
+                let k = layout.subprog_of[pc];
+                f = Facts {
+                    live: bit(0),
+                    prec: if ret_prec[k] { bit(0) } else { 0 },
+                    ..Facts::default()
+                };
+            }
+            op::CALL if crate::check::structure::is_pseudo_call(i) => {
+                let t = (pc as i64 + 1 + i64::from(i.imm)) as usize;
+                let ce = at.get(t).copied().unwrap_or_default();
+                f.live = (out.live & !R0_5) | (ce.live & R1_5);
+                f.prec = (out.prec & !R0_5) | (ce.prec & R1_5);
+                f.any_live |= ce.any_live;
+            }
+            op::CALL => {
+                let h = platform::helper(i.imm);
+                let nargs = h.map_or(5, |h| h.args.len());
+                let uses = ((1u16 << nargs) - 1) << 1;
+                f.live = (out.live & !R0_5) | uses;
+                f.prec = out.prec & !R0_5;
+                if h.is_none_or(|h| {
+                    h.args
+                        .iter()
+                        .any(|a| matches!(a, platform::Arg::MapKey | platform::Arg::MapValue))
+                }) {
+                    f.any_live = true; // key and value buffers are read through pointers
+                }
+            }
+            _ => {
+                // A conditional jump: both operands decide the edges and their bounds.
+                let mut uses = bit(d);
+                if x {
+                    uses |= bit(s);
+                }
+                f.live |= uses;
+                f.prec |= uses;
+            }
+        },
+    }
+    f
+}
