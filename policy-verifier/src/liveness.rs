@@ -90,6 +90,173 @@ fn whole_slot(off: i64, size: usize) -> bool {
     size == 8 && (off + 512) % 8 == 0
 }
 
+/// Which registers may hold a pointer before each instruction (a forward pass; with it, the
+/// sum of two scalars does not make its operands precise the way `pointer + scalar` must).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Ptrs {
+    /// May hold any pointer.
+    ptr: u16,
+    /// May hold a pointer into a stack.
+    stk: u16,
+    /// Slots (through r10) that may hold a spilled pointer.
+    slots: u64,
+    reached: bool,
+}
+
+impl Ptrs {
+    fn join(&mut self, o: &Ptrs) -> bool {
+        let before = *self;
+        self.ptr |= o.ptr;
+        self.stk |= o.stk;
+        self.slots |= o.slots;
+        self.reached |= o.reached;
+        *self != before
+    }
+    fn clear(&mut self, r: u8) {
+        self.ptr &= !bit(r);
+        self.stk &= !bit(r);
+    }
+    fn maybe(&mut self, r: u8) {
+        self.ptr |= bit(r);
+        self.stk |= bit(r);
+    }
+}
+
+fn may_be_pointer(insns: &[Insn], layout: &Layout) -> Vec<u16> {
+    let n = insns.len();
+    let mut at = vec![Ptrs::default(); n + 1];
+    at[0] = Ptrs {
+        ptr: bit(1) | bit(10),
+        stk: bit(10),
+        slots: 0,
+        reached: true,
+    };
+    // Pointers stored through a pointer other than r10 can land in any slot of any frame;
+    // pointers spilled anywhere can be read back through any stack pointer.
+    let (mut wild, mut spilled) = (false, false);
+    loop {
+        let mut changed = false;
+        for pc in 0..n {
+            if layout.second_half[pc] || !at[pc].reached {
+                continue;
+            }
+            let i = insns[pc];
+            let mut f = at[pc];
+            let (d, s) = (i.dst, i.src);
+            let mut succ: Vec<(usize, Ptrs)> = vec![];
+            let next = if i.is_lddw() { pc + 2 } else { pc + 1 };
+            match i.class() {
+                op::ALU64 if i.op() == op::MOV && i.is_reg_src() && i.off == 0 => {
+                    f.clear(d);
+                    f.ptr |= (at[pc].ptr >> s & 1) << d;
+                    f.stk |= (at[pc].stk >> s & 1) << d;
+                }
+                op::ALU64 if matches!(i.op(), op::ADD | op::SUB) => {
+                    if i.is_reg_src() && i.op() == op::ADD {
+                        f.ptr |= (f.ptr >> s & 1) << d;
+                        f.stk |= (f.stk >> s & 1) << d;
+                    }
+                }
+                op::ALU | op::ALU64 => f.clear(d),
+                op::LD => {
+                    f.clear(d);
+                    if i.src != 0 {
+                        f.ptr |= bit(d);
+                    }
+                }
+                op::LDX => {
+                    let from_stack = at[pc].stk & bit(s) != 0;
+                    f.clear(d);
+                    if i.mode() == op::MEM {
+                        let direct_ptr =
+                            s == 10 && f.slots & slots(i64::from(i.off), i.access_size()) != 0;
+                        if direct_ptr || wild || (s != 10 && from_stack && spilled) {
+                            f.maybe(d);
+                        }
+                    }
+                }
+                op::ST | op::STX if i.mode() == op::MEM => {
+                    let v_ptr = i.class() == op::STX && f.ptr & bit(s) != 0;
+                    if d == 10 {
+                        let m = slots(i64::from(i.off), i.access_size());
+                        if whole_slot(i64::from(i.off), i.access_size()) {
+                            f.slots &= !m;
+                        }
+                        if v_ptr {
+                            f.slots |= m;
+                            spilled = true;
+                        }
+                    } else if v_ptr && !(wild && spilled) {
+                        wild = true;
+                        spilled = true;
+                        changed = true;
+                    }
+                }
+                op::STX => {
+                    if i.imm == op::ATOMIC_CMPXCHG {
+                        f.clear(0);
+                    } else if i.imm & op::FETCH != 0 {
+                        f.clear(s);
+                    }
+                }
+                _ => match i.op() {
+                    op::EXIT => {}
+                    op::JA => {
+                        if let Some(t) = jump_target(&i, pc) {
+                            succ.push((t as usize, f));
+                        }
+                    }
+                    op::CALL if crate::check::structure::is_pseudo_call(&i) => {
+                        let t = (pc as i64 + 1 + i64::from(i.imm)) as usize;
+                        let entry = Ptrs {
+                            ptr: (f.ptr & R1_5) | bit(10),
+                            stk: (f.stk & R1_5) | bit(10),
+                            slots: 0,
+                            reached: true,
+                        };
+                        if t < n {
+                            succ.push((t, entry));
+                        }
+                        for r in 0..=5 {
+                            f.clear(r);
+                        }
+                        succ.push((next, f));
+                    }
+                    op::CALL => {
+                        for r in 0..=5 {
+                            f.clear(r);
+                        }
+                        if platform::helper(i.imm)
+                            .is_some_and(|h| h.ret == platform::Ret::MapValueOrNull)
+                        {
+                            f.ptr |= bit(0);
+                        }
+                        succ.push((next, f));
+                    }
+                    _ => {
+                        succ.push((next, f));
+                        if let Some(t) = jump_target(&i, pc) {
+                            succ.push((t as usize, f));
+                        }
+                    }
+                },
+            }
+            if !matches!(i.class(), op::JMP | op::JMP32) {
+                succ.push((next, f));
+            }
+            for (t, v) in succ {
+                if t <= n && at[t].join(&v) {
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    at.iter().map(|p| p.ptr).collect()
+}
+
 pub struct Liveness {
     at: Vec<Facts>,
 }
@@ -100,6 +267,7 @@ impl Liveness {
         let n = insns.len();
         let mut at = vec![Facts::default(); n + 1];
         let mut ret_prec = vec![false; layout.subprog_starts.len()];
+        let may_ptr = may_be_pointer(insns, layout);
         loop {
             let mut changed = false;
             for pc in (0..n).rev() {
@@ -136,7 +304,7 @@ impl Liveness {
                         }
                     }
                 }
-                let f = transfer(&i, pc, out, &at, &ret_prec, layout);
+                let f = transfer(&i, pc, out, &at, &ret_prec, layout, may_ptr[pc]);
                 if f != at[pc] {
                     at[pc] = f;
                     changed = true;
@@ -188,6 +356,7 @@ fn transfer(
     at: &[Facts],
     ret_prec: &[bool],
     layout: &Layout,
+    may_ptr: u16,
 ) -> Facts {
     let (d, s) = (i.dst, i.src);
     let x = i.is_reg_src();
@@ -212,8 +381,13 @@ fn transfer(
             if x && matches!(o, op::DIV | op::MOD) {
                 f.prec |= bit(s); // the zero check
             }
-            if x && matches!(o, op::ADD | op::SUB) && dst_live {
-                // Either side may be a pointer whose offset the other moves.
+            if i.class() == op::ALU64
+                && x
+                && matches!(o, op::ADD | op::SUB)
+                && dst_live
+                && may_ptr & uses != 0
+            {
+                // One side may be a pointer whose offset the other moves.
                 f.prec |= uses;
             }
         }
