@@ -186,13 +186,13 @@ pub fn check_program(
         if second[pc] || (i.class() == op::JMP && i.op() == op::CALL) {
             continue;
         }
-        if let Some(t) = target(pc, i) {
-            if !(0..n as i64).contains(&t) || second[t as usize] || func[t as usize] != func[pc] {
-                return Err(invalid(
-                    pc,
-                    "jump target outside its function or inside an lddw",
-                ));
-            }
+        if let Some(t) = target(pc, i)
+            && (!(0..n as i64).contains(&t) || second[t as usize] || func[t as usize] != func[pc])
+        {
+            return Err(invalid(
+                pc,
+                "jump target outside its function or inside an lddw",
+            ));
         }
     }
     for last in (0..n).filter(|&pc| pc + 1 == n || entries[pc + 1]) {
