@@ -604,7 +604,7 @@ fn invalid_programs_are_errors_in_both_engines() {
             "conditional jump last",
             vec![movi(0, 0), i(op::JMP | op::JEQ | op::K, 0, 0, -2, 0)],
         ),
-        ("call last", vec![call(op::PSEUDO_CALL, -1)]),
+        ("call last", vec![exit(), call(op::PSEUDO_CALL, -1)]),
         (
             "jump past the end",
             vec![i(op::JMP | op::JA, 0, 0, 5, 0), exit()],
@@ -618,6 +618,7 @@ fn invalid_programs_are_errors_in_both_engines() {
             vec![i(op::JMP32 | op::JA, 0, 0, 0, 1 << 30), exit()],
         ),
         ("call past the end", vec![call(op::PSEUDO_CALL, 5), exit()]),
+        ("call to the entry", vec![call(op::PSEUDO_CALL, -1), exit()]),
         (
             "jump into an lddw",
             vec![
@@ -669,7 +670,23 @@ fn invalid_programs_are_errors_in_both_engines() {
             matches!(j, Err(RawError::Compile(_))),
             "{what}: JIT gave {j:?}"
         );
-        assert_eq!(raw::check(&p), j.map(|_| ()), "{what}");
+        assert_eq!(raw::check(&p), j.clone().map(|_| ()), "{what}");
+        // Refused for the reason the case is about.
+        let want = match what {
+            "empty" => "empty program",
+            "kfunc call" => "kfunc",
+            "unresolved map reference" => "pseudo source",
+            "helper call (raw mode has none)" => "no helper",
+            "call past the end" => "call target",
+            "call to the entry" => "entry",
+            w if w.starts_with("r10") => "read only",
+            w if w.starts_with("jump") || w.starts_with("gotol") => "jump target",
+            "no exit at the end" | "conditional jump last" | "call last" => "does not end",
+            "main runs into a function" => "does not end",
+            _ => "invalid instruction",
+        };
+        let e = j.expect_err("refused").to_string();
+        assert!(e.contains(want), "{what}: {e}");
     }
 }
 

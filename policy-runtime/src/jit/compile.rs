@@ -107,7 +107,8 @@ fn target(pc: usize, i: &Insn) -> Option<i64> {
 /// them), r10 never written, every jump inside its own function and never into the second
 /// half of an `lddw`, every call to the start of a function, and every function ending in
 /// `exit` or `goto` (so none runs into the next, or off the end of the code). Functions start
-/// at 0 and at the target of each BPF-to-BPF call (code 0x85, src 1), and nowhere else.
+/// at 0 and at the target of each BPF-to-BPF call (code 0x85, src 1), and nowhere else; no
+/// call targets 0.
 /// Returns which instructions start a function.
 pub fn check_program(
     insns: &[Insn],
@@ -174,6 +175,10 @@ pub fn check_program(
                 pc,
                 "call target outside the program or inside an lddw",
             ));
+        }
+        if t == 0 {
+            // The entry clears registers a call must keep; and this could only be recursion.
+            return Err(invalid(pc, "call to the program's entry"));
         }
         entries[t as usize] = true;
     }
