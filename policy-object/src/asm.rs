@@ -27,9 +27,6 @@ use crate::insn::{self as op, Insn};
 use std::collections::HashMap;
 use std::fmt;
 
-/// Sign-extending load mode (RFC 9669 §5.2), not used by the rest of this crate.
-const MEMSX: u8 = 0x80;
-
 /// An assembly error, with the 1-based line it was found on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AsmError {
@@ -369,7 +366,13 @@ fn call(rest: &str) -> R<Stmt> {
                 label,
             })
         }
-        "runtime" => Ok(Stmt::one(insn(code, 0, 2, 0, imm32(t)?))),
+        "runtime" => Ok(Stmt::one(insn(
+            code,
+            0,
+            op::PSEUDO_KFUNC_CALL,
+            0,
+            imm32(t)?,
+        ))),
         _ if is_reg(t) => Ok(Stmt::one(insn(code | op::X, reg(t)?, 0, 0, 0))),
         _ => Ok(Stmt::one(insn(code, 0, 0, 0, imm32(t)?))),
     }
@@ -415,7 +418,7 @@ fn mem_code(m: &str) -> Option<u8> {
     if let Some(s) = m.strip_prefix("ldxs") {
         return size(s)
             .filter(|&z| z != op::DW)
-            .map(|z| op::LDX | MEMSX | z);
+            .map(|z| op::LDX | op::MEMSX | z);
     }
     if let Some(s) = m.strip_prefix("ldx") {
         return size(s).map(|z| op::LDX | op::MEM | z);
@@ -451,9 +454,9 @@ fn mem(m: &str, code: u8, rest: &str) -> R<Stmt> {
 /// `be16`…`le64` (ALU class, X = big endian) and `bswap16`…`bswap64` (ALU64 class).
 fn byteswap(m: &str) -> Option<(u8, i32)> {
     let (code, width) = if let Some(w) = m.strip_prefix("be") {
-        (op::ALU | op::END | op::X, w)
+        (op::ALU | op::END | op::TO_BE, w)
     } else if let Some(w) = m.strip_prefix("le") {
-        (op::ALU | op::END | op::K, w)
+        (op::ALU | op::END | op::TO_LE, w)
     } else if let Some(w) = m.strip_prefix("bswap").or_else(|| m.strip_prefix("swap")) {
         (op::ALU64 | op::END | op::K, w)
     } else {
@@ -513,14 +516,14 @@ fn alu(m: &str) -> Option<(u8, u8, i16)> {
         "sub" => (op::SUB, 0),
         "mul" => (op::MUL, 0),
         "div" => (op::DIV, 0),
-        "sdiv" => (op::DIV, 1),
+        "sdiv" => (op::DIV, op::OFF_SIGNED),
         "or" => (op::OR, 0),
         "and" => (op::AND, 0),
         "lsh" => (op::LSH, 0),
         "rsh" => (op::RSH, 0),
         "neg" => (op::NEG, 0),
         "mod" => (op::MOD, 0),
-        "smod" => (op::MOD, 1),
+        "smod" => (op::MOD, op::OFF_SIGNED),
         "xor" => (op::XOR, 0),
         "mov" => (op::MOV, 0),
         "arsh" => (op::ARSH, 0),
@@ -675,9 +678,17 @@ mod tests {
         u64::from_le_bytes(i.encode())
     }
 
+    /// Assembles one instruction, which must also be an encoding RFC 9669 defines
+    /// (`insn::encoding_error`, written independently), except `callx`.
     fn one(text: &str) -> [u8; 8] {
         let v = assemble(text).unwrap_or_else(|e| panic!("{text}: {e}"));
         assert_eq!(v.len(), 1, "{text}");
+        let rfc = op::encoding_error(&v[0], None);
+        if text.starts_with("call %") {
+            assert!(rfc.is_some(), "{text}: callx is not in RFC 9669");
+        } else {
+            assert_eq!(rfc, None, "{text}");
+        }
         v[0].encode()
     }
 
@@ -807,6 +818,7 @@ mod tests {
             words,
             [0x5566778800000018, 0x1122334400000000, 0x0000000000000095]
         );
+        assert_eq!(op::encoding_error(&v[0], Some(&v[1])), None);
         let v = assemble("lddw %r3, -1").unwrap();
         assert_eq!(v[0].encode(), [0x18, 0x03, 0, 0, 0xff, 0xff, 0xff, 0xff]);
         assert_eq!(v[1].encode(), [0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff]);
