@@ -1,4 +1,4 @@
-// expect: map_out_of_bounds
+// expect: unbounded_access
 // Signed/unsigned confusion: a signed index checked only against its upper bound can be negative.
 #include "ncclbpf.h"
 struct { __uint(type, BPF_MAP_TYPE_ARRAY); __type(key, __u32); __type(value, __u64[4]); __uint(max_entries, 1); } arr SEC(".maps");

@@ -1,4 +1,4 @@
-// expect: map_out_of_bounds
+// expect: unbounded_access
 // requires: v4
 // A sign-extending move (movsx from 16 bits) of a context field used as a negative index.
 #include "ncclbpf.h"

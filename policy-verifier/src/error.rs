@@ -172,7 +172,7 @@ impl fmt::Display for Reject {
                 ctx_size,
             } => write!(
                 f,
-                "R{reg} invalid context access off={off} size={size}: not a field of the {ctx_size}-byte context"
+                "R{reg} invalid context access off={off} size={size}: not one field of the {ctx_size}-byte context (accesses are naturally aligned and within one field; writes replace a whole field)"
             ),
             Reject::CtxVariableOffset { reg } => write!(
                 f,

@@ -326,9 +326,22 @@ fn subprograms_are_entered_only_by_calls_and_never_fallen_into() {
         "bad_subprog",
         &[pcall(2), mov(0, 0), mov(0, 1), mov(0, 2), exit()],
     );
-    // The subprogram's last instruction is not exit/ja.
+    // A subprogram's last instruction is not exit/ja: it runs into the next one.
     rejected(
         "bad_subprog",
+        &[
+            pcall(2),
+            pcall(3),
+            exit(),
+            mov(0, 1),
+            mov(0, 2),
+            mov(0, 3),
+            exit(),
+        ],
+    );
+    // The last subprogram's last instruction is not exit/ja.
+    rejected(
+        "fall_off_end",
         &[pcall(1), exit(), mov(0, 1), exit(), mov(0, 2)],
     );
     // A jump from main into the subprogram.
@@ -337,9 +350,9 @@ fn subprograms_are_entered_only_by_calls_and_never_fallen_into() {
         &[pcall(3), jeq(0, 0, 3), mov(0, 0), exit(), mov(0, 1), exit()],
     );
     // A conditional jump as the very last instruction (used to panic).
-    rejected("bad_subprog", &[mov(0, 0), jeq(0, 0, -2)]);
+    rejected("fall_off_end", &[mov(0, 0), jeq(0, 0, -2)]);
     rejected(
-        "bad_subprog",
+        "fall_off_end",
         &[mov(0, 0), i(op::JMP32 | op::JEQ, 0, 0, -2, 0)],
     );
     // Reserved bits: callx/0x8d, exit with fields set, call with off set.

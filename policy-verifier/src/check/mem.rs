@@ -99,6 +99,12 @@ impl Checker<'_> {
         let sext = matches!(acc, Access::Read { sext: true });
         match base.ty {
             RegType::Ctx => {
+                if write_val.is_some_and(|v| v.ty.is_pointer()) {
+                    return Err(Reject::PointerLeak {
+                        reg: breg,
+                        what: "pointer stored into the context".into(),
+                    });
+                }
                 let Some(c) = base.v.const_value() else {
                     return Err(Reject::CtxVariableOffset { reg: breg });
                 };
@@ -112,26 +118,39 @@ impl Checker<'_> {
                 if start < 0 || start + i64::from(size) > i64::from(self.hook.ctx_size) {
                     return Err(oob);
                 }
-                let mut b = start as u32;
-                while b < start as u32 + size {
-                    let f = self.hook.field_at(b).ok_or(oob.clone())?;
-                    if write_val.is_some() && f.perm == Perm::Read {
-                        return Err(Reject::CtxReadOnly {
-                            reg: breg,
-                            field: f.name,
-                            off: start,
-                            size,
-                        });
+                // Naturally aligned, and either inside one field (a read may take part of
+                // it) or exactly a run of whole adjacent fields (clang merges neighbouring
+                // stores and loads); every field written must be writable.
+                let end = start as u32 + size;
+                let f0 = self.hook.field_at(start as u32).ok_or(oob.clone())?;
+                let aligned = start % i64::from(size) == 0;
+                let mut fields = vec![f0];
+                if end > f0.offset + f0.size {
+                    let mut b = f0.offset + f0.size;
+                    while b < end {
+                        let f = self.hook.field_at(b).ok_or(oob.clone())?;
+                        if f.offset != b || f.offset + f.size > end {
+                            return Err(oob);
+                        }
+                        fields.push(f);
+                        b = f.offset + f.size;
                     }
-                    b = f.offset + f.size;
                 }
-                if let Some(v) = write_val {
-                    if v.ty.is_pointer() {
-                        return Err(Reject::PointerLeak {
-                            reg: breg,
-                            what: "pointer stored into the context".into(),
-                        });
-                    }
+                let whole = start as u32 == f0.offset && end >= f0.offset + f0.size;
+                if !aligned || (fields.len() > 1 && !whole) || (write_val.is_some() && !whole) {
+                    return Err(oob);
+                }
+                if write_val.is_some()
+                    && let Some(f) = fields.iter().find(|f| f.perm == Perm::Read)
+                {
+                    return Err(Reject::CtxReadOnly {
+                        reg: breg,
+                        field: f.name,
+                        off: start,
+                        size,
+                    });
+                }
+                if write_val.is_some() {
                     return Ok(Reg::NOT_INIT);
                 }
                 Ok(Reg::scalar(loaded(size, sext)))
@@ -189,11 +208,12 @@ impl Checker<'_> {
         off: i64,
         size: u32,
     ) -> R<()> {
-        if base.v.smin < -(1 << 29) || base.v.umax > 1 << 29 {
+        // The variable part is a signed offset: the access starts at off + [smin, smax].
+        if base.v.smin < -(1 << 29) || base.v.smax > 1 << 29 {
             return Err(Reject::UnboundedAccess { reg: breg });
         }
         let lo = base.off + off + base.v.smin;
-        let hi = base.off + off + base.v.umax as i64;
+        let hi = base.off + off + base.v.smax;
         if lo < 0 || hi + i64::from(size) > i64::from(m.value_size) {
             return Err(Reject::MapOutOfBounds {
                 reg: breg,
@@ -388,21 +408,6 @@ impl Checker<'_> {
         let base = self.reg(st, i.dst)?;
         let src = self.reg(st, i.src)?;
         let size = i.access_size() as u32;
-        if src.ty.is_pointer() {
-            return Err(Reject::PointerLeak {
-                reg: i.src,
-                what: "pointer used in an atomic operation".into(),
-            });
-        }
-        if i.imm == op::ATOMIC_CMPXCHG {
-            let r0 = self.reg(st, 0)?;
-            if r0.ty.is_pointer() {
-                return Err(Reject::PointerLeak {
-                    reg: 0,
-                    what: "pointer used in cmpxchg".into(),
-                });
-            }
-        }
         // Atomics need natural alignment (map values and stack slots are 8-aligned).
         let fixed = base.off + i64::from(i.off);
         let var_bits = base.v.tn.value | base.v.tn.mask;
@@ -449,6 +454,21 @@ impl Checker<'_> {
                         "{} (atomics work on map values and the stack)",
                         base.type_name()
                     ),
+                });
+            }
+        }
+        if src.ty.is_pointer() {
+            return Err(Reject::PointerLeak {
+                reg: i.src,
+                what: "pointer used in an atomic operation".into(),
+            });
+        }
+        if i.imm == op::ATOMIC_CMPXCHG {
+            let r0 = self.reg(st, 0)?;
+            if r0.ty.is_pointer() {
+                return Err(Reject::PointerLeak {
+                    reg: 0,
+                    what: "pointer used in cmpxchg".into(),
                 });
             }
         }

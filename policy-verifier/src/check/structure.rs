@@ -108,14 +108,14 @@ impl Checker<'_> {
                 end - 1
             };
             if !ends_block(&self.insns[last]) {
-                let what = if end == n {
-                    "the last instruction is not an exit or unconditional jump".to_string()
-                } else {
-                    format!(
-                        "subprogram at insn {s} falls through into the subprogram at insn {end}: \
-                         it must end in exit or an unconditional jump"
-                    )
-                };
+                if end == n {
+                    // The last instruction of the program could run past its end.
+                    return Err(self.err(last, None, Reject::FallOffEnd));
+                }
+                let what = format!(
+                    "subprogram at insn {s} falls through into the subprogram at insn {end}: \
+                     it must end in exit or an unconditional jump"
+                );
                 return Err(self.err(last, None, Reject::BadSubprog { what }));
             }
         }
