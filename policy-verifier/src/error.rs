@@ -97,6 +97,8 @@ pub enum Reject {
     BadMapRef { index: i64 },
     /// The program's section names no hook.
     UnknownHook { section: String },
+    /// The verifier itself failed (a bug, caught): the program is refused.
+    Internal { what: String },
 }
 
 impl Reject {
@@ -132,6 +134,7 @@ impl Reject {
             Reject::CallTooDeep { .. } => "call_too_deep",
             Reject::BadMapRef { .. } => "bad_map_ref",
             Reject::UnknownHook { .. } => "unknown_hook",
+            Reject::Internal { .. } => "internal_error",
         }
     }
 
@@ -305,6 +308,10 @@ impl fmt::Display for Reject {
             Reject::UnknownHook { section } => write!(
                 f,
                 "section '{section}' names no hook (tuner, net/connect, net/accept, net/isend, net/irecv, net/complete, net/close)"
+            ),
+            Reject::Internal { what } => write!(
+                f,
+                "internal verifier error ({what}): the program is refused; please report it"
             ),
         }
     }

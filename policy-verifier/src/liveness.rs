@@ -16,7 +16,7 @@
 //! carry precision (the exploration stores them as plain bytes and loads them as unknown
 //! scalars); such accesses make every slot of every frame live instead.
 
-use crate::check::structure::{Layout, MEMSX, jump_target};
+use crate::check::structure::{Layout, jump_target};
 use crate::platform;
 use crate::state::Frame;
 use policy_object::insn::{self as op, Insn};
@@ -399,7 +399,7 @@ fn transfer(
             let dst_prec = out.prec & bit(d) != 0;
             f.live = (out.live & !bit(d)) | bit(s);
             f.prec = out.prec & !bit(d);
-            if s == 10 && i.mode() != MEMSX {
+            if s == 10 && i.mode() != op::MEMSX {
                 let m = slots(i64::from(i.off), i.access_size());
                 f.slots_live |= m;
                 if dst_prec {

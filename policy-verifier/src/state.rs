@@ -308,6 +308,62 @@ impl State {
         true
     }
 
+    /// One state standing exactly for both `self` and `o`, when they differ in a single
+    /// scalar (register or spilled) whose two value sets are unsigned ranges that touch or
+    /// overlap: their union is again such a range, so nothing is lost. (The join of two
+    /// values that differ in more than one place would lose which combinations occur.)
+    pub fn merge_exact(&self, o: &State) -> Option<State> {
+        if self.frames.len() != o.frames.len() {
+            return None;
+        }
+        let exact = |r: &Reg| {
+            r.ty == RegType::Scalar && r.id == 0 && r.v == Scalar::urange(r.v.umin, r.v.umax)
+        };
+        let union = |a: &Reg, b: &Reg| -> Option<Reg> {
+            if !exact(a) || !exact(b) {
+                return None;
+            }
+            let (lo, hi) = if a.v.umin <= b.v.umin { (a, b) } else { (b, a) };
+            if hi.v.umin > lo.v.umax.saturating_add(1) {
+                return None;
+            }
+            Some(Reg::scalar(Scalar::urange(
+                lo.v.umin,
+                lo.v.umax.max(hi.v.umax),
+            )))
+        };
+        let mut out = self.clone();
+        let mut differs = false;
+        for (k, (fa, fb)) in self.frames.iter().zip(&o.frames).enumerate() {
+            if fa.ret_pc != fb.ret_pc {
+                return None;
+            }
+            for r in 0..fa.regs.len() {
+                if fa.regs[r] != fb.regs[r] {
+                    if differs {
+                        return None;
+                    }
+                    differs = true;
+                    out.frames[k].regs[r] = union(&fa.regs[r], &fb.regs[r])?;
+                }
+            }
+            for j in 0..SLOTS {
+                let (sa, sb) = (fa.stack[j], fb.stack[j]);
+                if sa != sb {
+                    if differs {
+                        return None;
+                    }
+                    differs = true;
+                    let (Some(ra), Some(rb)) = (sa.spill, sb.spill) else {
+                        return None;
+                    };
+                    out.frames[k].stack[j].spill = Some(union(&ra, &rb)?);
+                }
+            }
+        }
+        Some(out)
+    }
+
     pub fn describe(&self, maps: &[MapInfo]) -> String {
         let mut s = String::new();
         let f = self.cur();

@@ -137,7 +137,7 @@ impl Checker<'_> {
         let t_ok = set_refined(&mut taken, i.dst, a, ta, src_reg, b, tb);
         let f_ok = set_refined(&mut fall, i.dst, a, fa, src_reg, b, fb);
         Ok(match (t_ok, f_ok) {
-            (true, true) => self.both(pc, target, taken, fall),
+            (true, true) => self.both_or_merged(pc, target, taken, fall),
             (true, false) => self.decided_with(pc, taken, target, true),
             (false, true) => self.decided_with(pc, fall, target, false),
             (false, false) => Next::Done,
@@ -209,6 +209,37 @@ impl Checker<'_> {
             reg: preg,
             what: format!("comparison of {} with {}", a.type_name(), b.type_name()),
         })
+    }
+
+    /// Both edges of a forward jump over straight-line code (`if (n > 64) n = 64;`): run the
+    /// fall-through to the target now, and when the two states then differ only in one value
+    /// whose union is exact, go on with one state instead of two.
+    fn both_or_merged(&mut self, pc: usize, target: usize, taken: State, fall: State) -> Next {
+        let straight = target > pc + 1
+            && target - pc <= 16
+            && self.insns[pc + 1..target].iter().enumerate().all(|(k, i)| {
+                !matches!(i.class(), op::JMP | op::JMP32) || self.layout.second_half[pc + 1 + k]
+            });
+        if !straight {
+            return self.both(pc, target, taken, fall);
+        }
+        let mut f = fall.clone();
+        let mut at = pc + 1;
+        while at < target {
+            match self.step(at, &mut f) {
+                Ok(Next::Go(n)) => at = n,
+                // An error there is reported by the ordinary exploration of the edge.
+                _ => return self.both(pc, target, taken, fall),
+            }
+        }
+        self.stats.processed += target - pc - 1;
+        match taken.merge_exact(&f) {
+            Some(mut m) => {
+                m.note_branch(pc, target);
+                Next::GoWith(target, m)
+            }
+            None => self.both(pc, target, taken, fall),
+        }
     }
 
     fn decided(&self, pc: usize, st: &mut State, target: usize, taken: bool) -> Next {

@@ -7,7 +7,6 @@
 //! bytes. Every other write leaves plain bytes whose value is unknown when read back.
 
 use super::{Checker, R};
-use crate::check::structure::MEMSX;
 use crate::error::Reject;
 use crate::platform::{MapInfo, Perm, STACK_SIZE};
 use crate::scalar::Scalar;
@@ -45,7 +44,7 @@ impl Checker<'_> {
 
     pub(super) fn load(&mut self, st: &mut State, i: &Insn) -> R<()> {
         let base = self.reg(st, i.src)?;
-        let sext = i.mode() == MEMSX;
+        let sext = i.mode() == op::MEMSX;
         let v = self.access(
             st,
             i.src,

@@ -7,9 +7,6 @@ use super::Checker;
 use crate::error::{Reject, VerifyError};
 use policy_object::insn::{self as op, Insn};
 
-/// Sign-extending load mode (ISA v4).
-pub(crate) const MEMSX: u8 = 0x80;
-
 /// What the structural pass learnt about the program.
 #[derive(Clone, Debug, Default)]
 pub struct Layout {
@@ -307,8 +304,8 @@ impl Checker<'_> {
             op::LDX => {
                 match i.mode() {
                     op::MEM => {}
-                    MEMSX if i.size_bits() != op::DW => {}
-                    MEMSX => return fail("sign-extending loads are 1, 2 or 4 bytes".into()),
+                    op::MEMSX if i.size_bits() != op::DW => {}
+                    op::MEMSX => return fail("sign-extending loads are 1, 2 or 4 bytes".into()),
                     _ => return fail("unsupported load mode".into()),
                 }
                 if i.imm != 0 {
