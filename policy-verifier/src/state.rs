@@ -4,7 +4,6 @@
 use crate::liveness::FrameMask;
 use crate::platform::MapInfo;
 use crate::scalar::Scalar;
-use std::collections::HashMap;
 use std::fmt::Write;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -219,29 +218,10 @@ impl State {
         if self.frames.len() != new.frames.len() || masks.len() != self.frames.len() {
             return false;
         }
-        // An id links copies (bounds learnt on one apply to all; a NULL check converts all).
-        // It matters only where two copies can still be compared or used.
-        let mut shared: HashMap<u32, u32> = HashMap::new();
-        for (fo, m) in self.frames.iter().zip(masks) {
-            let mut count = |r: &Reg, precise: bool| {
-                if r.id != 0 && (r.ty != RegType::Scalar || precise) {
-                    *shared.entry(r.id).or_default() += 1;
-                }
-            };
-            for (r, o) in fo.regs.iter().enumerate() {
-                if m.live & (1 << r) != 0 {
-                    count(o, m.prec & (1 << r) != 0);
-                }
-            }
-            for (k, o) in fo.stack.iter().enumerate() {
-                if let Some(os) = o.spill
-                    && m.slots_live & (1 << k) != 0
-                {
-                    count(&os, m.slots_prec & (1 << k) != 0);
-                }
-            }
-        }
-        let mut ids: HashMap<u32, u32> = HashMap::new();
+        // Values first; ids (which link copies: bounds learnt on one apply to all, a NULL
+        // check converts all) are checked after, for the ids that two compared positions of
+        // the old state share.
+        let mut pairs: Vec<(u32, u32)> = Vec::new();
         let mut reg_ok = |o: &Reg, n: &Reg, precise: bool| -> bool {
             if o.ty == RegType::NotInit {
                 return true;
@@ -255,13 +235,8 @@ impl State {
             if o.off != n.off || !o.v.contains(&n.v) {
                 return false;
             }
-            if o.id != 0 && shared.get(&o.id).is_some_and(|&c| c > 1) {
-                if n.id == 0 {
-                    return false;
-                }
-                if *ids.entry(o.id).or_insert(n.id) != n.id {
-                    return false;
-                }
+            if o.id != 0 {
+                pairs.push((o.id, n.id));
             }
             true
         };
@@ -269,15 +244,20 @@ impl State {
             if fo.ret_pc != fnew.ret_pc {
                 return false;
             }
-            for (r, (o, n)) in fo.regs.iter().zip(&fnew.regs).enumerate() {
-                if m.live & (1 << r) != 0 && !reg_ok(o, n, m.prec & (1 << r) != 0) {
+            let mut live = m.live;
+            while live != 0 {
+                let r = live.trailing_zeros() as usize;
+                live &= live - 1;
+                if r < fo.regs.len() && !reg_ok(&fo.regs[r], &fnew.regs[r], m.prec & (1 << r) != 0)
+                {
                     return false;
                 }
             }
-            for (k, (o, n)) in fo.stack.iter().zip(&fnew.stack).enumerate() {
-                if m.slots_live & (1 << k) == 0 {
-                    continue;
-                }
+            let mut live = m.slots_live;
+            while live != 0 {
+                let k = live.trailing_zeros() as usize;
+                live &= live - 1;
+                let (o, n) = (&fo.stack[k], &fnew.stack[k]);
                 let precise = m.slots_prec & (1 << k) != 0;
                 match (o.spill, n.spill) {
                     (Some(os), Some(ns)) => {
@@ -303,6 +283,17 @@ impl State {
                         }
                     }
                 }
+            }
+        }
+        // An old id held by one compared position links nothing that matters; one held by
+        // several must map to one new id everywhere.
+        for (k, &(oid, nid)) in pairs.iter().enumerate() {
+            let shared = pairs.iter().enumerate().any(|(j, p)| j != k && p.0 == oid);
+            if !shared {
+                continue;
+            }
+            if nid == 0 || pairs.iter().any(|p| p.0 == oid && p.1 != nid) {
+                return false;
             }
         }
         true
