@@ -184,7 +184,10 @@ fn may_be_pointer(insns: &[Insn], layout: &Layout) -> Vec<u16> {
                         }
                         if v_ptr {
                             f.slots |= m;
-                            spilled = true;
+                            if !spilled {
+                                spilled = true;
+                                changed = true; // earlier loads may now read pointers
+                            }
                         }
                     } else if v_ptr && !(wild && spilled) {
                         wild = true;

@@ -484,3 +484,40 @@ fn equal_to_a_valid_pointer_is_not_null() {
     ]);
     accepted(&p);
 }
+
+// ---------------------------------------------------------------- pruning
+
+#[test]
+fn pruning_keeps_every_value_that_reaches_a_pointer() {
+    // Two paths meet with r7 = 0 or r7 = 100; r7 is then added to a map value pointer that
+    // arrives by different routes (copy, spill, store through a stack pointer, load through
+    // one). The first path is safe; pruning the second would accept an access at off 100.
+    let routes: Vec<Vec<Insn>> = vec![
+        vec![movr(1, 6)],
+        vec![stx(op::DW, 10, -8, 6), ldx(op::DW, 1, 10, -8)],
+        vec![movr(3, 10), stx(op::DW, 3, -8, 6), ldx(op::DW, 1, 10, -8)],
+        vec![
+            movr(3, 10),
+            alu(op::ADD, 3, -8),
+            stx(op::DW, 10, -8, 6),
+            ldx(op::DW, 1, 3, 0),
+        ],
+    ];
+    for (k, route) in routes.into_iter().enumerate() {
+        for first in [0, 100] {
+            let second = 100 - first;
+            let mut p = vec![movr(9, 1)];
+            p.extend(lookup(6, 0));
+            p.extend([
+                mov(7, first),
+                ldx(op::W, 2, 9, 20),
+                jeq(2, 0, 1),
+                mov(7, second),
+            ]);
+            p.extend(route.iter().copied());
+            p.extend([alur(op::ADD, 1, 7), ldx(op::B, 0, 1, 0), exit()]);
+            let e = verdict("tuner", &p).expect_err(&format!("route {k} accepted"));
+            assert!(e.starts_with("map_out_of_bounds"), "route {k}: {e}");
+        }
+    }
+}
