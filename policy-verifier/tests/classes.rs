@@ -349,6 +349,25 @@ fn subprograms_are_entered_only_by_calls_and_never_fallen_into() {
         "bad_subprog",
         &[pcall(3), jeq(0, 0, 3), mov(0, 0), exit(), mov(0, 1), exit()],
     );
+    // Recursion: into the entry, into itself, through another subprogram.
+    rejected("bad_subprog", &[mov(0, 0), jeq(0, 1, 1), pcall(-3), exit()]);
+    rejected(
+        "bad_subprog",
+        &[pcall(1), exit(), mov(0, 0), jeq(0, 1, 1), pcall(-3), exit()],
+    );
+    rejected(
+        "bad_subprog",
+        &[
+            pcall(1),
+            exit(),
+            pcall(1),
+            exit(),
+            mov(0, 0),
+            jeq(0, 1, 1),
+            pcall(-5),
+            exit(),
+        ],
+    );
     // A conditional jump as the very last instruction (used to panic).
     rejected("fall_off_end", &[mov(0, 0), jeq(0, 0, -2)]);
     rejected(

@@ -119,6 +119,7 @@ impl Checker<'_> {
         for s in lay.subprog_starts.iter().skip(1) {
             lay.prune_point[*s] = true;
         }
+        self.no_recursion(&lay)?;
         for (pc, i) in self.insns.iter().enumerate() {
             if lay.second_half[pc] {
                 continue;
@@ -156,6 +157,50 @@ impl Checker<'_> {
             }
         }
         self.layout = lay;
+        Ok(())
+    }
+
+    /// The call graph between subprograms has no cycle (as the kernel requires: the stack
+    /// each call chain needs is then bounded by the program, and the entry is never re-entered).
+    fn no_recursion(&self, lay: &Layout) -> Result<(), VerifyError> {
+        let k = lay.subprog_starts.len();
+        let mut calls: Vec<Vec<(usize, usize)>> = vec![vec![]; k];
+        for (pc, i) in self.insns.iter().enumerate() {
+            if !lay.second_half[pc] && is_pseudo_call(i) {
+                let t = (pc as i64 + 1 + i64::from(i.imm)) as usize;
+                calls[lay.subprog_of[pc]].push((pc, lay.subprog_of[t]));
+            }
+        }
+        // Depth-first search from every subprogram; 1 = on the current path, 2 = done.
+        let mut mark = vec![0u8; k];
+        fn visit(n: usize, calls: &[Vec<(usize, usize)>], mark: &mut [u8]) -> Option<usize> {
+            mark[n] = 1;
+            for &(pc, t) in &calls[n] {
+                if mark[t] == 1 {
+                    return Some(pc);
+                }
+                if mark[t] == 0
+                    && let Some(pc) = visit(t, calls, mark)
+                {
+                    return Some(pc);
+                }
+            }
+            mark[n] = 2;
+            None
+        }
+        for n in 0..k {
+            if mark[n] == 0
+                && let Some(pc) = visit(n, &calls, &mut mark)
+            {
+                return Err(self.err(
+                    pc,
+                    None,
+                    Reject::BadSubprog {
+                        what: "recursive call: subprograms may not call themselves, directly or through others".into(),
+                    },
+                ));
+            }
+        }
         Ok(())
     }
 
