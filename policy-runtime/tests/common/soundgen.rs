@@ -229,7 +229,9 @@ impl Gen {
 
     /// A register holding something of this description, if any.
     fn find(&mut self, want: impl Fn(K) -> bool) -> Option<u8> {
-        let c: Vec<u8> = (0..=10u8).filter(|&r| want(self.regs[r as usize])).collect();
+        let c: Vec<u8> = (0..=10u8)
+            .filter(|&r| want(self.regs[r as usize]))
+            .collect();
         if c.is_empty() {
             None
         } else {
@@ -504,7 +506,10 @@ impl Gen {
         let (fo, fw) = match self.below(4) {
             0 if whole => {
                 let fw = self.pick(&[1i16, 2, 4, 8]);
-                (Self::slot_off(slot) + self.below(8 - fw as u64 + 1) as i16, fw)
+                (
+                    Self::slot_off(slot) + self.below(8 - fw as u64 + 1) as i16,
+                    fw,
+                )
             }
             1 if whole => (Self::slot_off(slot), 8),
             _ => (off, w),
@@ -581,13 +586,7 @@ impl Gen {
             };
             self.set_const(0, e);
         }
-        self.emit(ins(
-            op::STX | op::ATOMIC | size_bits(w),
-            10,
-            v,
-            aoff,
-            aop,
-        ));
+        self.emit(ins(op::STX | op::ATOMIC | size_bits(w), 10, v, aoff, aop));
         if aop == op::ATOMIC_CMPXCHG {
             self.regs[0] = K::Scalar(None);
         } else if aop & op::FETCH != 0 {
@@ -755,7 +754,14 @@ impl Gen {
                     Some(c) if self.chance(2) => {
                         // Scale it: a wrong belief of 0 becomes a far access.
                         self.emit(ins(op::ALU64 | op::MUL | op::K, d, 0, 0, 4096));
-                        self.emit(ins(op::ALU64 | op::ADD | op::X, d, p, 0, 0));
+                        let x = self.scratch();
+                        if x == d {
+                            return;
+                        }
+                        self.emit(mov64x(x, p));
+                        self.emit(ins(op::ALU64 | op::ADD | op::X, x, d, 0, 0));
+                        self.regs[d as usize] = K::Scalar(None);
+                        let d = x;
                         self.regs[d as usize] = match kp {
                             K::Value(m, o) => K::Value(m, o + (c * 4096) as i32),
                             K::Stack(o) => K::Stack((o as i64 + c * 4096) as i16),
@@ -841,9 +847,18 @@ impl Gen {
             3 => ARR2,
             _ => ARR,
         };
-        let id = self.pick(&[1, 1, 2, 2, 3]);
+        let id = if map == RODATA && self.chance(2) {
+            2
+        } else {
+            self.pick(&[1, 1, 2, 2, 3])
+        };
         let koff: i16 = -8 * (1 + self.below(6) as i16);
-        let koff = koff - if KEY_SIZE[map as usize] == 4 && self.chance(3) { 4 } else { 0 };
+        let koff = koff
+            - if KEY_SIZE[map as usize] == 4 && self.chance(3) {
+                4
+            } else {
+                0
+            };
         self.buffer(koff, KEY_SIZE[map as usize]);
         let voff = -64 - 8 * self.below(4) as i16;
         if id == 2 {
@@ -1315,7 +1330,11 @@ fn fix_after_insert(insns: &mut [Insn], k: usize) {
             continue;
         }
         let old_pc = if pc > k { pc - 1 } else { pc } as i64;
-        let rel = if i.op() == op::CALL { i.imm as i64 } else { i.off as i64 };
+        let rel = if i.op() == op::CALL {
+            i.imm as i64
+        } else {
+            i.off as i64
+        };
         let old_t = old_pc + 1 + rel;
         let new_t = if old_t >= k as i64 { old_t + 1 } else { old_t };
         let new_rel = new_t - pc as i64 - 1;
@@ -1353,7 +1372,11 @@ pub fn remove(insns: &[Insn], k: usize) -> Vec<Insn> {
             && (i.op() != op::CALL || i.src == op::PSEUDO_CALL)
             && !(pc > 0 && insns[pc - 1].is_lddw());
         if is_jump {
-            let rel = if i.op() == op::CALL { i.imm as i64 } else { i.off as i64 };
+            let rel = if i.op() == op::CALL {
+                i.imm as i64
+            } else {
+                i.off as i64
+            };
             let t = pc as i64 + 1 + rel;
             let nt = new_index(t);
             let np = new_index(pc as i64);
