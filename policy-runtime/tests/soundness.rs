@@ -681,7 +681,7 @@ fn env_u64(names: &[&str], default: u64) -> u64 {
 
 #[test]
 fn accepted_programs_are_sound() {
-    let cases = env_u64(&["SOUNDNESS_CASES", "PROPTEST_CASES"], 4000);
+    let cases = env_u64(&["SOUNDNESS_CASES", "PROPTEST_CASES"], 6000);
     let base = env_u64(&["SOUNDNESS_SEED"], 0x500d_5eed);
     let t = Tally::default();
     let threads = env_u64(&["SOUNDNESS_THREADS"], 0);
@@ -707,8 +707,9 @@ fn accepted_programs_are_sound() {
     let accepted = t.accepted.load(Ordering::Relaxed);
     let violations = t.violations.load(Ordering::Relaxed);
     println!(
-        "soundness: {generated} programs generated, {accepted} accepted ({:.1}%), {accepted} run, {violations} violations, {:.1} s (seed base {base:#x})",
+        "soundness: {generated} programs generated, {accepted} accepted ({:.1}%), {accepted} run, {violations} violations ({:.1}% accepted and sound), {:.1} s (seed base {base:#x})",
         100.0 * accepted as f64 / generated.max(1) as f64,
+        100.0 * (accepted - violations) as f64 / generated.max(1) as f64,
         t0.elapsed().as_secs_f64()
     );
     for (name, (n, a)) in t.features.lock().unwrap().iter() {
@@ -1008,4 +1009,73 @@ fn regressions_are_rejected_or_sound() {
         REGRESSIONS.len(),
         bad.join("\n\n")
     );
+}
+
+#[test]
+fn mutants_never_panic_the_verifier_the_loader_or_the_jit() {
+    // Accepted mutants are loaded for the JIT (translated and mapped, not run: the soundness
+    // property above is where programs run).
+    let cases = env_u64(&["SOUNDNESS_MUTANTS", "PROPTEST_CASES"], 20000);
+    let base = env_u64(&["SOUNDNESS_SEED"], 0x500d_5eed) ^ 0x6d75_7461;
+    let mut panics = vec![];
+    let mut loaded = 0;
+    for k in 0..cases {
+        let seed = base.wrapping_add(k);
+        let mut obj = soundgen::program(seed, section_for(seed)).obj;
+        let mut r = Rng(seed);
+        let insns = &mut obj.programs[0].insns;
+        for _ in 0..1 + r.below(3) {
+            let at = r.below(insns.len() as u64) as usize;
+            let old = insns[at];
+            let bits = r.next();
+            insns[at] = match bits % 6 {
+                0 => Insn {
+                    imm: (bits >> 8) as i32,
+                    ..old
+                },
+                1 => Insn {
+                    off: (bits >> 8) as i16,
+                    ..old
+                },
+                2 => Insn {
+                    dst: ((bits >> 8) % 16) as u8,
+                    ..old
+                },
+                3 => Insn {
+                    src: ((bits >> 8) % 16) as u8,
+                    ..old
+                },
+                4 => Insn {
+                    code: (bits >> 8) as u8,
+                    ..old
+                },
+                _ => Insn::decode(&(bits >> 3).to_le_bytes()),
+            };
+        }
+        let infos = policy_verifier::map_infos(&obj.maps);
+        let p = &obj.programs[0];
+        match quietly(|| policy_verifier::verify(p, &infos, opts(Tier::Jit).limits).is_ok()) {
+            Err(e) => panics.push(format!(
+                "verifier panicked ({}) on:\n{}",
+                panic_text(&e),
+                listing(&p.insns)
+            )),
+            Ok(false) => {}
+            Ok(true) => {
+                let reg = registry();
+                match quietly(|| LoadedProgram::load(&obj, None, &reg, &opts(Tier::Jit)).is_ok()) {
+                    Err(e) => panics.push(format!(
+                        "loading for the JIT panicked ({}) on:\n{}",
+                        panic_text(&e),
+                        listing(&p.insns)
+                    )),
+                    Ok(ok) => loaded += u64::from(ok),
+                }
+            }
+        }
+    }
+    println!("{cases} mutants, {loaded} loaded for the JIT, {} panics", panics.len());
+    assert!(loaded > 0, "no mutant was loaded: the JIT path went untested");
+    panics.truncate(5);
+    assert!(panics.is_empty(), "panics (first 5):\n\n{}", panics.join("\n\n"));
 }

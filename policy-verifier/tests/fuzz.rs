@@ -36,9 +36,12 @@ fn corpus() -> &'static Vec<Vec<u8>> {
     })
 }
 
+/// A program of the corpus: instructions, its object's maps, its section.
+type CorpusProgram = (Vec<Insn>, Vec<MapInfo>, String);
+
 /// Every program of the corpus, with its object's maps.
-fn corpus_programs() -> &'static Vec<(Vec<Insn>, Vec<MapInfo>, String)> {
-    static P: OnceLock<Vec<(Vec<Insn>, Vec<MapInfo>, String)>> = OnceLock::new();
+fn corpus_programs() -> &'static Vec<CorpusProgram> {
+    static P: OnceLock<Vec<CorpusProgram>> = OnceLock::new();
     P.get_or_init(|| {
         let mut v = vec![];
         for bytes in corpus() {
@@ -122,7 +125,7 @@ fn quietly<T>(f: impl FnOnce() -> T) -> std::thread::Result<T> {
 /// Verifies under catch_unwind: Err(message) if the verifier panicked.
 fn no_panic(insns: &[Insn], hook: usize, maps: &[MapInfo]) -> Result<(), String> {
     let hook = &HOOKS[hook % HOOKS.len()];
-    quietly(|| verify_insns(insns, hook, maps, limits()))
+    quietly(|| verify_insns(insns, hook, maps, limits()).is_ok())
         .map(|_| ())
         .map_err(|e| {
             let msg = e
@@ -231,7 +234,8 @@ fn edge(insns: &mut Vec<Insn>, kind: u8, x: u64) {
         }
         // A BPF-to-BPF call out of range, to itself, into an lddw, or to len.
         3 => {
-            let t = [n as i64, -1, at as i64, at as i64 + 2, i32::MAX as i64][((x >> 8) % 5) as usize];
+            let t =
+                [n as i64, -1, at as i64, at as i64 + 2, i32::MAX as i64][((x >> 8) % 5) as usize];
             insns[at] = Insn {
                 code: op::JMP | op::CALL,
                 dst: 0,
@@ -374,15 +378,8 @@ fn edge_programs_never_panic_the_verifier() {
 /// Parses under catch_unwind; returns the object if it parsed.
 fn parse_no_panic(bytes: &[u8]) -> Result<Option<Object>, String> {
     quietly(|| Object::parse(bytes).ok()).map_err(|_| {
-        let head: String = bytes
-            .iter()
-            .take(256)
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        format!(
-            "Object::parse panicked on {} bytes: {head}…",
-            bytes.len()
-        )
+        let head: String = bytes.iter().take(256).map(|b| format!("{b:02x}")).collect();
+        format!("Object::parse panicked on {} bytes: {head}…", bytes.len())
     })
 }
 
@@ -405,7 +402,7 @@ proptest! {
         if let Ok(Some(o)) = parsed {
             let maps = map_infos(&o.maps);
             for p in &o.programs {
-                let r = quietly(|| verify(p, &maps, limits()));
+                let r = quietly(|| verify(p, &maps, limits()).is_ok());
                 prop_assert!(r.is_ok(), "verifier panicked on {} of a mutated object:\n{}", p.name, listing(&p.insns));
             }
         }
@@ -436,7 +433,7 @@ proptest! {
         if let Ok(Some(o)) = parsed {
             let maps = map_infos(&o.maps);
             for p in &o.programs {
-                let r = quietly(|| verify(p, &maps, limits()));
+                let r = quietly(|| verify(p, &maps, limits()).is_ok());
                 prop_assert!(r.is_ok(), "verifier panicked on {}:\n{}", p.name, listing(&p.insns));
             }
         }

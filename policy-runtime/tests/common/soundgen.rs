@@ -651,7 +651,7 @@ impl Gen {
         let p = self.any_ptr();
         let kp = self.regs[p as usize];
         let d = self.pick(&[0u8, 2, 3, 4, 5]);
-        match self.below(13) {
+        match self.below(12) {
             0..=3 => {
                 // ptr += const, then a use.
                 self.emit(mov64x(d, p));
@@ -1094,7 +1094,7 @@ impl Gen {
     }
 
     fn snippet(&mut self) {
-        match self.below(20) {
+        match self.below(23) {
             0..=4 => self.spill_fill(),
             5..=7 => self.atomic_stack(),
             8 | 9 => self.atomic_value(),
@@ -1103,7 +1103,7 @@ impl Gen {
             15 => self.call(),
             16 => self.branch_on_spilled(),
             17 => self.counted_loop(),
-            18 => self.ctx_access(),
+            18..=20 => self.ctx_access(),
             _ => self.scalar_alu(),
         }
     }
