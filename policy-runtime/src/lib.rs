@@ -4,6 +4,7 @@
 //!   patched to addresses, compilation) and running a [`LoadedProgram`];
 //! * [`jit`]: the x86-64 JIT (encoder, translator, executable memory);
 //! * [`interp`]: the interpreter (portable tier, and a memory-checking oracle);
+//! * [`raw`]: both engines on unverified instruction sequences (conformance vectors);
 //! * [`helpers`]: the helpers programs call;
 //! * [`swap`]: hot swap of a running program;
 //! * [`ctx`]: the contexts of each hook.
@@ -15,6 +16,7 @@ pub mod helpers;
 pub mod interp;
 pub mod jit;
 pub mod program;
+pub mod raw;
 pub mod swap;
 
 pub use ctx::{NetCtx, TunerCtx};

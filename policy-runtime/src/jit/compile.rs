@@ -15,8 +15,22 @@ const STACK: i32 = 512;
 /// Something the JIT cannot translate (the verifier normally rejects it first).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JitError {
-    Unsupported { pc: usize, what: String },
-    UnknownHelper { pc: usize, id: i32 },
+    /// A valid instruction this JIT does not run (kfunc calls, unresolved map references).
+    Unsupported {
+        pc: usize,
+        what: String,
+    },
+    UnknownHelper {
+        pc: usize,
+        id: i32,
+    },
+    /// An encoding RFC 9669 does not define, a write to r10, or a program whose control flow
+    /// could leave a function other than through `exit` (a jump or call target outside the
+    /// program, inside an `lddw` or in another function; a function that can run off its end).
+    Invalid {
+        pc: usize,
+        why: String,
+    },
 }
 
 impl fmt::Display for JitError {
@@ -26,6 +40,7 @@ impl fmt::Display for JitError {
                 write!(f, "JIT: insn {pc}: {what} is not supported")
             }
             JitError::UnknownHelper { pc, id } => write!(f, "JIT: insn {pc}: no helper #{id}"),
+            JitError::Invalid { pc, why } => write!(f, "JIT: insn {pc}: {why}"),
         }
     }
 }
@@ -45,12 +60,19 @@ fn width(i: &Insn) -> Width {
     }
 }
 
-fn prologue(a: &mut Asm) {
+/// A function's entry: five pushes and the 512-byte stack keep `rsp` 16-byte aligned.
+/// The program's entry also zeroes r0 and r3–r9, so nothing of the caller's is readable.
+fn prologue(a: &mut Asm, main: bool) {
     for g in [RBP, RBX, R13, R14, R15] {
         a.push(g);
     }
     a.alu_ri(true, Alu::Sub, RSP, STACK);
     a.lea(RBP, RSP, STACK);
+    if main {
+        for g in [RAX, RDX, RCX, R8, RBX, R13, R14, R15] {
+            a.alu_rr(false, Alu::Xor, g, g);
+        }
+    }
 }
 
 fn epilogue(a: &mut Asm) {
@@ -61,26 +83,153 @@ fn epilogue(a: &mut Asm) {
     a.ret();
 }
 
-/// Translates `insns` (map references already resolved to addresses). `helper` gives the
-/// address of each helper id.
-pub fn translate(insns: &[Insn], helper: &dyn Fn(i32) -> Option<u64>) -> Result<Vec<u8>, JitError> {
-    let mut entries = vec![false; insns.len()];
+fn invalid(pc: usize, why: &str) -> JitError {
+    JitError::Invalid {
+        pc,
+        why: why.into(),
+    }
+}
+
+/// The jump or call target of `insns[pc]`, if it has one (`None` for other instructions).
+fn target(pc: usize, i: &Insn) -> Option<i64> {
+    let rel = match (i.class(), i.op()) {
+        (op::JMP, op::CALL) if i.src == op::PSEUDO_CALL => i64::from(i.imm),
+        (op::JMP | op::JMP32, op::CALL | op::EXIT) => return None,
+        (op::JMP32, op::JA) => i64::from(i.imm),
+        (op::JMP | op::JMP32, _) => i64::from(i.off),
+        _ => return None,
+    };
+    Some(pc as i64 + 1 + rel)
+}
+
+/// Checks that `insns` is a program the JIT translates into code that cannot leave it:
+/// every instruction a valid RFC 9669 encoding the JIT supports (helpers as `helper` has
+/// them), r10 never written, every jump inside its own function and never into the second
+/// half of an `lddw`, every call to the start of a function, and every function ending in
+/// `exit` or `goto` (so none runs into the next, or off the end of the code). Functions start
+/// at 0 and at the target of each BPF-to-BPF call (code 0x85, src 1), and nowhere else; no
+/// call targets 0.
+/// Returns which instructions start a function.
+pub fn check_program(
+    insns: &[Insn],
+    helper: &dyn Fn(i32) -> Option<u64>,
+) -> Result<Vec<bool>, JitError> {
+    let n = insns.len();
+    if n == 0 {
+        return Err(invalid(0, "empty program"));
+    }
+    let mut second = vec![false; n];
+    let mut entries = vec![false; n];
     entries[0] = true;
-    for (pc, i) in insns.iter().enumerate() {
-        if i.code == (op::JMP | op::CALL) && i.src == op::PSEUDO_CALL {
-            let t = (pc as i64 + 1 + i64::from(i.imm)) as usize;
-            if t < insns.len() {
-                entries[t] = true;
+    let mut pc = 0;
+    while pc < n {
+        let i = &insns[pc];
+        if let Some(why) = op::encoding_error(i, insns.get(pc + 1)) {
+            return Err(invalid(
+                pc,
+                &format!("invalid instruction {:#04x}: {why}", i.code),
+            ));
+        }
+        let writes_r10 = match i.class() {
+            op::ALU | op::ALU64 | op::LD | op::LDX => i.dst == 10,
+            op::STX if i.mode() == op::ATOMIC => {
+                i.src == 10 && i.imm & op::FETCH != 0 && i.imm != op::ATOMIC_CMPXCHG
             }
+            _ => false,
+        };
+        if writes_r10 {
+            return Err(invalid(pc, "r10 (the frame pointer) is read only"));
+        }
+        match (i.class(), i.op()) {
+            (op::LD, _) => {
+                if i.src != 0 {
+                    return Err(JitError::Unsupported {
+                        pc,
+                        what: format!("lddw with pseudo source {} (unresolved)", i.src),
+                    });
+                }
+                second[pc + 1] = true;
+                pc += 2;
+                continue;
+            }
+            (op::JMP, op::CALL) if i.src == op::PSEUDO_KFUNC_CALL => {
+                return Err(JitError::Unsupported {
+                    pc,
+                    what: "a kfunc call".into(),
+                });
+            }
+            (op::JMP, op::CALL) if i.src == 0 && helper(i.imm).is_none() => {
+                return Err(JitError::UnknownHelper { pc, id: i.imm });
+            }
+            _ => {}
+        }
+        pc += 1;
+    }
+    for (pc, i) in insns.iter().enumerate() {
+        if second[pc] || !(i.class() == op::JMP && i.op() == op::CALL && i.src == op::PSEUDO_CALL) {
+            continue;
+        }
+        let t = target(pc, i).expect("a call");
+        if !(0..n as i64).contains(&t) || second[t as usize] {
+            return Err(invalid(
+                pc,
+                "call target outside the program or inside an lddw",
+            ));
+        }
+        if t == 0 {
+            // The entry clears registers a call must keep; and this could only be recursion.
+            return Err(invalid(pc, "call to the program's entry"));
+        }
+        entries[t as usize] = true;
+    }
+    // Function of each instruction (index of its entry).
+    let mut func = vec![0usize; n];
+    for pc in 1..n {
+        func[pc] = if entries[pc] { pc } else { func[pc - 1] };
+    }
+    for (pc, i) in insns.iter().enumerate() {
+        if second[pc] || (i.class() == op::JMP && i.op() == op::CALL) {
+            continue;
+        }
+        if let Some(t) = target(pc, i)
+            && (!(0..n as i64).contains(&t) || second[t as usize] || func[t as usize] != func[pc])
+        {
+            return Err(invalid(
+                pc,
+                "jump target outside its function or inside an lddw",
+            ));
         }
     }
+    for last in (0..n).filter(|&pc| pc + 1 == n || entries[pc + 1]) {
+        let i = &insns[last];
+        let ends = !second[last]
+            && matches!(i.class(), op::JMP | op::JMP32)
+            && matches!(i.op(), op::EXIT | op::JA);
+        if !ends {
+            return Err(invalid(
+                last,
+                "function does not end in exit or goto (it would run into the next)",
+            ));
+        }
+    }
+    Ok(entries)
+}
+
+/// Translates `insns` (map references already resolved to addresses). `helper` gives the
+/// address of each helper id. Everything [`check_program`] rejects is an error.
+pub fn translate(insns: &[Insn], helper: &dyn Fn(i32) -> Option<u64>) -> Result<Vec<u8>, JitError> {
+    let entries = check_program(insns, helper)?;
     let mut a = Asm::default();
-    let mut at = vec![0usize; insns.len() + 1];
-    let mut fixups: Vec<(usize, usize)> = vec![];
+    // Where each instruction's code starts, and where each function's prologue does.
+    let mut at = vec![0usize; insns.len()];
+    let mut entry_at = vec![0usize; insns.len()];
+    // (rel32 field, target pc, is a call)
+    let mut fixups: Vec<(usize, usize, bool)> = vec![];
     let mut pc = 0;
     while pc < insns.len() {
         if entries[pc] {
-            prologue(&mut a);
+            entry_at[pc] = a.len();
+            prologue(&mut a, pc == 0);
         }
         at[pc] = a.len();
         let i = insns[pc];
@@ -88,6 +237,7 @@ pub fn translate(insns: &[Insn], helper: &dyn Fn(i32) -> Option<u64>) -> Result<
             pc,
             what: what.into(),
         };
+        let jump_to = |i: &Insn| target(pc, i).expect("a jump") as usize;
         match i.class() {
             op::ALU | op::ALU64 => alu(&mut a, &i).map_err(&unsupported)?,
             op::LD => {
@@ -97,39 +247,24 @@ pub fn translate(insns: &[Insn], helper: &dyn Fn(i32) -> Option<u64>) -> Result<
                 pc += 2;
                 continue;
             }
+            op::LDX if i.mode() == op::MEMSX => {
+                a.load_sx(width(&i), r(i.dst), r(i.src), i32::from(i.off))
+            }
             op::LDX => a.load(width(&i), r(i.dst), r(i.src), i32::from(i.off)),
             op::ST => a.store_imm(width(&i), r(i.dst), i32::from(i.off), i.imm),
             op::STX if i.mode() == op::MEM => {
                 a.store(width(&i), r(i.dst), i32::from(i.off), r(i.src))
             }
-            op::STX => {
-                let w = i.size_bits() == op::DW;
-                let (base, off, src) = (r(i.dst), i32::from(i.off), r(i.src));
-                match i.imm {
-                    op::ATOMIC_ADD => a.lock_alu(w, Alu::Add, base, off, src),
-                    op::ATOMIC_OR => a.lock_alu(w, Alu::Or, base, off, src),
-                    op::ATOMIC_AND => a.lock_alu(w, Alu::And, base, off, src),
-                    op::ATOMIC_XOR => a.lock_alu(w, Alu::Xor, base, off, src),
-                    x if x == op::ATOMIC_ADD | op::FETCH => a.lock_xadd(w, base, off, src),
-                    op::ATOMIC_XCHG => a.xchg(w, base, off, src),
-                    op::ATOMIC_CMPXCHG => {
-                        a.lock_cmpxchg(w, base, off, src);
-                        if !w {
-                            a.mov_rr(false, RAX, RAX);
-                        }
-                    }
-                    _ => return Err(unsupported("atomic operation")),
-                }
-            }
+            op::STX => atomic(&mut a, &i).map_err(&unsupported)?,
             _ => match i.op() {
                 op::JA => {
                     let f = a.jmp();
-                    fixups.push((f, (pc as i64 + 1 + i64::from(i.off)) as usize));
+                    fixups.push((f, jump_to(&i), false));
                 }
                 op::EXIT => epilogue(&mut a),
                 op::CALL if i.src == op::PSEUDO_CALL => {
                     let f = a.call_rel();
-                    fixups.push((f, (pc as i64 + 1 + i64::from(i.imm)) as usize));
+                    fixups.push((f, jump_to(&i), true));
                 }
                 op::CALL => {
                     let addr = helper(i.imm).ok_or(JitError::UnknownHelper { pc, id: i.imm })?;
@@ -164,37 +299,65 @@ pub fn translate(insns: &[Insn], helper: &dyn Fn(i32) -> Option<u64>) -> Result<
                         _ => return Err(unsupported("jump operation")),
                     };
                     let f = a.jcc(c);
-                    fixups.push((f, (pc as i64 + 1 + i64::from(i.off)) as usize));
+                    fixups.push((f, jump_to(&i), false));
                 }
             },
         }
         pc += 1;
     }
-    for (f, target) in fixups {
+    for (f, target, call) in fixups {
         // A call lands on the function's prologue, a jump on the instruction itself.
-        let dest = if entries.get(target).copied().unwrap_or(false) && is_call_fixup(&a, f) {
-            prologue_start(&at, target)
-        } else {
-            at[target]
-        };
-        a.patch(f, dest);
+        a.patch(f, if call { entry_at[target] } else { at[target] });
     }
     Ok(a.code)
 }
 
-fn is_call_fixup(a: &Asm, f: usize) -> bool {
-    f >= 1 && a.code[f - 1] == 0xe8
-}
-
-/// Size of the prologue, so calls can land before it.
-fn prologue_len() -> usize {
-    let mut a = Asm::default();
-    prologue(&mut a);
-    a.len()
-}
-
-fn prologue_start(at: &[usize], target: usize) -> usize {
-    at[target] - prologue_len()
+/// An atomic read-modify-write. r0 is rax, which `cmpxchg` needs: the fetch forms of
+/// and/or/xor (a `cmpxchg` loop) keep r0 in r10 of x86 meanwhile, and use it in place of
+/// a base or source register that is r0.
+fn atomic(a: &mut Asm, i: &Insn) -> Result<(), &'static str> {
+    let w = i.size_bits() == op::DW;
+    let (base, off, src) = (r(i.dst), i32::from(i.off), r(i.src));
+    let loop_op = |k| match k {
+        op::ATOMIC_OR => Some(Alu::Or),
+        op::ATOMIC_AND => Some(Alu::And),
+        op::ATOMIC_XOR => Some(Alu::Xor),
+        _ => None,
+    };
+    match i.imm {
+        op::ATOMIC_ADD => a.lock_alu(w, Alu::Add, base, off, src),
+        op::ATOMIC_OR => a.lock_alu(w, Alu::Or, base, off, src),
+        op::ATOMIC_AND => a.lock_alu(w, Alu::And, base, off, src),
+        op::ATOMIC_XOR => a.lock_alu(w, Alu::Xor, base, off, src),
+        x if x == op::ATOMIC_ADD | op::FETCH => a.lock_xadd(w, base, off, src),
+        op::ATOMIC_XCHG => a.xchg(w, base, off, src),
+        op::ATOMIC_CMPXCHG => {
+            a.lock_cmpxchg(w, base, off, src);
+            if !w {
+                a.mov_rr(false, RAX, RAX);
+            }
+        }
+        x if x & op::FETCH != 0 && loop_op(x & !op::FETCH).is_some() => {
+            let k = loop_op(x & !op::FETCH).expect("checked");
+            let sub = |g: Gpr| if g == RAX { R10 } else { g };
+            let (b, s) = (sub(base), sub(src));
+            a.mov_rr(true, R10, RAX);
+            a.load(if w { Width::B64 } else { Width::B32 }, RAX, b, off);
+            let again = a.len();
+            a.mov_rr(w, R11, RAX);
+            a.alu_rr(w, k, R11, s);
+            a.lock_cmpxchg(w, b, off, R11);
+            let f = a.jcc(Cond::Ne);
+            a.patch(f, again);
+            // rax: the old value (zero-extended for 32 bits).
+            if src != RAX {
+                a.mov_rr(w, src, RAX);
+                a.mov_rr(true, RAX, R10);
+            }
+        }
+        _ => return Err("atomic operation"),
+    }
+    Ok(())
 }
 
 /// An ALU immediate as BPF defines it: sign-extended for 64-bit operations, zero-extended
@@ -230,6 +393,7 @@ fn alu(a: &mut Asm, i: &Insn) -> Result<(), &'static str> {
                 a.alu_ri(w, k, dst, imm)
             }
         }
+        op::MOV if reg && i.off != 0 => a.movsx_rr(w, i.off as u8, dst, src),
         op::MOV => {
             if reg {
                 a.mov_rr(w, dst, src);
@@ -246,33 +410,57 @@ fn alu(a: &mut Asm, i: &Insn) -> Result<(), &'static str> {
             }
         }
         op::DIV | op::MOD => {
+            let div = i.op() == op::DIV;
+            let signed = i.off == op::OFF_SIGNED;
             if reg {
                 a.mov_rr(w, R11, src);
             } else {
                 a.mov_ri64(R11, imm_value(w, imm));
             }
+            // x86 division traps on a zero divisor, and signed division on MIN / -1: both
+            // are handled before it, with BPF's results (x / 0 = 0, x % 0 = x,
+            // x s/ -1 = -x wrapping, x s% -1 = 0).
+            let mut done = vec![];
             a.test_rr(w, R11, R11);
             let nonzero = a.jcc(Cond::Ne);
-            // Kernel semantics for a zero divisor (the verifier rejects possible zeros anyway).
-            if i.op() == op::DIV {
+            if div {
                 a.alu_rr(false, Alu::Xor, dst, dst);
             } else if !w {
                 a.mov_rr(false, dst, dst);
             }
-            let done = a.jmp();
+            done.push(a.jmp());
             let here = a.len();
             a.patch(nonzero, here);
+            if signed {
+                a.alu_ri(w, Alu::Cmp, R11, -1);
+                let not_minus_one = a.jcc(Cond::Ne);
+                if div {
+                    a.neg(w, dst);
+                } else {
+                    a.alu_rr(false, Alu::Xor, dst, dst);
+                }
+                done.push(a.jmp());
+                let here = a.len();
+                a.patch(not_minus_one, here);
+            }
             a.push(RAX);
             a.push(RDX);
             a.mov_rr(w, RAX, dst);
-            a.alu_rr(false, Alu::Xor, RDX, RDX);
-            a.div(w, R11);
-            a.mov_rr(w, R11, if i.op() == op::DIV { RAX } else { RDX });
+            if signed {
+                a.cqo(w);
+                a.idiv(w, R11);
+            } else {
+                a.alu_rr(false, Alu::Xor, RDX, RDX);
+                a.div(w, R11);
+            }
+            a.mov_rr(w, R11, if div { RAX } else { RDX });
             a.pop(RDX);
             a.pop(RAX);
             a.mov_rr(w, dst, R11);
             let end = a.len();
-            a.patch(done, end);
+            for f in done {
+                a.patch(f, end);
+            }
         }
         op::LSH | op::RSH | op::ARSH => {
             let k = match i.op() {
@@ -300,7 +488,8 @@ fn alu(a: &mut Asm, i: &Insn) -> Result<(), &'static str> {
             }
         }
         op::NEG => a.neg(w, dst),
-        op::END => match (reg, imm) {
+        // bswap (ALU64, source bit 0) swaps as `be` does on this little-endian host.
+        op::END => match (reg || w, imm) {
             (false, 16) => a.movzx16(dst, dst),
             (false, 32) => a.mov_rr(false, dst, dst),
             (false, _) => {}
@@ -375,8 +564,11 @@ mod tests {
         let mut checked = 0;
         for class in [op::ALU, op::ALU64] {
             for &o in &ops {
+                // neg has no source operand (its source bit and imm must be 0).
+                let form = if o == op::NEG { op::K } else { op::X };
                 for &d in &regs {
                     for &s in &regs {
+                        let s = if o == op::NEG { 0 } else { s };
                         for (k, &a) in vals.iter().enumerate() {
                             let b = vals[(k * 3 + 1) % vals.len()];
                             let mut p = vec![];
@@ -388,7 +580,7 @@ mod tests {
                             };
                             p.extend(lddw(s, b));
                             p.extend(lddw(d, a));
-                            p.push(i(class | o | op::X, d, s, 0, 0));
+                            p.push(i(class | o | form, d, s, 0, 0));
                             p.push(i(op::ALU64 | op::MOV | op::X, 0, d, 0, 0));
                             p.push(i(op::JMP | op::EXIT, 0, 0, 0, 0));
                             let (j, n) = both(&p);
@@ -402,8 +594,9 @@ mod tests {
                 }
                 for &a in &vals {
                     for imm in [0i32, 1, -1, 5, 31, 33, i32::MIN] {
-                        if matches!(o, op::LSH | op::RSH | op::ARSH)
-                            && !(0..if class == op::ALU64 { 64 } else { 32 }).contains(&imm)
+                        if (matches!(o, op::LSH | op::RSH | op::ARSH)
+                            && !(0..if class == op::ALU64 { 64 } else { 32 }).contains(&imm))
+                            || (o == op::NEG && imm != 0)
                         {
                             continue;
                         }

@@ -14,7 +14,8 @@ unsafe impl Send for ExecBuf {}
 // SAFETY: as above; running the code concurrently is allowed (it keeps no state of its own).
 unsafe impl Sync for ExecBuf {}
 
-type Entry = unsafe extern "C" fn(*mut u8) -> u64;
+/// The code's signature: r1 and r2 arrive in rdi and rsi.
+type Entry = unsafe extern "C" fn(u64, u64) -> u64;
 
 impl ExecBuf {
     pub fn new(code: &[u8]) -> io::Result<ExecBuf> {
@@ -62,10 +63,21 @@ impl ExecBuf {
     /// The code must come from the JIT translating a program the verifier accepted for a
     /// context of the size `ctx` points to, with its maps alive.
     pub unsafe fn call(&self, ctx: *mut u8) -> u64 {
-        // SAFETY: the buffer holds a function with the System V signature `u64 (*)(u8 *)`.
+        // SAFETY: per the caller's contract (r2 is 0; verified programs do not read it).
+        unsafe { self.call_with(ctx as u64, 0) }
+    }
+
+    /// Runs the program with r1 and r2 as given.
+    ///
+    /// # Safety
+    /// As for [`ExecBuf::call`]: the code must only touch memory that is valid for it given
+    /// these arguments.
+    pub unsafe fn call_with(&self, r1: u64, r2: u64) -> u64 {
+        // SAFETY: the buffer holds a function with the System V signature
+        // `u64 (*)(u64, u64)`.
         let f: Entry = unsafe { std::mem::transmute::<*mut u8, Entry>(self.ptr) };
         // SAFETY: per the caller's contract.
-        unsafe { f(ctx) }
+        unsafe { f(r1, r2) }
     }
 }
 

@@ -216,6 +216,55 @@ impl Asm {
         self.modrm(3, 6, r.0);
     }
 
+    /// Signed `idiv r` (rdx:rax / r).
+    pub fn idiv(&mut self, w: bool, r: Gpr) {
+        self.rex(w, 0, 0, r.ext(), false);
+        self.b(0xf7);
+        self.modrm(3, 7, r.0);
+    }
+
+    /// `cqo` (64-bit) or `cdq` (32-bit): sign-extend rax into rdx.
+    pub fn cqo(&mut self, w: bool) {
+        self.rex(w, 0, 0, 0, false);
+        self.b(0x99);
+    }
+
+    /// `movsx dst, src` from the low `bits` (8, 16 or 32) of `src`, into 64 bits (`w`) or
+    /// 32 bits (zero-extended further, as every 32-bit write is).
+    pub fn movsx_rr(&mut self, w: bool, bits: u8, dst: Gpr, src: Gpr) {
+        // REX (forced for 8 bits) makes sil/dil, not dh/bh, the byte registers.
+        self.rex(w || bits == 32, dst.ext(), 0, src.ext(), bits == 8);
+        match bits {
+            8 => {
+                self.b(0x0f);
+                self.b(0xbe);
+            }
+            16 => {
+                self.b(0x0f);
+                self.b(0xbf);
+            }
+            _ => self.b(0x63),
+        }
+        self.modrm(3, dst.0, src.0);
+    }
+
+    /// Sign-extending load into 64 bits, `dst = [base + disp]` (1, 2 or 4 bytes).
+    pub fn load_sx(&mut self, wd: Width, dst: Gpr, base: Gpr, disp: i32) {
+        self.rex(true, dst.ext(), 0, base.ext(), false);
+        match wd {
+            Width::B8 => {
+                self.b(0x0f);
+                self.b(0xbe);
+            }
+            Width::B16 => {
+                self.b(0x0f);
+                self.b(0xbf);
+            }
+            _ => self.b(0x63),
+        }
+        self.mem(dst.0, base, disp);
+    }
+
     pub fn test_rr(&mut self, w: bool, a: Gpr, b: Gpr) {
         self.rex(w, b.ext(), 0, a.ext(), false);
         self.b(0x85);
@@ -547,6 +596,50 @@ mod tests {
             (hex(|a| a.push(R15)), "41 57", "push %r15"),
             (hex(|a| a.bswap(true, R13)), "49 0f cd", "bswap %r13"),
             (hex(|a| a.rol16_8(RCX)), "66 c1 c1 08", "rol $0x8,%cx"),
+            (hex(|a| a.idiv(true, R11)), "49 f7 fb", "idiv %r11"),
+            (hex(|a| a.idiv(false, R11)), "41 f7 fb", "idiv %r11d"),
+            (hex(|a| a.cqo(true)), "48 99", "cqto"),
+            (hex(|a| a.cqo(false)), "99", "cltd"),
+            (
+                hex(|a| a.movsx_rr(true, 8, RAX, RSI)),
+                "48 0f be c6",
+                "movsbq %sil,%rax",
+            ),
+            (
+                hex(|a| a.movsx_rr(false, 8, R13, RDI)),
+                "44 0f be ef",
+                "movsbl %dil,%r13d",
+            ),
+            (
+                hex(|a| a.movsx_rr(true, 16, RDX, R15)),
+                "49 0f bf d7",
+                "movswq %r15w,%rdx",
+            ),
+            (
+                hex(|a| a.movsx_rr(false, 16, RCX, RBX)),
+                "0f bf cb",
+                "movswl %bx,%ecx",
+            ),
+            (
+                hex(|a| a.movsx_rr(true, 32, R14, RAX)),
+                "4c 63 f0",
+                "movslq %eax,%r14",
+            ),
+            (
+                hex(|a| a.load_sx(Width::B8, RAX, RBP, -1)),
+                "48 0f be 85 ff ff ff ff",
+                "movsbq -0x1(%rbp),%rax",
+            ),
+            (
+                hex(|a| a.load_sx(Width::B16, R8, RDI, 2)),
+                "4c 0f bf 87 02 00 00 00",
+                "movswq 0x2(%rdi),%r8",
+            ),
+            (
+                hex(|a| a.load_sx(Width::B32, RBX, R13, 8)),
+                "49 63 9d 08 00 00 00",
+                "movslq 0x8(%r13),%rbx",
+            ),
         ];
         let mut bad = vec![];
         for (got, want, asm) in &rows {
