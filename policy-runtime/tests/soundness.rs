@@ -252,12 +252,24 @@ fn scan(out: &Outcome, live: &[(u64, u64)], who: &str) -> Result<(), Violation> 
     Ok(())
 }
 
-fn checked(p: &LoadedProgram, ctx: *mut u8, ctx_len: usize) -> Result<u64, interp::Fault> {
+/// A run in the checking interpreter: bounds, steps, uninitialised stack reads and, with
+/// `escape`, host addresses of this run stored outside the stack or returned. (The first
+/// instance runs without the escape check: its data holds its own addresses, planted.)
+fn checked(
+    p: &LoadedProgram,
+    ctx: *mut u8,
+    ctx_len: usize,
+    escape: bool,
+) -> Result<u64, interp::Fault> {
     let mut regions = Regions(vec![(ctx as usize, ctx_len)]);
     for m in p.maps() {
         regions.0.extend(m.value_ranges());
     }
-    interp::run(p.insns(), ctx, Some((&regions, MAX_STEPS)))
+    let check = interp::Checked {
+        pointer_escape: escape,
+        ..interp::Checked::new(&regions, MAX_STEPS)
+    };
+    interp::run_with(p.insns(), ctx as u64, 0, Some(&check), &policy_runtime::helpers::by_id)
 }
 
 fn fault_class(f: &interp::Fault) -> String {
@@ -330,10 +342,10 @@ fn check<C: Context + Copy>(obj: &Object, seed: u64) -> Result<bool, Violation> 
         ci2.0 = from_bytes(&bytes);
         cj.0 = from_bytes(&bytes);
         let listing_err = |f: &interp::Fault| violation(fault_class(f), f.to_string());
-        let ri = checked(&int.p, ci.0.as_mut_ptr(), n).map_err(|f| listing_err(&f))?;
+        let ri = checked(&int.p, ci.0.as_mut_ptr(), n, false).map_err(|f| listing_err(&f))?;
         // Hold an allocation the size of a stack so the second instance's stack moves.
         let hold = Box::new([0u64; 64]);
-        let ri2 = checked(&int2.p, ci2.0.as_mut_ptr(), n).map_err(|f| listing_err(&f))?;
+        let ri2 = checked(&int2.p, ci2.0.as_mut_ptr(), n, true).map_err(|f| listing_err(&f))?;
         drop(hold);
         let oi = int.outcome(ri, bytes_of(&ci.0));
         let oi2 = int2.outcome(ri2, bytes_of(&ci2.0));
