@@ -1,6 +1,7 @@
 //! Policy objects, without any OS: what a `clang -target bpf` object holds and nothing more.
 //!
 //! * [`insn`]: the BPF instruction set, its decoding and a kernel-style disassembler;
+//! * [`asm`]: an assembler for the bpf_conformance text dialect, for tests;
 //! * [`btf`]: the BTF subset needed for `.maps` definitions and `.BTF.ext` line info;
 //! * [`elf`]: [`Object::parse`], which finds programs by section, maps (BTF `.maps`,
 //!   `.rodata`/`.data`/`.bss`), applies map relocations (`lddw` with src 1 and 2) and links
@@ -8,6 +9,7 @@
 //!
 //! A malformed, truncated or hostile object is an [`ObjectError`], never a panic.
 
+pub mod asm;
 pub mod btf;
 pub mod elf;
 pub mod insn;

@@ -77,6 +77,12 @@ pub enum Reject {
     PointerArithmetic { reg: u8, what: String },
     /// An instruction that is malformed or not supported.
     BadInsn { what: String },
+    /// A store or atomic that would change part of a spilled pointer (the rest would then
+    /// read as a number).
+    CorruptSpill { off: i64, what: String },
+    /// Subprogram boundaries broken: a fall-through into the next subprogram, a jump out of
+    /// one.
+    BadSubprog { what: String },
     /// A jump or call outside the program.
     JumpOutOfRange { target: i64 },
     /// A jump into the second half of a 64-bit immediate load.
@@ -91,6 +97,8 @@ pub enum Reject {
     BadMapRef { index: i64 },
     /// The program's section names no hook.
     UnknownHook { section: String },
+    /// The verifier itself failed (a bug, caught): the program is refused.
+    Internal { what: String },
 }
 
 impl Reject {
@@ -117,6 +125,8 @@ impl Reject {
             Reject::PointerLeak { .. } => "pointer_leak",
             Reject::PointerArithmetic { .. } => "pointer_arithmetic",
             Reject::BadInsn { .. } => "bad_insn",
+            Reject::CorruptSpill { .. } => "corrupt_spill",
+            Reject::BadSubprog { .. } => "bad_subprog",
             Reject::JumpOutOfRange { .. } => "jump_out_of_range",
             Reject::JumpIntoLddw { .. } => "jump_into_lddw",
             Reject::FallOffEnd => "fall_off_end",
@@ -124,6 +134,7 @@ impl Reject {
             Reject::CallTooDeep { .. } => "call_too_deep",
             Reject::BadMapRef { .. } => "bad_map_ref",
             Reject::UnknownHook { .. } => "unknown_hook",
+            Reject::Internal { .. } => "internal_error",
         }
     }
 
@@ -164,7 +175,7 @@ impl fmt::Display for Reject {
                 ctx_size,
             } => write!(
                 f,
-                "R{reg} invalid context access off={off} size={size}: not a field of the {ctx_size}-byte context"
+                "R{reg} invalid context access off={off} size={size}: not one field of the {ctx_size}-byte context (accesses are naturally aligned and within one field; writes replace a whole field)"
             ),
             Reject::CtxVariableOffset { reg } => write!(
                 f,
@@ -272,6 +283,11 @@ impl fmt::Display for Reject {
                 write!(f, "R{reg} pointer arithmetic prohibited: {what}")
             }
             Reject::BadInsn { what } => write!(f, "invalid instruction: {what}"),
+            Reject::CorruptSpill { off, what } => write!(
+                f,
+                "attempt to corrupt spilled pointer on stack at fp{off}: {what}"
+            ),
+            Reject::BadSubprog { what } => write!(f, "{what}"),
             Reject::JumpOutOfRange { target } => write!(f, "jump out of range to insn {target}"),
             Reject::JumpIntoLddw { target } => {
                 write!(f, "jump into the middle of ldimm64 insn {target}")
@@ -292,6 +308,10 @@ impl fmt::Display for Reject {
             Reject::UnknownHook { section } => write!(
                 f,
                 "section '{section}' names no hook (tuner, net/connect, net/accept, net/isend, net/irecv, net/complete, net/close)"
+            ),
+            Reject::Internal { what } => write!(
+                f,
+                "internal verifier error ({what}): the program is refused; please report it"
             ),
         }
     }

@@ -19,6 +19,7 @@
 
 pub mod check;
 pub mod error;
+pub mod liveness;
 pub mod platform;
 pub mod scalar;
 pub mod state;
@@ -68,11 +69,30 @@ pub fn verify(prog: &Program, maps: &[MapInfo], limits: Limits) -> Result<Stats,
 }
 
 /// Verifies raw instructions for `hook`.
+///
+/// Never panics: a panic inside the verifier (a bug) is caught and becomes a rejection, so a
+/// hostile object can at worst be refused, never take the host process down.
 pub fn verify_insns(
     insns: &[policy_object::Insn],
     hook: &Hook,
     maps: &[MapInfo],
     limits: Limits,
 ) -> Result<Stats, VerifyError> {
-    check::Checker::new(insns, hook, maps, limits).run()
+    let run = || check::Checker::new(insns, hook, maps, limits).run();
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).unwrap_or_else(|p| {
+        let what = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        Err(VerifyError {
+            insn: 0,
+            reject: Reject::Internal { what },
+            disasm: String::new(),
+            state: String::new(),
+            source: None,
+            path: vec![],
+            processed: 0,
+        })
+    })
 }

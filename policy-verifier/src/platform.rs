@@ -42,6 +42,9 @@ pub struct Helper {
     pub name: &'static str,
     pub args: &'static [Arg],
     pub ret: Ret,
+    /// Whether the helper changes the map passed as argument 1 (refused for read-only maps,
+    /// however the map pointer was formed).
+    pub writes_map: bool,
 }
 
 pub const HELPER_MAP_LOOKUP: i32 = 1;
@@ -57,30 +60,35 @@ pub const HELPERS: &[Helper] = &[
         name: "bpf_map_lookup_elem",
         args: &[Arg::MapPtr, Arg::MapKey],
         ret: Ret::MapValueOrNull,
+        writes_map: false,
     },
     Helper {
         id: HELPER_MAP_UPDATE,
         name: "bpf_map_update_elem",
         args: &[Arg::MapPtr, Arg::MapKey, Arg::MapValue, Arg::Scalar],
         ret: Ret::Scalar,
+        writes_map: true,
     },
     Helper {
         id: HELPER_MAP_DELETE,
         name: "bpf_map_delete_elem",
         args: &[Arg::MapPtr, Arg::MapKey],
         ret: Ret::Scalar,
+        writes_map: true,
     },
     Helper {
         id: HELPER_KTIME_GET_NS,
         name: "bpf_ktime_get_ns",
         args: &[],
         ret: Ret::Scalar,
+        writes_map: false,
     },
     Helper {
         id: HELPER_GET_SMP_PROCESSOR_ID,
         name: "bpf_get_smp_processor_id",
         args: &[],
         ret: Ret::Scalar,
+        writes_map: false,
     },
 ];
 

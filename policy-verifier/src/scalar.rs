@@ -1,4 +1,5 @@
-//! Abstract scalars: known bits (tnum) plus signed and unsigned 64-bit bounds.
+//! Abstract scalars: known bits (tnum), signed and unsigned 64-bit bounds, and signed and
+//! unsigned bounds of the low 32 bits.
 //!
 //! Every operation is sound: if concrete inputs lie in the abstract inputs, the concrete result
 //! lies in the abstract result (a property test checks this against concrete execution).
@@ -160,7 +161,8 @@ impl Tnum {
     }
 }
 
-/// A set of 64-bit values: known bits and signed/unsigned bounds, kept consistent.
+/// A set of 64-bit values: known bits, signed and unsigned 64-bit bounds, and signed and
+/// unsigned bounds of the low 32 bits (what `w` registers and JMP32 compare), kept consistent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Scalar {
     pub tn: Tnum,
@@ -168,6 +170,10 @@ pub struct Scalar {
     pub umax: u64,
     pub smin: i64,
     pub smax: i64,
+    pub u32min: u32,
+    pub u32max: u32,
+    pub s32min: i32,
+    pub s32max: i32,
 }
 
 impl Scalar {
@@ -177,6 +183,17 @@ impl Scalar {
         umax: u64::MAX,
         smin: i64::MIN,
         smax: i64::MAX,
+        u32min: 0,
+        u32max: u32::MAX,
+        s32min: i32::MIN,
+        s32max: i32::MAX,
+    };
+
+    /// The empty set (an infeasible branch).
+    pub const EMPTY: Scalar = Scalar {
+        umin: 1,
+        umax: 0,
+        ..Scalar::UNKNOWN
     };
 
     pub fn konst(v: u64) -> Scalar {
@@ -186,6 +203,10 @@ impl Scalar {
             umax: v,
             smin: v as i64,
             smax: v as i64,
+            u32min: v as u32,
+            u32max: v as u32,
+            s32min: v as i32,
+            s32max: v as i32,
         }
     }
 
@@ -194,6 +215,16 @@ impl Scalar {
         Scalar {
             umin: lo,
             umax: hi,
+            ..Scalar::UNKNOWN
+        }
+        .synced()
+    }
+
+    /// Any value of `[lo, hi]` (signed).
+    pub fn srange(lo: i64, hi: i64) -> Scalar {
+        Scalar {
+            smin: lo,
+            smax: hi,
             ..Scalar::UNKNOWN
         }
         .synced()
@@ -208,18 +239,26 @@ impl Scalar {
         self.tn.is_const().then_some(self.tn.value)
     }
 
+    /// The low 32 bits when they are known.
+    pub fn const32(&self) -> Option<u32> {
+        (self.tn.mask as u32 == 0).then_some(self.tn.value as u32)
+    }
+
     /// False when the set is empty (an infeasible branch).
     pub fn is_valid(&self) -> bool {
         self.umin <= self.umax
             && self.smin <= self.smax
+            && self.u32min <= self.u32max
+            && self.s32min <= self.s32max
             && self.tn.value & self.tn.mask == 0
-            && self.tn.contains_value(self.tn.value)
     }
 
     pub fn contains_value(&self, v: u64) -> bool {
         self.tn.contains_value(v)
             && (self.umin..=self.umax).contains(&v)
             && (self.smin..=self.smax).contains(&(v as i64))
+            && (self.u32min..=self.u32max).contains(&(v as u32))
+            && (self.s32min..=self.s32max).contains(&(v as i32))
     }
 
     /// Whether every value of `o` is in `self`.
@@ -229,32 +268,112 @@ impl Scalar {
             && o.umax <= self.umax
             && self.smin <= o.smin
             && o.smax <= self.smax
+            && self.u32min <= o.u32min
+            && o.u32max <= self.u32max
+            && self.s32min <= o.s32min
+            && o.s32max <= self.s32max
     }
 
-    /// Tightens the bounds and known bits against each other.
+    /// The values in both sets.
+    pub fn intersect(&self, o: &Scalar) -> Scalar {
+        if (self.tn.value ^ o.tn.value) & !(self.tn.mask | o.tn.mask) != 0 {
+            return Scalar::EMPTY;
+        }
+        Scalar {
+            tn: self.tn.intersect(o.tn),
+            umin: self.umin.max(o.umin),
+            umax: self.umax.min(o.umax),
+            smin: self.smin.max(o.smin),
+            smax: self.smax.min(o.smax),
+            u32min: self.u32min.max(o.u32min),
+            u32max: self.u32max.min(o.u32max),
+            s32min: self.s32min.max(o.s32min),
+            s32max: self.s32max.min(o.s32max),
+        }
+        .synced()
+    }
+
+    /// Tightens the bounds and known bits against each other (the kernel's
+    /// `reg_bounds_sync`): known bits against every range, signed against unsigned of each
+    /// width, the low-32-bit ranges against the 64-bit ones where the upper half is fixed.
     pub fn synced(mut self) -> Scalar {
-        for _ in 0..2 {
-            self.umin = self.umin.max(self.tn.value);
-            self.umax = self.umax.min(self.tn.value | self.tn.mask);
-            self.smin = self
-                .smin
-                .max((self.tn.value | (self.tn.mask & (1 << 63))) as i64);
-            self.smax = self
-                .smax
-                .min((self.tn.value | (self.tn.mask & !(1u64 << 63))) as i64);
+        for _ in 0..3 {
+            if !self.is_valid() {
+                return Scalar::EMPTY;
+            }
+            let (v, m) = (self.tn.value, self.tn.mask);
+            // Known bits bound every range.
+            self.umin = self.umin.max(v);
+            self.umax = self.umax.min(v | m);
+            self.smin = self.smin.max((v | (m & (1 << 63))) as i64);
+            self.smax = self.smax.min((v | (m & !(1u64 << 63))) as i64);
+            self.u32min = self.u32min.max(v as u32);
+            self.u32max = self.u32max.min((v | m) as u32);
+            self.s32min = self.s32min.max((v as u32 | (m as u32 & (1 << 31))) as i32);
+            self.s32max = self
+                .s32max
+                .min((v as u32 | (m as u32 & !(1u32 << 31))) as i32);
+            // Signed and unsigned orders agree when the sign is known.
             if self.smin >= 0 || self.smax < 0 {
-                // The sign is known: signed and unsigned orders agree.
                 self.umin = self.umin.max(self.smin as u64);
                 self.umax = self.umax.min(self.smax as u64);
             }
             if (self.umax as i64) >= 0 || (self.umin as i64) < 0 {
-                // All values on one side of the sign bit.
                 self.smin = self.smin.max(self.umin as i64);
                 self.smax = self.smax.min(self.umax as i64);
             }
-            if self.umin <= self.umax {
-                self.tn = self.tn.intersect(Tnum::range(self.umin, self.umax));
+            if self.s32min >= 0 || self.s32max < 0 {
+                self.u32min = self.u32min.max(self.s32min as u32);
+                self.u32max = self.u32max.min(self.s32max as u32);
             }
+            if (self.u32max as i32) >= 0 || (self.u32min as i32) < 0 {
+                self.s32min = self.s32min.max(self.u32min as i32);
+                self.s32max = self.s32max.min(self.u32max as i32);
+            }
+            // Where every value has the same upper 32 bits, the low halves of the 64-bit
+            // bounds bound the low 32 bits, and the other way round.
+            if self.umin >> 32 == self.umax >> 32 {
+                let hi = self.umin & !0xffff_ffff;
+                self.u32min = self.u32min.max(self.umin as u32);
+                self.u32max = self.u32max.min(self.umax as u32);
+                if self.u32min <= self.u32max {
+                    self.umin = self.umin.max(hi | u64::from(self.u32min));
+                    self.umax = self.umax.min(hi | u64::from(self.u32max));
+                }
+                if (self.umin as i32) <= (self.umax as i32) {
+                    self.s32min = self.s32min.max(self.umin as i32);
+                    self.s32max = self.s32max.min(self.umax as i32);
+                }
+            }
+            if self.smin >> 32 == self.smax >> 32 {
+                let hi = (self.smin as u64) & !0xffff_ffff;
+                self.u32min = self.u32min.max(self.smin as u32);
+                self.u32max = self.u32max.min(self.smax as u32);
+                if self.u32min <= self.u32max {
+                    self.smin = self.smin.max((hi | u64::from(self.u32min)) as i64);
+                    self.smax = self.smax.min((hi | u64::from(self.u32max)) as i64);
+                }
+                if (self.smin as i32) <= (self.smax as i32) {
+                    self.s32min = self.s32min.max(self.smin as i32);
+                    self.s32max = self.s32max.min(self.smax as i32);
+                }
+            }
+            if !self.is_valid() {
+                return Scalar::EMPTY;
+            }
+            // Ranges bound the known bits.
+            let hi = Tnum::range(self.umin, self.umax);
+            let lo = Tnum::range(u64::from(self.u32min), u64::from(self.u32max));
+            let lo = Tnum {
+                value: lo.value | (self.tn.value & !0xffff_ffff),
+                mask: lo.mask | (self.tn.mask & !0xffff_ffff),
+            };
+            if (self.tn.value ^ hi.value) & !(self.tn.mask | hi.mask) != 0
+                || (self.tn.value ^ lo.value) & !(self.tn.mask | lo.mask) != 0
+            {
+                return Scalar::EMPTY;
+            }
+            self.tn = self.tn.intersect(hi).intersect(lo);
         }
         self
     }
@@ -267,7 +386,26 @@ impl Scalar {
         .synced()
     }
 
-    pub fn add(&self, o: &Scalar) -> Scalar {
+    /// `self` with its low 32 bits also in `low` (a zero-extended 32-bit value): for 64-bit
+    /// operations whose low half depends only on the operands' low halves.
+    fn meet_low(self, low: Scalar) -> Scalar {
+        let tn = Tnum {
+            value: (self.tn.value & !0xffff_ffff) | (low.tn.value & 0xffff_ffff),
+            mask: (self.tn.mask & !0xffff_ffff) | (low.tn.mask & 0xffff_ffff),
+        };
+        let t = self.tn.intersect(tn);
+        Scalar {
+            tn: t,
+            u32min: self.u32min.max(low.u32min),
+            u32max: self.u32max.min(low.u32max),
+            s32min: self.s32min.max(low.s32min),
+            s32max: self.s32max.min(low.s32max),
+            ..self
+        }
+        .synced()
+    }
+
+    fn add64(&self, o: &Scalar) -> Scalar {
         let mut r = Scalar::from_tnum(self.tn.add(o.tn));
         if let (Some(lo), Some(hi)) = (self.umin.checked_add(o.umin), self.umax.checked_add(o.umax))
         {
@@ -282,7 +420,7 @@ impl Scalar {
         r.synced()
     }
 
-    pub fn sub(&self, o: &Scalar) -> Scalar {
+    fn sub64(&self, o: &Scalar) -> Scalar {
         let mut r = Scalar::from_tnum(self.tn.sub(o.tn));
         if self.umin >= o.umax {
             r.umin = r.umin.max(self.umin - o.umax);
@@ -296,7 +434,7 @@ impl Scalar {
         r.synced()
     }
 
-    pub fn mul(&self, o: &Scalar) -> Scalar {
+    fn mul64(&self, o: &Scalar) -> Scalar {
         let mut r = Scalar::from_tnum(self.tn.mul(o.tn));
         if let (Some(lo), Some(hi)) = (self.umin.checked_mul(o.umin), self.umax.checked_mul(o.umax))
         {
@@ -306,16 +444,54 @@ impl Scalar {
         r.synced()
     }
 
-    pub fn and(&self, o: &Scalar) -> Scalar {
+    fn and64(&self, o: &Scalar) -> Scalar {
         let mut r = Scalar::from_tnum(self.tn.and(o.tn));
         r.umax = r.umax.min(self.umax).min(o.umax);
         r.synced()
     }
 
-    pub fn or(&self, o: &Scalar) -> Scalar {
+    fn or64(&self, o: &Scalar) -> Scalar {
         let mut r = Scalar::from_tnum(self.tn.or(o.tn));
         r.umin = r.umin.max(self.umin).max(o.umin);
         r.synced()
+    }
+
+    fn lsh64(&self, s: u32) -> Scalar {
+        if s == 0 {
+            return *self;
+        }
+        let mut r = Scalar::from_tnum(self.tn.lsh(s));
+        if self.umax.leading_zeros() >= s {
+            r.umin = r.umin.max(self.umin << s);
+            r.umax = r.umax.min(self.umax << s);
+        }
+        r.synced()
+    }
+
+    /// A 64-bit operation whose low 32 bits are the same operation on the low 32 bits (add,
+    /// sub, mul, and, or, xor, lsh): the 32-bit bounds come from the 32-bit operation.
+    fn with_low(&self, o: &Scalar, r: Scalar, f: impl Fn(&Scalar, &Scalar) -> Scalar) -> Scalar {
+        r.meet_low(f(&self.trunc32(), &o.trunc32()).trunc32())
+    }
+
+    pub fn add(&self, o: &Scalar) -> Scalar {
+        self.with_low(o, self.add64(o), |a, b| a.add64(b))
+    }
+
+    pub fn sub(&self, o: &Scalar) -> Scalar {
+        self.with_low(o, self.sub64(o), |a, b| a.sub64(b))
+    }
+
+    pub fn mul(&self, o: &Scalar) -> Scalar {
+        self.with_low(o, self.mul64(o), |a, b| a.mul64(b))
+    }
+
+    pub fn and(&self, o: &Scalar) -> Scalar {
+        self.with_low(o, self.and64(o), |a, b| a.and64(b))
+    }
+
+    pub fn or(&self, o: &Scalar) -> Scalar {
+        self.with_low(o, self.or64(o), |a, b| a.or64(b))
     }
 
     pub fn xor(&self, o: &Scalar) -> Scalar {
@@ -324,15 +500,11 @@ impl Scalar {
 
     /// Shift by a known amount (already masked to 0..64).
     pub fn lsh(&self, s: u32) -> Scalar {
-        let mut r = Scalar::from_tnum(self.tn.lsh(s));
-        if s == 0 {
-            return *self;
+        let r = self.lsh64(s);
+        if s >= 32 {
+            return r;
         }
-        if self.umax.leading_zeros() >= s {
-            r.umin = r.umin.max(self.umin << s);
-            r.umax = r.umax.min(self.umax << s);
-        }
-        r.synced()
+        r.meet_low(self.trunc32().lsh64(s).trunc32())
     }
 
     pub fn rsh(&self, s: u32) -> Scalar {
@@ -371,14 +543,76 @@ impl Scalar {
 
     /// The low 32 bits, zero-extended.
     pub fn trunc32(&self) -> Scalar {
-        if self.umax <= u32::MAX as u64 {
-            return *self;
+        if !self.is_valid() {
+            return Scalar::EMPTY;
         }
         Scalar {
             tn: self.tn.cast32(),
-            ..Scalar::unknown32()
+            umin: u64::from(self.u32min),
+            umax: u64::from(self.u32max),
+            smin: i64::from(self.u32min),
+            smax: i64::from(self.u32max),
+            u32min: self.u32min,
+            u32max: self.u32max,
+            s32min: self.s32min,
+            s32max: self.s32max,
         }
         .synced()
+    }
+
+    /// The low `bits` bits (8, 16 or 32), sign-extended to 64 bits (`movsx`, sign-extending
+    /// loads, the signed view of a 32-bit value).
+    pub fn sext(&self, bits: u32) -> Scalar {
+        if !self.is_valid() {
+            return Scalar::EMPTY;
+        }
+        let shift = 64 - bits;
+        if let Some(c) = self.const_value() {
+            return Scalar::konst((((c << shift) as i64) >> shift) as u64);
+        }
+        let low = if bits == 32 {
+            self.trunc32()
+        } else {
+            self.and(&Scalar::konst((1u64 << bits) - 1))
+        };
+        let half = 1u64 << (bits - 1);
+        if low.umax < half {
+            return low; // the sign bit is known to be 0: the value is unchanged
+        }
+        let tn = Tnum {
+            value: (((low.tn.value << shift) as i64) >> shift) as u64,
+            mask: (((low.tn.mask << shift) as i64) >> shift) as u64,
+        };
+        let mut r = Scalar::from_tnum(tn);
+        r.smin = r.smin.max(-(half as i64));
+        r.smax = r.smax.min(half as i64 - 1);
+        if bits == 32 {
+            r.smin = r.smin.max(i64::from(self.s32min));
+            r.smax = r.smax.min(i64::from(self.s32max));
+        }
+        r.synced()
+    }
+
+    /// Byte swap of the low `bits` bits (16, 32, 64); the rest becomes zero.
+    pub fn bswap(&self, bits: u32) -> Scalar {
+        let swap = |x: u64| match bits {
+            16 => u64::from((x as u16).swap_bytes()),
+            32 => u64::from((x as u32).swap_bytes()),
+            _ => x.swap_bytes(),
+        };
+        Scalar::from_tnum(Tnum {
+            value: swap(self.tn.value),
+            mask: swap(self.tn.mask),
+        })
+    }
+
+    /// The low `bits` bits (16, 32, 64), zero-extended.
+    pub fn zext(&self, bits: u32) -> Scalar {
+        match bits {
+            64 => *self,
+            32 => self.trunc32(),
+            _ => self.and(&Scalar::konst((1u64 << bits) - 1)),
+        }
     }
 
     /// Whether the value may be zero.
@@ -394,11 +628,37 @@ mod tests {
 
     /// An abstract value and a concrete member of it.
     fn member() -> impl Strategy<Value = (Scalar, u64)> {
-        (any::<u64>(), 0u32..65, any::<u64>(), any::<bool>()).prop_map(
+        (any::<u64>(), 0u32..68, any::<u64>(), any::<bool>()).prop_map(
             |(v, width, noise, mask_bits)| {
                 let s = match width {
                     0 => Scalar::konst(v),
                     64 => Scalar::UNKNOWN,
+                    65 => {
+                        // Bounds on the low 32 bits only (the upper half unknown).
+                        let lo = v as u32;
+                        let hi = lo.saturating_add((noise >> 40) as u32);
+                        Scalar {
+                            u32min: lo,
+                            u32max: hi,
+                            ..Scalar::UNKNOWN
+                        }
+                        .synced()
+                    }
+                    66 => {
+                        // Signed 32-bit bounds around the sign change.
+                        let lo = (v as i32).min(0);
+                        let hi = lo.saturating_add((noise >> 33) as i32);
+                        Scalar {
+                            s32min: lo,
+                            s32max: hi,
+                            ..Scalar::UNKNOWN
+                        }
+                        .synced()
+                    }
+                    67 => {
+                        let lo = (v as i64).min(0);
+                        Scalar::srange(lo, lo.saturating_add((noise >> 20) as i64))
+                    }
                     w => {
                         let lo = v & !((1u64 << w) - 1);
                         if mask_bits {
@@ -411,9 +671,19 @@ mod tests {
                         }
                     }
                 };
-                // Pick a concrete member: value within the unknown bits.
-                let c = s.tn.value | (noise & s.tn.mask);
-                let c = c.clamp(s.umin, s.umax);
+                // Pick a concrete member: value within the unknown bits, moved into the
+                // ranges (the property skips the rare pick that is still outside).
+                let mut c = s.tn.value | (noise & s.tn.mask);
+                if !s.contains_value(c) {
+                    let low = (c as u32).clamp(s.u32min, s.u32max);
+                    c = (c & !0xffff_ffff) | u64::from(low);
+                }
+                if !s.contains_value(c) {
+                    c = c.clamp(s.umin, s.umax);
+                }
+                if !s.contains_value(c) {
+                    c = (c as i64).clamp(s.smin, s.smax) as u64;
+                }
                 (s, c)
             },
         )
@@ -439,6 +709,28 @@ mod tests {
                 prop_assert!(a.umod(&b).contains_value(x % y));
             }
             prop_assert!(a.synced().contains_value(x));
+            prop_assert!(a.intersect(&a).contains_value(x));
+            if b.contains_value(x) {
+                prop_assert!(a.intersect(&b).contains_value(x));
+            }
+            prop_assert!(a.sext(8).contains_value(x as u8 as i8 as i64 as u64));
+            prop_assert!(a.sext(16).contains_value(x as u16 as i16 as i64 as u64));
+            prop_assert!(a.sext(32).contains_value(x as u32 as i32 as i64 as u64));
+            prop_assert!(a.bswap(16).contains_value(u64::from((x as u16).swap_bytes())));
+            prop_assert!(a.bswap(32).contains_value(u64::from((x as u32).swap_bytes())));
+            prop_assert!(a.bswap(64).contains_value(x.swap_bytes()));
+            prop_assert!(a.zext(16).contains_value(x & 0xffff));
+            // ALU32: the operation on the low halves, zero-extended.
+            let (a32, b32, x32, y32) = (a.trunc32(), b.trunc32(), x as u32, y as u32);
+            let s32 = s % 32;
+            prop_assert!(a32.add(&b32).trunc32().contains_value(u64::from(x32.wrapping_add(y32))));
+            prop_assert!(a32.sub(&b32).trunc32().contains_value(u64::from(x32.wrapping_sub(y32))));
+            prop_assert!(a32.mul(&b32).trunc32().contains_value(u64::from(x32.wrapping_mul(y32))));
+            prop_assert!(a32.lsh(s32).trunc32().contains_value(u64::from(x32 << s32)));
+            prop_assert!(a32.rsh(s32).trunc32().contains_value(u64::from(x32 >> s32)));
+            prop_assert!(
+                a.sext(32).arsh(s32).trunc32().contains_value(u64::from(((x32 as i32) >> s32) as u32))
+            );
         }
     }
 
@@ -455,5 +747,27 @@ mod tests {
                 .contains_value(5)
         );
         assert!(!Scalar::urange(1, 10).may_be_zero());
+    }
+
+    #[test]
+    fn low_32_bit_bounds() {
+        // After `w1 = w1` (u64 -> u32) and `if w1 > 7` failing: the 64-bit value is 0..7.
+        let w = Scalar::UNKNOWN.trunc32();
+        let r = Scalar { u32max: 7, ..w }.synced();
+        assert_eq!((r.umin, r.umax), (0, 7));
+        // Low 32 bits bounded but the upper half unknown: only the known bits bound it.
+        let r = Scalar {
+            u32max: 7,
+            ..Scalar::UNKNOWN
+        }
+        .synced();
+        assert_eq!(r.umax, 0xffff_ffff_0000_0007);
+        assert_eq!(r.trunc32().umax, 7);
+        // A negative 32-bit value seen as signed.
+        let r = Scalar::konst(0xffff_fffe).sext(32);
+        assert_eq!(r.const_value(), Some(-2i64 as u64));
+        assert_eq!(Scalar::urange(0, 0x7f).sext(8).umax, 0x7f);
+        let b = Scalar::urange(0, 0xff).bswap(16);
+        assert_eq!((b.umin, b.umax), (0, 0xff00));
     }
 }

@@ -1,9 +1,9 @@
 //! The abstract machine state: typed registers, per-byte stack initialization with spilled
 //! registers, call frames.
 
+use crate::liveness::FrameMask;
 use crate::platform::MapInfo;
 use crate::scalar::Scalar;
-use std::collections::HashMap;
 use std::fmt::Write;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -146,7 +146,9 @@ pub fn scalar_text(v: &Scalar) -> String {
     s
 }
 
-/// Eight stack bytes: which are initialized, and the register spilled there if any.
+/// Eight stack bytes: which are initialized (bit k for byte k), and the register spilled
+/// there if any. A spill always covers the whole slot (`init == 0xff`): it is made only by
+/// an aligned 8-byte store through `r10`, or of a pointer through any stack pointer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Slot {
     pub init: u8,
@@ -208,47 +210,67 @@ impl State {
         self.frames == o.frames
     }
 
-    /// Whether every concrete state of `new` is one of `self`'s (so `self`'s verified
-    /// continuation covers `new`).
-    pub fn subsumes(&self, new: &State) -> bool {
-        if self.frames.len() != new.frames.len() {
+    /// Whether `self`'s verified continuation covers `new`: on what `masks` (one per frame,
+    /// from [`crate::liveness`]) say may still matter, every concrete state of `new` is one
+    /// of `self`'s. Dead registers and slots are not compared; live scalars that are not
+    /// precise only need to be scalars.
+    pub fn subsumes(&self, new: &State, masks: &[FrameMask]) -> bool {
+        if self.frames.len() != new.frames.len() || masks.len() != self.frames.len() {
             return false;
         }
-        let mut ids: HashMap<u32, u32> = HashMap::new();
-        let mut reg_ok = |o: &Reg, n: &Reg| -> bool {
+        // Values first; ids (which link copies: bounds learnt on one apply to all, a NULL
+        // check converts all) are checked after, for the ids that two compared positions of
+        // the old state share.
+        let mut pairs: Vec<(u32, u32)> = Vec::new();
+        let mut reg_ok = |o: &Reg, n: &Reg, precise: bool| -> bool {
             if o.ty == RegType::NotInit {
                 return true;
             }
-            if o.ty != n.ty || o.off != n.off || !o.v.contains(&n.v) {
+            if o.ty != n.ty {
+                return false;
+            }
+            if o.ty == RegType::Scalar && !precise {
+                return true;
+            }
+            if o.off != n.off || !o.v.contains(&n.v) {
                 return false;
             }
             if o.id != 0 {
-                if n.id == 0 {
-                    return false;
-                }
-                if *ids.entry(o.id).or_insert(n.id) != n.id {
-                    return false;
-                }
+                pairs.push((o.id, n.id));
             }
             true
         };
-        for (fo, fnew) in self.frames.iter().zip(&new.frames) {
+        for ((fo, fnew), m) in self.frames.iter().zip(&new.frames).zip(masks) {
             if fo.ret_pc != fnew.ret_pc {
                 return false;
             }
-            for (o, n) in fo.regs.iter().zip(&fnew.regs) {
-                if !reg_ok(o, n) {
+            let mut live = m.live;
+            while live != 0 {
+                let r = live.trailing_zeros() as usize;
+                live &= live - 1;
+                if r < fo.regs.len() && !reg_ok(&fo.regs[r], &fnew.regs[r], m.prec & (1 << r) != 0)
+                {
                     return false;
                 }
             }
-            for (o, n) in fo.stack.iter().zip(&fnew.stack) {
+            let mut live = m.slots_live;
+            while live != 0 {
+                let k = live.trailing_zeros() as usize;
+                live &= live - 1;
+                let (o, n) = (&fo.stack[k], &fnew.stack[k]);
+                let precise = m.slots_prec & (1 << k) != 0;
                 match (o.spill, n.spill) {
                     (Some(os), Some(ns)) => {
-                        if !reg_ok(&os, &ns) {
+                        if !reg_ok(&os, &ns, precise) {
                             return false;
                         }
                     }
-                    (Some(_), None) => return false,
+                    (Some(os), None) => {
+                        // A spilled scalar whose value does not matter is eight plain bytes.
+                        if os.ty != RegType::Scalar || precise || n.init != 0xff {
+                            return false;
+                        }
+                    }
                     (None, ns) => {
                         if n.init & o.init != o.init {
                             return false;
@@ -263,7 +285,74 @@ impl State {
                 }
             }
         }
+        // An old id held by one compared position links nothing that matters; one held by
+        // several must map to one new id everywhere.
+        for (k, &(oid, nid)) in pairs.iter().enumerate() {
+            let shared = pairs.iter().enumerate().any(|(j, p)| j != k && p.0 == oid);
+            if !shared {
+                continue;
+            }
+            if nid == 0 || pairs.iter().any(|p| p.0 == oid && p.1 != nid) {
+                return false;
+            }
+        }
         true
+    }
+
+    /// One state standing exactly for both `self` and `o`, when they differ in a single
+    /// scalar (register or spilled) whose two value sets are unsigned ranges that touch or
+    /// overlap: their union is again such a range, so nothing is lost. (The join of two
+    /// values that differ in more than one place would lose which combinations occur.)
+    pub fn merge_exact(&self, o: &State) -> Option<State> {
+        if self.frames.len() != o.frames.len() {
+            return None;
+        }
+        let exact = |r: &Reg| {
+            r.ty == RegType::Scalar && r.id == 0 && r.v == Scalar::urange(r.v.umin, r.v.umax)
+        };
+        let union = |a: &Reg, b: &Reg| -> Option<Reg> {
+            if !exact(a) || !exact(b) {
+                return None;
+            }
+            let (lo, hi) = if a.v.umin <= b.v.umin { (a, b) } else { (b, a) };
+            if hi.v.umin > lo.v.umax.saturating_add(1) {
+                return None;
+            }
+            Some(Reg::scalar(Scalar::urange(
+                lo.v.umin,
+                lo.v.umax.max(hi.v.umax),
+            )))
+        };
+        let mut out = self.clone();
+        let mut differs = false;
+        for (k, (fa, fb)) in self.frames.iter().zip(&o.frames).enumerate() {
+            if fa.ret_pc != fb.ret_pc {
+                return None;
+            }
+            for r in 0..fa.regs.len() {
+                if fa.regs[r] != fb.regs[r] {
+                    if differs {
+                        return None;
+                    }
+                    differs = true;
+                    out.frames[k].regs[r] = union(&fa.regs[r], &fb.regs[r])?;
+                }
+            }
+            for j in 0..SLOTS {
+                let (sa, sb) = (fa.stack[j], fb.stack[j]);
+                if sa != sb {
+                    if differs {
+                        return None;
+                    }
+                    differs = true;
+                    let (Some(ra), Some(rb)) = (sa.spill, sb.spill) else {
+                        return None;
+                    };
+                    out.frames[k].stack[j].spill = Some(union(&ra, &rb)?);
+                }
+            }
+        }
+        Some(out)
     }
 
     pub fn describe(&self, maps: &[MapInfo]) -> String {

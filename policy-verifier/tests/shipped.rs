@@ -1,8 +1,11 @@
-//! Every shipped policy (policies/src) and every safe program (policies/safe) is accepted.
+//! Every shipped policy (policies/src) and every safe program (policies/safe) is accepted, in
+//! every build policies/build.sh makes: the default (clang 14 -mcpu=v3; clang-19 -mcpu=v4 for
+//! `// requires: v4` programs), cpu-v1 and cpu-v2 (clang 14), cpu-v3-clang19 and cpu-v4
+//! (clang-19). Each accepted program prints its instruction and processed-instruction counts.
 
 use policy_object::Object;
 use policy_verifier::{Limits, map_infos, verify};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 fn objects(dir: &str) -> Vec<(String, Object)> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -32,8 +35,14 @@ fn objects(dir: &str) -> Vec<(String, Object)> {
 fn accept_all(dir: &str, min: usize) {
     let objs = objects(dir);
     assert!(objs.len() >= min);
+    let failures = accept(&objs);
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Verifies every program of `objs`; returns the rejections.
+fn accept(objs: &[(String, Object)]) -> Vec<String> {
     let mut failures = vec![];
-    for (name, o) in &objs {
+    for (name, o) in objs {
         let maps = map_infos(&o.maps);
         for p in &o.programs {
             match verify(p, &maps, Limits::default()) {
@@ -45,7 +54,46 @@ fn accept_all(dir: &str, min: usize) {
             }
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    failures
+}
+
+fn requires_v4(c: &Path) -> bool {
+    std::fs::read_to_string(c)
+        .unwrap()
+        .lines()
+        .any(|l| l.trim() == "// requires: v4")
+}
+
+/// The objects of one of the extra builds (`target/policies/<build>/<dir>-<name>.o`), for every
+/// program of src/ and safe/. `required` says whether a program must have been built there
+/// (cpu-v1/v2 skip what needs v3; every build but cpu-v4 skips `// requires: v4`).
+fn build_objects(build: &str, required: impl Fn(&Path) -> bool) -> Vec<(String, Object)> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut out = vec![];
+    for dir in ["src", "safe"] {
+        let mut files: Vec<_> = std::fs::read_dir(root.join("policies").join(dir))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "c"))
+            .collect();
+        files.sort();
+        for c in files {
+            let name = format!("{dir}-{}", c.file_stem().unwrap().to_string_lossy());
+            let o = root.join(format!("target/policies/{build}/{name}.o"));
+            match std::fs::read(&o) {
+                Ok(bytes) => out.push((
+                    format!("{build}/{name}"),
+                    Object::parse(&bytes).unwrap_or_else(|e| panic!("{build}/{name}: {e}")),
+                )),
+                Err(e) if required(&c) => {
+                    panic!("{}: {e} (run policies/build.sh)", o.display())
+                }
+                Err(_) => println!("{build}/{name}: not built at this cpu version"),
+            }
+        }
+    }
+    out
 }
 
 #[test]
@@ -56,4 +104,22 @@ fn shipped_policies_are_accepted() {
 #[test]
 fn safe_programs_are_accepted() {
     accept_all("safe", 10);
+}
+
+#[test]
+fn every_build_of_every_safe_program_is_accepted() {
+    let mut failures = vec![];
+    let mut n = 0;
+    for (build, required) in [
+        ("cpu-v1", (|_: &Path| false) as fn(&Path) -> bool),
+        ("cpu-v2", |_| false),
+        ("cpu-v3-clang19", |c| !requires_v4(c)),
+        ("cpu-v4", |_| true),
+    ] {
+        let objs = build_objects(build, required);
+        n += objs.len();
+        failures.extend(accept(&objs));
+    }
+    assert!(n >= 60, "only {n} objects in the extra builds");
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

@@ -1,0 +1,332 @@
+//! The verifier proper: a structural pass ([`structure`]), then depth-first exploration of
+//! every path over abstract states, with pruning against states already proven safe. One
+//! instruction's effect lives with its concern: [`alu`] (scalar arithmetic and pointer
+//! offsets), [`mem`] (context, stack, map values, atomics), [`calls`] (helpers, BPF-to-BPF
+//! calls, exit), [`branch`] (conditional jumps and what each edge learns).
+
+mod alu;
+mod branch;
+mod calls;
+mod mem;
+pub mod structure;
+
+use crate::error::{Reject, VerifyError};
+use crate::liveness::Liveness;
+use crate::platform::{Hook, Limits, MapInfo};
+use crate::state::{Frame, Reg, RegType, State};
+use policy_object::insn::{self as op, Insn};
+use std::collections::HashMap;
+use structure::Layout;
+
+/// What verification measured.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub insns: usize,
+    pub processed: usize,
+    pub states: usize,
+    pub pruned: usize,
+    pub max_depth: usize,
+}
+
+type R<T> = Result<T, Reject>;
+
+struct Node {
+    parent: Option<usize>,
+    branches: u32,
+}
+
+struct Explored {
+    state: State,
+    node: usize,
+}
+
+pub struct Checker<'a> {
+    insns: &'a [Insn],
+    hook: &'a Hook,
+    maps: &'a [MapInfo],
+    limits: Limits,
+    layout: Layout,
+    liveness: Option<Liveness>,
+    explored: HashMap<usize, Vec<Explored>>,
+    nodes: Vec<Node>,
+    next_id: u32,
+    stats: Stats,
+}
+
+enum Next {
+    /// Continue at this instruction with the (updated) current state.
+    Go(usize),
+    /// Continue at this instruction with a refined state.
+    GoWith(usize, State),
+    /// Continue with `cont`; queue `other` for later.
+    Branch {
+        cont: (usize, State),
+        other: (usize, State),
+    },
+    Done,
+}
+
+enum Visit {
+    Prune,
+    Infinite,
+    Continue(usize),
+}
+
+impl<'a> Checker<'a> {
+    pub fn new(
+        insns: &'a [Insn],
+        hook: &'a Hook,
+        maps: &'a [MapInfo],
+        limits: Limits,
+    ) -> Checker<'a> {
+        Checker {
+            insns,
+            hook,
+            maps,
+            limits,
+            layout: Layout::default(),
+            liveness: None,
+            explored: HashMap::new(),
+            nodes: Vec::new(),
+            next_id: 1,
+            stats: Stats {
+                insns: insns.len(),
+                ..Stats::default()
+            },
+        }
+    }
+
+    fn err(&self, pc: usize, st: Option<&State>, reject: Reject) -> VerifyError {
+        VerifyError {
+            insn: pc,
+            disasm: op::disasm(self.insns, pc),
+            state: st.map(|s| s.describe(self.maps)).unwrap_or_default(),
+            source: None,
+            path: st.map(|s| s.path.clone()).unwrap_or_default(),
+            processed: self.stats.processed,
+            reject,
+        }
+    }
+
+    pub fn run(mut self) -> Result<Stats, VerifyError> {
+        self.structure()?;
+        self.liveness = Some(Liveness::compute(self.insns, &self.layout));
+        let mut init = State {
+            frames: vec![Frame::new(0)],
+            path: vec![],
+        };
+        init.frames[0].regs[1] = Reg::pointer(RegType::Ctx, 0);
+        self.nodes.push(Node {
+            parent: None,
+            branches: 1,
+        });
+        let mut work: Vec<(usize, State, usize)> = vec![(0, init, 0)];
+        while let Some((mut pc, mut st, mut node)) = work.pop() {
+            loop {
+                if self.layout.prune_point[pc] {
+                    match self.visit(pc, &st, node) {
+                        Visit::Prune => {
+                            self.stats.pruned += 1;
+                            self.finish(node);
+                            break;
+                        }
+                        Visit::Infinite => {
+                            return Err(self.err(
+                                pc,
+                                Some(&st),
+                                Reject::UnboundedLoop {
+                                    head: pc,
+                                    processed: self.stats.processed,
+                                },
+                            ));
+                        }
+                        Visit::Continue(n) => node = n,
+                    }
+                }
+                self.stats.processed += 1;
+                if self.stats.processed > self.limits.max_processed {
+                    let head = st.path.iter().rev().find(|(a, b)| b <= a).map(|(_, b)| *b);
+                    return Err(match head {
+                        Some(head) => self.err(
+                            head,
+                            Some(&st),
+                            Reject::UnboundedLoop {
+                                head,
+                                processed: self.stats.processed,
+                            },
+                        ),
+                        None => self.err(
+                            pc,
+                            Some(&st),
+                            Reject::TooComplex {
+                                processed: self.stats.processed,
+                            },
+                        ),
+                    });
+                }
+                self.stats.max_depth = self.stats.max_depth.max(st.frames.len());
+                let next = match self.step(pc, &mut st) {
+                    Ok(next) => next,
+                    Err(reject) => return Err(self.err(pc, Some(&st), reject)),
+                };
+                // The structure pass makes every subprogram end in exit or a jump; this is
+                // the guard that keeps a mistake there from indexing past the program.
+                let in_range = |n: usize| n < self.insns.len();
+                match next {
+                    Next::Go(n) if in_range(n) => pc = n,
+                    Next::GoWith(n, s) if in_range(n) => {
+                        st = s;
+                        pc = n;
+                    }
+                    Next::Branch { cont, other } if in_range(cont.0) && in_range(other.0) => {
+                        self.nodes[node].branches += 1;
+                        work.push((other.0, other.1, node));
+                        (pc, st) = cont;
+                    }
+                    Next::Done => {
+                        self.finish(node);
+                        break;
+                    }
+                    _ => return Err(self.err(pc, Some(&st), Reject::FallOffEnd)),
+                }
+            }
+        }
+        Ok(self.stats)
+    }
+
+    /// A path ended (exit or pruned): release its hold on the nodes above it.
+    fn finish(&mut self, mut node: usize) {
+        loop {
+            let n = &mut self.nodes[node];
+            n.branches -= 1;
+            if n.branches > 0 {
+                return;
+            }
+            match n.parent {
+                Some(p) => node = p,
+                None => return,
+            }
+        }
+    }
+
+    fn visit(&mut self, pc: usize, st: &State, node: usize) -> Visit {
+        if let Some(list) = self.explored.get(&pc) {
+            let masks = self
+                .liveness
+                .as_ref()
+                .expect("computed before exploration")
+                .masks(pc, &st.frames);
+            for e in list {
+                let done = self.nodes[e.node].branches == 0;
+                if done && e.state.subsumes(st, &masks) {
+                    return Visit::Prune;
+                }
+                if !done && e.state.same_as(st) {
+                    // The same state again on the current path: the loop never ends.
+                    return Visit::Infinite;
+                }
+            }
+        }
+        // The path continues under a new node; the parent stays open until it finishes.
+        let id = self.nodes.len();
+        self.nodes.push(Node {
+            parent: Some(node),
+            branches: 1,
+        });
+        let list = self.explored.entry(pc).or_default();
+        if list.len() >= self.limits.max_states_per_insn {
+            list.remove(0);
+        }
+        list.push(Explored {
+            state: st.clone(),
+            node: id,
+        });
+        self.stats.states += 1;
+        Visit::Continue(id)
+    }
+
+    // ------------------------------------------------------------ one instruction
+
+    fn reg(&self, st: &State, r: u8) -> R<Reg> {
+        let v = st.cur().regs[r as usize];
+        if v.ty == RegType::NotInit {
+            return Err(Reject::UninitRegister { reg: r });
+        }
+        Ok(v)
+    }
+
+    fn set(st: &mut State, r: u8, v: Reg) {
+        st.cur_mut().regs[r as usize] = v;
+    }
+
+    fn fresh_id(&mut self) -> u32 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    fn step(&mut self, pc: usize, st: &mut State) -> R<Next> {
+        let i = self.insns[pc];
+        match i.class() {
+            op::ALU | op::ALU64 => {
+                self.alu(st, &i)?;
+                Ok(Next::Go(pc + 1))
+            }
+            op::LD => {
+                self.lddw(st, pc, &i);
+                Ok(Next::Go(pc + 2))
+            }
+            op::LDX => {
+                self.load(st, &i)?;
+                Ok(Next::Go(pc + 1))
+            }
+            op::ST | op::STX if i.mode() == op::MEM => {
+                self.store(st, &i)?;
+                Ok(Next::Go(pc + 1))
+            }
+            op::STX => {
+                self.atomic(st, &i)?;
+                Ok(Next::Go(pc + 1))
+            }
+            _ => self.jump(pc, st, &i),
+        }
+    }
+
+    fn jump(&mut self, pc: usize, st: &mut State, i: &Insn) -> R<Next> {
+        match i.op() {
+            op::JA => {
+                let t = structure::jump_target(i, pc).expect("ja has a target") as usize;
+                if t <= pc {
+                    st.note_branch(pc, t);
+                }
+                Ok(Next::Go(t))
+            }
+            op::EXIT => self.exit(st),
+            op::CALL if structure::is_pseudo_call(i) => self.call(pc, st, i),
+            op::CALL => {
+                self.helper_call(st, i.imm)?;
+                Ok(Next::Go(pc + 1))
+            }
+            _ => self.cond_jump(pc, st, i),
+        }
+    }
+}
+
+fn op_name(o: u8) -> &'static str {
+    match o {
+        op::ADD => "+",
+        op::SUB => "-",
+        op::MUL => "*",
+        op::DIV => "/",
+        op::OR => "|",
+        op::AND => "&",
+        op::LSH => "<<",
+        op::RSH => ">>",
+        op::NEG => "neg",
+        op::MOD => "%",
+        op::XOR => "^",
+        op::ARSH => "s>>",
+        op::END => "bswap",
+        op::MOV => "mov",
+        _ => "?",
+    }
+}

@@ -1,0 +1,486 @@
+//! The unsoundness classes an independent review found, as raw bytecode (what a crafted
+//! object or a miscompiler can produce, independent of clang), each with several variants;
+//! and the ordinary idioms the verifier used to reject. The C corpus (policies/) covers the
+//! same classes as compiled programs.
+
+use policy_object::insn::{self as op, Insn};
+use policy_verifier::platform::{HOOKS, MapInfo};
+use policy_verifier::{Limits, verify_insns};
+
+fn i(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
+    Insn {
+        code,
+        dst,
+        src,
+        off,
+        imm,
+    }
+}
+fn mov(d: u8, imm: i32) -> Insn {
+    i(op::ALU64 | op::MOV | op::K, d, 0, 0, imm)
+}
+fn movr(d: u8, s: u8) -> Insn {
+    i(op::ALU64 | op::MOV | op::X, d, s, 0, 0)
+}
+fn alu(o: u8, d: u8, imm: i32) -> Insn {
+    i(op::ALU64 | o | op::K, d, 0, 0, imm)
+}
+fn alur(o: u8, d: u8, s: u8) -> Insn {
+    i(op::ALU64 | o | op::X, d, s, 0, 0)
+}
+fn ldx(size: u8, d: u8, s: u8, off: i16) -> Insn {
+    i(op::LDX | op::MEM | size, d, s, off, 0)
+}
+fn stx(size: u8, d: u8, off: i16, s: u8) -> Insn {
+    i(op::STX | op::MEM | size, d, s, off, 0)
+}
+fn st(size: u8, d: u8, off: i16, imm: i32) -> Insn {
+    i(op::ST | op::MEM | size, d, 0, off, imm)
+}
+fn atomic(size: u8, d: u8, off: i16, s: u8, kind: i32) -> Insn {
+    i(op::STX | op::ATOMIC | size, d, s, off, kind)
+}
+fn jeq(d: u8, imm: i32, off: i16) -> Insn {
+    i(op::JMP | op::JEQ | op::K, d, 0, off, imm)
+}
+fn jmp(o: u8, d: u8, imm: i32, off: i16) -> Insn {
+    i(op::JMP | o | op::K, d, 0, off, imm)
+}
+fn jmp32(o: u8, d: u8, imm: i32, off: i16) -> Insn {
+    i(op::JMP32 | o | op::K, d, 0, off, imm)
+}
+fn call(id: i32) -> Insn {
+    i(op::JMP | op::CALL, 0, 0, 0, id)
+}
+fn exit() -> Insn {
+    i(op::JMP | op::EXIT, 0, 0, 0, 0)
+}
+/// `dst = &map` (lddw src 1).
+fn ld_map(d: u8, m: i32) -> [Insn; 2] {
+    [i(op::LDDW, d, op::PSEUDO_MAP_FD, 0, m), Insn::default()]
+}
+
+const ARR: i32 = 0; // array, 4-byte key, 32-byte value
+const RODATA: i32 = 1; // .rodata, read only
+const SMALL: i32 = 2; // 8-byte key, 8-byte value
+
+fn maps() -> Vec<MapInfo> {
+    vec![
+        MapInfo {
+            name: "arr".into(),
+            key_size: 4,
+            value_size: 32,
+            max_entries: 4,
+            read_only: false,
+            global_data: false,
+        },
+        MapInfo {
+            name: ".rodata".into(),
+            key_size: 4,
+            value_size: 16,
+            max_entries: 1,
+            read_only: true,
+            global_data: true,
+        },
+        MapInfo {
+            name: "small".into(),
+            key_size: 8,
+            value_size: 8,
+            max_entries: 16,
+            read_only: false,
+            global_data: false,
+        },
+    ]
+}
+
+/// `r{d} = lookup(arr, key)` with the key at fp-4, null-checked: on NULL the program exits 0.
+fn lookup(d: u8, key: i32) -> Vec<Insn> {
+    let mut v = vec![st(op::W, 10, -4, key), movr(2, 10), alu(op::ADD, 2, -4)];
+    v.extend(ld_map(1, ARR));
+    v.extend([
+        call(1),
+        movr(d, 0),
+        jmp(op::JNE, d, 0, 2),
+        mov(0, 0),
+        exit(),
+    ]);
+    v
+}
+
+fn verdict(section: &str, prog: &[Insn]) -> Result<(), String> {
+    let hook = HOOKS.iter().find(|h| h.section == section).unwrap();
+    verify_insns(prog, hook, &maps(), Limits::default())
+        .map(|_| ())
+        .map_err(|e| format!("{} | {e}", e.kind()))
+}
+
+#[track_caller]
+fn rejected(kind: &str, prog: &[Insn]) {
+    for section in ["tuner", "net/isend"] {
+        match verdict(section, prog) {
+            Ok(()) => panic!("accepted ({section}), expected {kind}"),
+            Err(e) => assert!(
+                e.starts_with(&format!("{kind} |")),
+                "{section}: expected {kind}, got {e}"
+            ),
+        }
+    }
+}
+
+#[track_caller]
+fn accepted(prog: &[Insn]) {
+    if let Err(e) = verdict("tuner", prog) {
+        panic!("rejected: {e}");
+    }
+}
+
+fn cat(parts: &[&[Insn]]) -> Vec<Insn> {
+    parts.iter().flat_map(|p| p.iter().copied()).collect()
+}
+
+// ---------------------------------------------------------------- 1. atomics on the stack
+
+#[test]
+fn atomics_never_leave_a_spilled_pointer_believed_intact() {
+    for (size, kind) in [
+        (op::DW, op::ATOMIC_ADD),
+        (op::DW, op::ATOMIC_ADD | op::FETCH),
+        (op::DW, op::ATOMIC_OR),
+        (op::DW, op::ATOMIC_XCHG),
+        (op::DW, op::ATOMIC_CMPXCHG),
+        (op::W, op::ATOMIC_ADD),
+        (op::W, op::ATOMIC_XOR | op::FETCH),
+    ] {
+        let off = if size == op::W { -4 } else { -8 };
+        rejected(
+            "corrupt_spill",
+            &[
+                stx(op::DW, 10, -8, 1), // spill ctx
+                mov(2, 8),
+                mov(0, 0),
+                atomic(size, 10, off, 2, kind),
+                ldx(op::DW, 1, 10, -8),
+                ldx(op::DW, 0, 1, 0),
+                exit(),
+            ],
+        );
+    }
+}
+
+#[test]
+fn atomics_change_what_a_spilled_constant_was() {
+    for (size, off, kind) in [
+        (op::DW, -8, op::ATOMIC_ADD),
+        (op::W, -8, op::ATOMIC_OR),
+        (op::W, -4, op::ATOMIC_ADD | op::FETCH),
+        (op::DW, -8, op::ATOMIC_XCHG),
+    ] {
+        // fp-8 = 0; atomically add 1; the verifier must not keep believing it is 0.
+        rejected(
+            "invalid_mem_access",
+            &[
+                st(op::DW, 10, -8, 0),
+                mov(2, 1),
+                atomic(size, 10, off, 2, kind),
+                ldx(op::DW, 3, 10, -8),
+                jeq(3, 0, 1),
+                ldx(op::DW, 0, 3, 0), // dereferences the "dead" value
+                mov(0, 0),
+                exit(),
+            ],
+        );
+    }
+}
+
+// ---------------------------------------------------------------- 2. pointer - pointer
+
+#[test]
+fn distance_between_two_lookups_is_not_zero() {
+    for sub_first in [true, false] {
+        let mut p = cat(&[&lookup(6, 0), &lookup(7, 1)]);
+        if sub_first {
+            p.push(alur(op::SUB, 6, 7));
+        } else {
+            p.extend([movr(2, 7), alur(op::SUB, 2, 6), movr(6, 2)]);
+        }
+        p.extend([jeq(6, 0, 1), ldx(op::DW, 0, 10, -600), mov(0, 0), exit()]);
+        rejected("pointer_arithmetic", &p);
+    }
+    // One stack frame: a plain (and exact) scalar.
+    accepted(&[
+        movr(2, 10),
+        movr(3, 10),
+        alu(op::ADD, 3, -8),
+        alur(op::SUB, 2, 3),
+        jeq(2, 8, 1),
+        ldx(op::DW, 0, 10, -600),
+        mov(0, 0),
+        exit(),
+    ]);
+}
+
+// ---------------------------------------------------------------- 3. pointers reaching maps
+
+#[test]
+fn pointers_are_spilled_whole_or_not_at_all() {
+    for off in [-12, -9, -15, -20] {
+        rejected(
+            "pointer_leak",
+            &[
+                stx(op::DW, 10, off, 1),
+                ldx(op::DW, 0, 10, -16),
+                mov(0, 0),
+                exit(),
+            ],
+        );
+    }
+    for (size, off) in [(op::W, -8), (op::W, -4), (op::H, -6), (op::B, -1)] {
+        rejected(
+            "corrupt_spill",
+            &[
+                stx(op::DW, 10, -8, 1),
+                st(size, 10, off, 0),
+                ldx(op::DW, 0, 10, -8),
+                mov(0, 0),
+                exit(),
+            ],
+        );
+    }
+    // A misaligned 8-byte scalar store across a spilled pointer.
+    rejected(
+        "corrupt_spill",
+        &[
+            stx(op::DW, 10, -16, 1),
+            st(op::W, 10, -4, 0),
+            st(op::DW, 10, -12, 7),
+            mov(0, 0),
+            exit(),
+        ],
+    );
+}
+
+#[test]
+fn helpers_never_copy_a_spilled_pointer_into_a_map() {
+    // A buffer holding a spilled pointer (whole, or as part of a larger buffer) as the key
+    // or the value of an update, or the key of a lookup or delete.
+    for (map, helper, ptr_at, key_at, val_at) in [
+        (SMALL, 2, -8, -16, -8), // value = exactly the spilled pointer
+        (SMALL, 2, -8, -8, -16), // key = exactly the spilled pointer
+        (SMALL, 1, -8, -8, -16), // lookup key
+        (SMALL, 3, -8, -8, -16), // delete key
+        (ARR, 2, -32, -4, -40),  // pointer inside a 32-byte value
+    ] {
+        let mut p = vec![
+            st(op::DW, 10, -8, 0),
+            st(op::DW, 10, -16, 0),
+            st(op::DW, 10, -24, 0),
+            st(op::DW, 10, -32, 0),
+            st(op::DW, 10, -40, 0),
+            stx(op::DW, 10, ptr_at, 1),
+        ];
+        p.extend(ld_map(1, map));
+        p.extend([
+            movr(2, 10),
+            alu(op::ADD, 2, key_at),
+            movr(3, 10),
+            alu(op::ADD, 3, val_at),
+            mov(4, 0),
+            call(helper),
+            mov(0, 0),
+            exit(),
+        ]);
+        rejected("pointer_leak", &p);
+    }
+}
+
+// ---------------------------------------------------------------- 4. read-only maps
+
+#[test]
+fn read_only_follows_the_map_however_its_pointer_was_formed() {
+    for helper in [2, 3] {
+        let mut p = vec![
+            st(op::DW, 10, -8, 0),
+            st(op::DW, 10, -16, 0),
+            st(op::DW, 10, -24, 0),
+        ];
+        p.extend(ld_map(1, RODATA));
+        p.extend([
+            movr(2, 10),
+            alu(op::ADD, 2, -8),
+            movr(3, 10),
+            alu(op::ADD, 3, -24),
+            mov(4, 0),
+        ]);
+        p.extend([call(helper), mov(0, 0), exit()]);
+        rejected("map_read_only", &p);
+    }
+}
+
+// ---------------------------------------------------------------- 5./6. structure
+
+#[test]
+fn subprograms_are_entered_only_by_calls_and_never_fallen_into() {
+    let pcall = |imm| i(op::JMP | op::CALL, 0, op::PSEUDO_CALL, 0, imm);
+    // Main falls through into the subprogram at 3.
+    rejected(
+        "bad_subprog",
+        &[pcall(2), mov(0, 0), mov(0, 1), mov(0, 2), exit()],
+    );
+    // A subprogram's last instruction is not exit/ja: it runs into the next one.
+    rejected(
+        "bad_subprog",
+        &[
+            pcall(2),
+            pcall(3),
+            exit(),
+            mov(0, 1),
+            mov(0, 2),
+            mov(0, 3),
+            exit(),
+        ],
+    );
+    // The last subprogram's last instruction is not exit/ja.
+    rejected(
+        "fall_off_end",
+        &[pcall(1), exit(), mov(0, 1), exit(), mov(0, 2)],
+    );
+    // A jump from main into the subprogram.
+    rejected(
+        "bad_subprog",
+        &[pcall(3), jeq(0, 0, 3), mov(0, 0), exit(), mov(0, 1), exit()],
+    );
+    // A conditional jump as the very last instruction (used to panic).
+    rejected("fall_off_end", &[mov(0, 0), jeq(0, 0, -2)]);
+    rejected(
+        "fall_off_end",
+        &[mov(0, 0), i(op::JMP32 | op::JEQ, 0, 0, -2, 0)],
+    );
+    // Reserved bits: callx/0x8d, exit with fields set, call with off set.
+    rejected("bad_insn", &[mov(0, 0), i(0x8d, 0, 0, 0, 1), exit()]);
+    rejected("bad_insn", &[mov(0, 0), i(op::JMP | op::EXIT, 0, 0, 0, 1)]);
+    rejected(
+        "bad_insn",
+        &[mov(0, 0), i(op::JMP | op::CALL, 0, 0, 1, 5), exit()],
+    );
+    rejected(
+        "bad_insn",
+        &[i(op::ALU64 | op::MOV | op::K, 0, 1, 0, 0), exit()],
+    );
+    rejected(
+        "bad_insn",
+        &[i(op::ALU64 | op::MOV | op::X, 0, 1, 0, 4), exit()],
+    );
+}
+
+// ---------------------------------------------------------------- false rejects
+
+#[test]
+fn byte_swaps_read_their_own_register() {
+    for (code, imm) in [
+        (op::ALU | op::END | op::X, 16),   // be16
+        (op::ALU | op::END | op::K, 32),   // le32
+        (op::ALU64 | op::END | op::K, 64), // bswap64 (v4)
+    ] {
+        accepted(&[
+            ldx(op::W, 2, 1, 28 - 8), // tuner: nranks at 20
+            i(code, 2, 0, 0, imm),
+            movr(0, 2),
+            exit(),
+        ]);
+    }
+}
+
+#[test]
+fn thirty_two_bit_bounds_bound_an_index() {
+    // w2 = (u32)ctx->msg_size; if w2 > 3 goto out; idx = w2 * 8 into a 32-byte value.
+    let body = |guard: Vec<Insn>| {
+        let mut p = lookup(6, 0);
+        p.extend([ldx(op::DW, 2, 1, 0)]);
+        p.extend(guard);
+        p.extend([
+            alu(op::LSH, 2, 3),
+            alur(op::ADD, 6, 2),
+            ldx(op::DW, 0, 6, 0),
+            exit(),
+            mov(0, 0),
+            exit(),
+        ]);
+        p
+    };
+    // ctx is clobbered by the call: reload it from r? (r1 is gone) -> keep ctx in r9 first.
+    let with_ctx = |p: Vec<Insn>| {
+        let mut q = vec![movr(9, 1)];
+        q.extend(p.into_iter().map(|x| {
+            if x.code == op::LDX | op::MEM | op::DW && x.src == 1 {
+                ldx(op::DW, 2, 9, 0)
+            } else {
+                x
+            }
+        }));
+        q
+    };
+    let n_out = |k: i16| k; // jump over the access to `mov r0, 0; exit`
+    // u64 -> u32 truncation, then a 32-bit unsigned compare.
+    accepted(&with_ctx(body(vec![
+        i(op::ALU | op::MOV | op::X, 2, 2, 0, 0),
+        jmp32(op::JGT, 2, 3, n_out(4)),
+    ])));
+    // A JMP32 compare alone bounds the low half; the truncation after it the whole value.
+    accepted(&with_ctx(body(vec![
+        jmp32(op::JGT, 2, 3, n_out(5)),
+        i(op::ALU | op::MOV | op::X, 2, 2, 0, 0),
+    ])));
+    // Signed 32-bit compares on a truncated value.
+    accepted(&with_ctx(body(vec![
+        i(op::ALU | op::MOV | op::X, 2, 2, 0, 0),
+        jmp32(op::JSGT, 2, 3, n_out(5)),
+        jmp32(op::JSLT, 2, 0, n_out(4)),
+    ])));
+    // Without the upper half cleared, a JMP32 bound is not a 64-bit bound.
+    let p = with_ctx(body(vec![jmp32(op::JGT, 2, 3, n_out(4))]));
+    assert!(verdict("tuner", &p).is_err());
+}
+
+#[test]
+fn variable_offset_stack_writes_and_scalar_plus_pointer() {
+    let mut p = vec![st(op::DW, 10, -16, 0), st(op::DW, 10, -8, 0)];
+    p.extend([
+        ldx(op::W, 2, 1, 20),
+        alu(op::AND, 2, 15),
+        movr(3, 10),
+        alu(op::ADD, 3, -16),
+        alur(op::ADD, 3, 2),
+        st(op::B, 3, 0, 1),
+        ldx(op::DW, 0, 10, -16),
+        exit(),
+    ]);
+    accepted(&p);
+    // scalar + pointer
+    let mut p = vec![movr(9, 1)];
+    p.extend(lookup(6, 0));
+    p.extend([
+        ldx(op::W, 2, 9, 20),
+        alu(op::AND, 2, 3),
+        alu(op::LSH, 2, 3),
+        alur(op::ADD, 2, 6),
+        ldx(op::DW, 0, 2, 0),
+        exit(),
+    ]);
+    accepted(&p);
+}
+
+#[test]
+fn equal_to_a_valid_pointer_is_not_null() {
+    let mut p = lookup(6, 0);
+    p.extend([st(op::W, 10, -4, 1), movr(2, 10), alu(op::ADD, 2, -4)]);
+    p.extend(ld_map(1, ARR));
+    p.extend([
+        call(1),
+        i(op::JMP | op::JNE | op::X, 0, 6, 2, 0),
+        ldx(op::DW, 0, 0, 0), // r0 == r6, which is not NULL
+        exit(),
+        mov(0, 0),
+        exit(),
+    ]);
+    accepted(&p);
+}
