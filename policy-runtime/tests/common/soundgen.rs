@@ -471,7 +471,7 @@ impl Gen {
         let w = if narrow { self.pick(&[1i16, 2, 4]) } else { 8 };
         let slot = self.pick_slot();
         let mut off = Self::slot_off(slot);
-        if self.chance(4) {
+        if self.chance(if ks.is_ptr() { 6 } else { 4 }) {
             off += self.below(8) as i16;
             self.f.misaligned = true;
         } else if w < 8 && self.chance(2) {
@@ -487,7 +487,7 @@ impl Gen {
             K::Scalar(None)
         };
         self.touch_stack(off, w, now);
-        if self.chance(5) {
+        if self.chance(if ks.is_ptr() { 8 } else { 5 }) {
             // Overwrite part of it.
             self.f.partial = true;
             let pw = self.pick(&[1i16, 2, 4]);
@@ -503,7 +503,8 @@ impl Gen {
         }
         // Fill: mostly the same place and width, sometimes another width or a neighbour.
         let whole = self.slots[slot] != K::Uninit;
-        let (fo, fw) = match self.below(4) {
+        let odd_fill = if self.slots[slot].is_ptr() { 8 } else { 4 };
+        let (fo, fw) = match self.below(odd_fill) {
             0 if whole => {
                 let fw = self.pick(&[1i16, 2, 4, 8]);
                 (
@@ -559,9 +560,9 @@ impl Gen {
         let slot = self.pick_slot();
         let off = Self::slot_off(slot);
         // What goes in the slot first.
-        let src = match self.below(3) {
+        let src = match self.below(5) {
             0 => self.any_ptr(),
-            1 => {
+            1 | 2 => {
                 let c = self.pick(&[0i64, 0, 1, 8]);
                 let d = self.scratch();
                 self.set_const(d, c);
@@ -596,9 +597,12 @@ impl Gen {
         // makes the program use it as what it was, and the checking interpreter judge.
         let d = self.dst(&[0u8, 2, 3, 4, 5, 9]);
         self.emit(ldx(op::DW, d, 10, off));
-        self.regs[d as usize] = ks;
+        // Half the time the program acts on the old belief (a verifier that shares it lets
+        // that run); otherwise it treats the value as unknown, as a right verifier does.
+        let hostile = self.chance(3);
+        self.regs[d as usize] = if hostile { ks } else { K::Scalar(None) };
         match ks {
-            K::Scalar(Some(c)) if self.chance(2) => {
+            K::Scalar(Some(c)) if hostile => {
                 // Use the believed constant as an offset into a map value.
                 if let Some(m) = self.find(|k| matches!(k, K::Value(_, 0))) {
                     self.emit(ins(op::ALU64 | op::ADD | op::X, m, d, 0, 0));
@@ -651,8 +655,8 @@ impl Gen {
         let p = self.any_ptr();
         let kp = self.regs[p as usize];
         let d = self.pick(&[0u8, 2, 3, 4, 5]);
-        match self.below(12) {
-            0..=3 => {
+        match self.below(14) {
+            0..=3 | 12 | 13 => {
                 // ptr += const, then a use.
                 self.emit(mov64x(d, p));
                 let c = match kp {
@@ -731,7 +735,7 @@ impl Gen {
                     (self.regs[7], self.regs[8]),
                     (K::Value(a, _), K::Value(b, _)) if a == b
                 );
-                let (p, kp, q) = if same_map && self.chance(2) {
+                let (p, kp, q) = if same_map && self.chance(3) {
                     (7, self.regs[7], 8)
                 } else {
                     let q = match self.below(3) {
@@ -814,7 +818,7 @@ impl Gen {
             let at = off + b as i16;
             let left = len - b;
             match self.below(16) {
-                0..=3 if left >= 8 && at % 8 == 0 => {
+                0 | 1 if left >= 8 && at % 8 == 0 => {
                     self.f.helper_ptr_buf = true;
                     let p = self.any_ptr();
                     let kp = self.regs[p as usize];
@@ -1034,7 +1038,8 @@ impl Gen {
         self.set_const(r, c);
         self.emit(stx(op::DW, 10, r, off));
         self.touch_stack(off, 8, K::Scalar(Some(c)));
-        match self.below(3) {
+        // Changed in memory half the time (the tripwire then must be explored and rejected).
+        match self.below(4) {
             0 => {
                 let b = self.below(8) as i16;
                 let imm = self.pick(&[1, 0x80, 0xff]);
@@ -1199,7 +1204,7 @@ pub fn program(seed: u64, section: &str) -> Generated {
     for _ in 0..n {
         g.snippet();
     }
-    let ending = match g.below(50) {
+    let ending = match g.below(70) {
         0 => Ending::FallIntoSub,
         1 => Ending::CondJumpLast,
         2 => Ending::IntoLddw,
