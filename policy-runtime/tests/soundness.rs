@@ -11,7 +11,9 @@
 //!
 //! The programs come from `common::soundgen`. A failure is minimised (instructions removed while
 //! the same violation remains) and printed with its disassembly. Case count: `SOUNDNESS_CASES`
-//! (or `PROPTEST_CASES`), seed: `SOUNDNESS_SEED`; `scripts/fuzz.sh` runs it long.
+//! (or `PROPTEST_CASES`; mutants: `SOUNDNESS_MUTANTS`), seed base: `SOUNDNESS_SEED`, one case
+//! per class and feature set: `SOUNDNESS_GROUP=features`, every program and every rejection
+//! on stderr: `SOUNDNESS_TRACE=1`, `SOUNDNESS_WHY=1`; `scripts/fuzz.sh` runs it long.
 
 // Load and verification errors carry their diagnosis; they are not a hot path.
 #![allow(clippy::result_large_err)]
@@ -269,7 +271,13 @@ fn checked(
         pointer_escape: escape,
         ..interp::Checked::new(&regions, MAX_STEPS)
     };
-    interp::run_with(p.insns(), ctx as u64, 0, Some(&check), &policy_runtime::helpers::by_id)
+    interp::run_with(
+        p.insns(),
+        ctx as u64,
+        0,
+        Some(&check),
+        &policy_runtime::helpers::by_id,
+    )
 }
 
 fn fault_class(f: &interp::Fault) -> String {
@@ -669,18 +677,21 @@ fn one(seed: u64, t: &Tally) {
         // SOUNDNESS_GROUP=features keeps one case per violation class and feature set (more
         // cases to look at after a long run); by default one per violation class.
         let key = if std::env::var("SOUNDNESS_GROUP").is_ok_and(|g| g == "features") {
-            format!("{} | {:?} | {}", v.class, g.ending, g.features.names().join(", "))
+            format!(
+                "{} | {:?} | {}",
+                v.class,
+                g.ending,
+                g.features.names().join(", ")
+            )
         } else {
             v.class.clone()
         };
-        f.entry(key)
-            .and_modify(|x| x.count += 1)
-            .or_insert(Found {
-                seed,
-                obj: g.obj.clone(),
-                count: 1,
-                first: v.clone(),
-            });
+        f.entry(key).and_modify(|x| x.count += 1).or_insert(Found {
+            seed,
+            obj: g.obj.clone(),
+            count: 1,
+            first: v.clone(),
+        });
     }
 }
 
@@ -830,16 +841,16 @@ const REGRESSIONS: &[(&str, &str, Raw)] = &[
         "atomic on a stack slot holding a spilled constant",
         "net/isend",
         &[
-            (0xb7, 9, 0, 0, 0),       // r9 = 0
-            (0xb7, 5, 0, 0, 0),       // r5 = 0
-            (0x7b, 10, 5, -96, 0),    // *(u64 *)(r10 -96) = r5
-            (0xb7, 4, 0, 0, -1),      // r4 = -1
-            (0xdb, 10, 4, -96, 160),  // lock xor *(u64 *)(r10 -96), r4
-            (0x79, 2, 10, -96, 0),    // r2 = *(u64 *)(r10 -96)
-            (0x15, 2, 0, 1, 0),       // if r2 == 0x0 goto +1
-            (0x71, 0, 0, 0, 0),       // r0 = *(u8 *)(r0 +0)
-            (0xbf, 0, 9, 0, 0),       // r0 = r9
-            (0x95, 0, 0, 0, 0),       // exit
+            (0xb7, 9, 0, 0, 0),      // r9 = 0
+            (0xb7, 5, 0, 0, 0),      // r5 = 0
+            (0x7b, 10, 5, -96, 0),   // *(u64 *)(r10 -96) = r5
+            (0xb7, 4, 0, 0, -1),     // r4 = -1
+            (0xdb, 10, 4, -96, 160), // lock xor *(u64 *)(r10 -96), r4
+            (0x79, 2, 10, -96, 0),   // r2 = *(u64 *)(r10 -96)
+            (0x15, 2, 0, 1, 0),      // if r2 == 0x0 goto +1
+            (0x71, 0, 0, 0, 0),      // r0 = *(u8 *)(r0 +0)
+            (0xbf, 0, 9, 0, 0),      // r0 = r9
+            (0x95, 0, 0, 0, 0),      // exit
         ],
     ),
     (
@@ -847,16 +858,16 @@ const REGRESSIONS: &[(&str, &str, Raw)] = &[
         "pointer - pointer of two map values taken as 0",
         "net/isend",
         &[
-            (0x62, 10, 0, -8, 0),  // *(u32 *)(r10 -8) = 0
-            (0x18, 1, 1, 0, 0),    // r1 = map[0] ll
+            (0x62, 10, 0, -8, 0), // *(u32 *)(r10 -8) = 0
+            (0x18, 1, 1, 0, 0),   // r1 = map[0] ll
             (0x00, 0, 0, 0, 0),
-            (0xbf, 2, 10, 0, 0),   // r2 = r10
-            (0x07, 2, 0, 0, -8),   // r2 += -8
-            (0x85, 0, 0, 0, 1),    // call 1
-            (0x15, 0, 0, 13, 0),   // if r0 == 0x0 goto +13
-            (0xbf, 7, 0, 0, 0),    // r7 = r0
-            (0x62, 10, 0, -8, 3),  // *(u32 *)(r10 -8) = 3
-            (0x18, 1, 1, 0, 0),    // r1 = map[0] ll
+            (0xbf, 2, 10, 0, 0),  // r2 = r10
+            (0x07, 2, 0, 0, -8),  // r2 += -8
+            (0x85, 0, 0, 0, 1),   // call 1
+            (0x15, 0, 0, 13, 0),  // if r0 == 0x0 goto +13
+            (0xbf, 7, 0, 0, 0),   // r7 = r0
+            (0x62, 10, 0, -8, 3), // *(u32 *)(r10 -8) = 3
+            (0x18, 1, 1, 0, 0),   // r1 = map[0] ll
             (0x00, 0, 0, 0, 0),
             (0xbf, 2, 10, 0, 0),   // r2 = r10
             (0x07, 2, 0, 0, -8),   // r2 += -8
@@ -897,18 +908,18 @@ const REGRESSIONS: &[(&str, &str, Raw)] = &[
         "spilled pointer as a map_update_elem key",
         "tuner",
         &[
-            (0x7b, 10, 1, -48, 0), // *(u64 *)(r10 -48) = r1
+            (0x7b, 10, 1, -48, 0),  // *(u64 *)(r10 -48) = r1
             (0x7a, 10, 0, -64, 27), // *(u64 *)(r10 -64) = 27
             (0x7a, 10, 0, -56, 14), // *(u64 *)(r10 -56) = 14
-            (0x18, 1, 1, 0, 1),    // r1 = map[1] ll
+            (0x18, 1, 1, 0, 1),     // r1 = map[1] ll
             (0x00, 0, 0, 0, 0),
-            (0xbf, 2, 10, 0, 0),   // r2 = r10
-            (0x07, 2, 0, 0, -48),  // r2 += -48
-            (0xbf, 3, 10, 0, 0),   // r3 = r10
-            (0x07, 3, 0, 0, -64),  // r3 += -64
-            (0xb7, 4, 0, 0, 0),    // r4 = 0
-            (0x85, 0, 0, 0, 2),    // call 2
-            (0x95, 0, 0, 0, 0),    // exit
+            (0xbf, 2, 10, 0, 0),  // r2 = r10
+            (0x07, 2, 0, 0, -48), // r2 += -48
+            (0xbf, 3, 10, 0, 0),  // r3 = r10
+            (0x07, 3, 0, 0, -64), // r3 += -64
+            (0xb7, 4, 0, 0, 0),   // r4 = 0
+            (0x85, 0, 0, 0, 2),   // call 2
+            (0x95, 0, 0, 0, 0),   // exit
         ],
     ),
     (
@@ -922,12 +933,12 @@ const REGRESSIONS: &[(&str, &str, Raw)] = &[
             (0x7a, 10, 0, -56, 0), // *(u64 *)(r10 -56) = 0
             (0x18, 1, 1, 0, 3),    // r1 = map[3] ll
             (0x00, 0, 0, 0, 0),
-            (0x07, 2, 0, 0, -16),  // r2 += -16
-            (0xbf, 3, 10, 0, 0),   // r3 = r10
-            (0x07, 3, 0, 0, -64),  // r3 += -64
-            (0xb7, 4, 0, 0, 0),    // r4 = 0
-            (0x85, 0, 0, 0, 2),    // call 2
-            (0x95, 0, 0, 0, 0),    // exit
+            (0x07, 2, 0, 0, -16), // r2 += -16
+            (0xbf, 3, 10, 0, 0),  // r3 = r10
+            (0x07, 3, 0, 0, -64), // r3 += -64
+            (0xb7, 4, 0, 0, 0),   // r4 = 0
+            (0x85, 0, 0, 0, 2),   // call 2
+            (0x95, 0, 0, 0, 0),   // exit
         ],
     ),
     (
@@ -948,11 +959,11 @@ const REGRESSIONS: &[(&str, &str, Raw)] = &[
             (0x62, 10, 0, -8, 0), // *(u32 *)(r10 -8) = 0
             (0x18, 1, 1, 0, 0),   // r1 = map[0] ll
             (0x00, 0, 0, 0, 0),
-            (0xbf, 2, 10, 0, 0),  // r2 = r10
-            (0x07, 2, 0, 0, -8),  // r2 += -8
-            (0x8d, 0, 0, 0, 1),   // call 1 (0x8d)
-            (0xb7, 0, 0, 0, 1),   // r0 = 1
-            (0x95, 0, 0, 0, 0),   // exit
+            (0xbf, 2, 10, 0, 0), // r2 = r10
+            (0x07, 2, 0, 0, -8), // r2 += -8
+            (0x8d, 0, 0, 0, 1),  // call 1 (0x8d)
+            (0xb7, 0, 0, 0, 1),  // r0 = 1
+            (0x95, 0, 0, 0, 0),  // exit
         ],
     ),
     (
@@ -963,10 +974,10 @@ const REGRESSIONS: &[(&str, &str, Raw)] = &[
             (0x62, 10, 0, -8, 0), // *(u32 *)(r10 -8) = 0
             (0x18, 1, 1, 0, 0),   // r1 = map[0] ll
             (0x00, 0, 0, 0, 0),
-            (0xbf, 2, 10, 0, 0),  // r2 = r10
-            (0x07, 2, 0, 0, -8),  // r2 += -8
-            (0x85, 0, 0, 0, 1),   // call 1
-            (0x15, 0, 0, -1, 0),  // if r0 == 0x0 goto -1
+            (0xbf, 2, 10, 0, 0), // r2 = r10
+            (0x07, 2, 0, 0, -8), // r2 += -8
+            (0x85, 0, 0, 0, 1),  // call 1
+            (0x15, 0, 0, -1, 0), // if r0 == 0x0 goto -1
         ],
     ),
 ];
@@ -999,9 +1010,9 @@ fn regressions_are_rejected_or_sound() {
         let obj = regression_object(section, raw);
         if std::env::var_os("SOUNDNESS_WHY").is_some() {
             let infos = policy_verifier::map_infos(&obj.maps);
-            if let Ok(Err(e)) = quietly(|| {
-                policy_verifier::verify(&obj.programs[0], &infos, Limits::default())
-            }) {
+            if let Ok(Err(e)) =
+                quietly(|| policy_verifier::verify(&obj.programs[0], &infos, Limits::default()))
+            {
                 eprintln!("{name}: rejected: {e}");
             }
         }
@@ -1086,8 +1097,18 @@ fn mutants_never_panic_the_verifier_the_loader_or_the_jit() {
             }
         }
     }
-    println!("{cases} mutants, {loaded} loaded for the JIT, {} panics", panics.len());
-    assert!(loaded > 0, "no mutant was loaded: the JIT path went untested");
+    println!(
+        "{cases} mutants, {loaded} loaded for the JIT, {} panics",
+        panics.len()
+    );
+    assert!(
+        loaded > 0,
+        "no mutant was loaded: the JIT path went untested"
+    );
     panics.truncate(5);
-    assert!(panics.is_empty(), "panics (first 5):\n\n{}", panics.join("\n\n"));
+    assert!(
+        panics.is_empty(),
+        "panics (first 5):\n\n{}",
+        panics.join("\n\n")
+    );
 }

@@ -383,8 +383,16 @@ fn parse_no_panic(bytes: &[u8]) -> Result<Option<Object>, String> {
     })
 }
 
+/// Cases per property: `PROPTEST_CASES` when set (`with_cases` alone would ignore it).
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(1500))]
+    #![proptest_config(ProptestConfig::with_cases(cases(1500)))]
 
     #[test]
     fn mutated_objects_never_panic_the_loader(pick in any::<usize>(), muts in proptest::collection::vec((any::<u32>(), any::<u8>()), 0..12), cut in any::<u32>(), do_cut in any::<bool>()) {
