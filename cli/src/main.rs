@@ -6,8 +6,63 @@ use policy_object::insn;
 use policy_object::{Object, Program};
 use policy_verifier::{Limits, map_infos, verify};
 use shared_maps::MapView;
+use std::fmt;
+use std::io::{self, BufWriter, StdoutLock, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+/// Standard output, locked and buffered. A reader that goes away (`ncclbpf disasm x.o | head`)
+/// is not an error: the rest of the output is dropped and the command finishes with its usual
+/// exit status. Other write errors are reported.
+struct Out {
+    w: BufWriter<StdoutLock<'static>>,
+    closed: bool,
+}
+
+impl Out {
+    fn new() -> Out {
+        Out {
+            w: BufWriter::new(io::stdout().lock()),
+            closed: false,
+        }
+    }
+
+    fn settle(&mut self, r: io::Result<()>) -> Result<(), String> {
+        match r {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+                self.closed = true;
+                Ok(())
+            }
+            Err(e) => Err(format!("writing to standard output: {e}")),
+        }
+    }
+
+    fn line(&mut self, args: fmt::Arguments) -> Result<(), String> {
+        if self.closed {
+            return Ok(());
+        }
+        let r = self
+            .w
+            .write_fmt(args)
+            .and_then(|()| self.w.write_all(b"\n"));
+        self.settle(r)
+    }
+
+    fn finish(&mut self) -> Result<(), String> {
+        if self.closed {
+            return Ok(());
+        }
+        let r = self.w.flush();
+        self.settle(r)
+    }
+}
+
+/// `println!` through an [`Out`], returning its error from the enclosing function.
+macro_rules! outln {
+    ($o:expr) => { $o.line(format_args!(""))? };
+    ($o:expr, $($t:tt)*) => { $o.line(format_args!($($t)*))? };
+}
 
 #[derive(Parser)]
 #[command(
@@ -71,29 +126,42 @@ fn selected<'a>(obj: &'a Object, program: &Option<String>) -> Result<Vec<&'a Pro
     Ok(progs)
 }
 
-fn cmd_verify(object: &PathBuf, program: &Option<String>) -> Result<bool, String> {
+fn cmd_verify(out: &mut Out, object: &PathBuf, program: &Option<String>) -> Result<bool, String> {
     let obj = load(object)?;
     let maps = map_infos(&obj.maps);
     let mut all_ok = true;
     for p in selected(&obj, program)? {
         match verify(p, &maps, Limits::default()) {
-            Ok(s) => println!(
+            Ok(s) => outln!(
+                out,
                 "{} ({}): accepted: {} insns, {} processed, {} states, {} pruned",
-                p.name, p.section, s.insns, s.processed, s.states, s.pruned
+                p.name,
+                p.section,
+                s.insns,
+                s.processed,
+                s.states,
+                s.pruned
             ),
             Err(e) => {
                 all_ok = false;
-                println!("{} ({}): rejected [{}]\n{e}", p.name, p.section, e.kind());
+                outln!(
+                    out,
+                    "{} ({}): rejected [{}]\n{e}",
+                    p.name,
+                    p.section,
+                    e.kind()
+                );
             }
         }
     }
     Ok(all_ok)
 }
 
-fn cmd_disasm(object: &PathBuf, program: &Option<String>) -> Result<bool, String> {
+fn cmd_disasm(out: &mut Out, object: &PathBuf, program: &Option<String>) -> Result<bool, String> {
     let obj = load(object)?;
     for (i, m) in obj.maps.iter().enumerate() {
-        println!(
+        outln!(
+            out,
             "map[{i}] {}: {} key {} B, value {} B, {} entries{}",
             m.name,
             m.kind.name(),
@@ -104,7 +172,7 @@ fn cmd_disasm(object: &PathBuf, program: &Option<String>) -> Result<bool, String
         );
     }
     for p in selected(&obj, program)? {
-        println!("\n{} ({}):", p.name, p.section);
+        outln!(out, "\n{} ({}):", p.name, p.section);
         let mut last_line = None;
         let mut pc = 0;
         while pc < p.insns.len() {
@@ -112,7 +180,8 @@ fn cmd_disasm(object: &PathBuf, program: &Option<String>) -> Result<bool, String
                 && l.line != 0
                 && last_line != Some(l.line)
             {
-                println!(
+                outln!(
+                    out,
                     "; {}:{}: {}",
                     l.file.rsplit('/').next().unwrap_or(&l.file),
                     l.line,
@@ -120,7 +189,7 @@ fn cmd_disasm(object: &PathBuf, program: &Option<String>) -> Result<bool, String
                 );
                 last_line = Some(l.line);
             }
-            println!("{pc:5}: {}", insn::disasm(&p.insns, pc));
+            outln!(out, "{pc:5}: {}", insn::disasm(&p.insns, pc));
             pc += if p.insns[pc].is_lddw() { 2 } else { 1 };
         }
     }
@@ -139,7 +208,7 @@ fn words(bytes: &[u8]) -> String {
     }
 }
 
-fn cmd_maps(pid: u32, map: &Option<String>, limit: usize) -> Result<bool, String> {
+fn cmd_maps(out: &mut Out, pid: u32, map: &Option<String>, limit: usize) -> Result<bool, String> {
     let views = MapView::open_all(pid).map_err(|e| format!("process {pid}: {e}"))?;
     let mut shown = 0;
     for v in views
@@ -153,7 +222,8 @@ fn cmd_maps(pid: u32, map: &Option<String>, limit: usize) -> Result<bool, String
             .iter()
             .filter(|(_, vals)| vals.iter().any(|x| x.iter().any(|&b| b != 0)))
             .collect();
-        println!(
+        outln!(
+            out,
             "{}: {} key {} B, value {} B, {} entries ({} non-zero{})",
             v.name,
             s.kind.name(),
@@ -178,7 +248,7 @@ fn cmd_maps(pid: u32, map: &Option<String>, limit: usize) -> Result<bool, String
                     sum[w * 8..w * 8 + 8].copy_from_slice(&total.to_le_bytes());
                 }
             }
-            println!("  {} => {}", words(k), words(&sum));
+            outln!(out, "  {} => {}", words(k), words(&sum));
         }
     }
     if shown == 0 {
@@ -192,16 +262,19 @@ fn cmd_maps(pid: u32, map: &Option<String>, limit: usize) -> Result<bool, String
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let mut out = Out::new();
     let r = match &cli.cmd {
-        Cmd::Verify { object, program } => cmd_verify(object, program),
-        Cmd::Disasm { object, program } => cmd_disasm(object, program),
-        Cmd::Maps { pid, map, limit } => cmd_maps(*pid, map, *limit),
+        Cmd::Verify { object, program } => cmd_verify(&mut out, object, program),
+        Cmd::Disasm { object, program } => cmd_disasm(&mut out, object, program),
+        Cmd::Maps { pid, map, limit } => cmd_maps(&mut out, *pid, map, *limit),
     };
+    let r = out.finish().and(r);
     match r {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
-            eprintln!("ncclbpf: {e}");
+            // Nothing more to do if stderr is gone too.
+            let _ = writeln!(io::stderr(), "ncclbpf: {e}");
             ExitCode::from(2)
         }
     }

@@ -107,3 +107,73 @@ fn maps_of_a_running_process_and_help() {
         "{out}"
     );
 }
+
+/// Runs the command with standard output a pipe whose reader is already gone (as after
+/// `| head -1` has read its line): every write fails with EPIPE.
+fn run_closed_stdout(args: &[&str]) -> (i32, String) {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(BIN)
+        .args(args)
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_closed_stdout_is_a_quiet_exit() {
+    let ok = policy("src/net_stats.o");
+    let bad = policy("unsafe/null_deref.o");
+    for (args, code) in [
+        (vec!["disasm", ok.to_str().unwrap()], 0),
+        (vec!["verify", ok.to_str().unwrap()], 0),
+        // The verdict still decides the status when nobody reads the output.
+        (vec!["verify", bad.to_str().unwrap()], 1),
+    ] {
+        let (got, err) = run_closed_stdout(&args);
+        assert!(
+            !err.contains("panicked") && !err.contains("Broken pipe"),
+            "{args:?}: {err}"
+        );
+        assert!(err.is_empty(), "{args:?}: {err}");
+        assert_eq!(got, code, "{args:?}: {err}");
+    }
+    // Errors still reach stderr.
+    let (got, err) = run_closed_stdout(&["verify", "/nonexistent.o"]);
+    assert_eq!(got, 2);
+    assert!(
+        err.contains("/nonexistent.o") && !err.contains("panicked"),
+        "{err}"
+    );
+}
+
+#[test]
+fn maps_with_a_closed_stdout_is_a_quiet_exit() {
+    use shared_maps::{MapSpec, MapType, Registry};
+    let reg = Registry::global();
+    let m = reg
+        .shared(
+            &MapSpec {
+                name: "cli_pipe".into(),
+                kind: MapType::Array,
+                key_size: 4,
+                value_size: 8,
+                max_entries: 64,
+            },
+            "cli-test",
+        )
+        .unwrap();
+    for k in 0..64u32 {
+        m.update(&k.to_le_bytes(), &u64::from(k + 1).to_le_bytes(), 0)
+            .unwrap();
+    }
+    let pid = std::process::id().to_string();
+    let (code, err) = run_closed_stdout(&["maps", &pid, "--limit", "64"]);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(code, 0, "{err}");
+}

@@ -1,5 +1,6 @@
 #![allow(dead_code)]
 pub mod progen;
+pub mod soundgen;
 use policy_object::Object;
 use shared_maps::{Map, Registry};
 use std::path::PathBuf;
