@@ -19,6 +19,14 @@ use policy_runtime::{LoadError, LoadOptions, LoadedProgram, NetCtx, Tier, TunerC
 use proptest::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// Cases per property: `PROPTEST_CASES` when set (`with_cases` alone would ignore it).
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 fn opts(tier: Tier) -> LoadOptions {
     LoadOptions {
         tier,
@@ -192,7 +200,7 @@ fn differential(seed: u64) -> bool {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(400))]
+    #![proptest_config(ProptestConfig::with_cases(cases(400)))]
 
     #[test]
     fn accepted_programs_agree_and_stay_in_bounds(seed in any::<u64>()) {
