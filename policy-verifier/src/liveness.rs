@@ -143,7 +143,12 @@ fn may_be_pointer(insns: &[Insn], layout: &Layout) -> Vec<u16> {
             let i = insns[pc];
             let mut f = at[pc];
             let (d, s) = (i.dst, i.src);
-            let mut succ: Vec<(usize, Ptrs)> = vec![];
+            let mut succ = [(usize::MAX, Ptrs::default()); 2];
+            let mut nsucc = 0;
+            let mut push = |(t, v): (usize, Ptrs)| {
+                succ[nsucc] = (t, v);
+                nsucc += 1;
+            };
             let next = if i.is_lddw() { pc + 2 } else { pc + 1 };
             match i.class() {
                 op::ALU64 if i.op() == op::MOV && i.is_reg_src() && i.off == 0 => {
@@ -206,7 +211,7 @@ fn may_be_pointer(insns: &[Insn], layout: &Layout) -> Vec<u16> {
                     op::EXIT => {}
                     op::JA => {
                         if let Some(t) = jump_target(&i, pc) {
-                            succ.push((t as usize, f));
+                            push((t as usize, f));
                         }
                     }
                     op::CALL if crate::check::structure::is_pseudo_call(&i) => {
@@ -218,12 +223,12 @@ fn may_be_pointer(insns: &[Insn], layout: &Layout) -> Vec<u16> {
                             reached: true,
                         };
                         if t < n {
-                            succ.push((t, entry));
+                            push((t, entry));
                         }
                         for r in 0..=5 {
                             f.clear(r);
                         }
-                        succ.push((next, f));
+                        push((next, f));
                     }
                     op::CALL => {
                         for r in 0..=5 {
@@ -234,20 +239,20 @@ fn may_be_pointer(insns: &[Insn], layout: &Layout) -> Vec<u16> {
                         {
                             f.ptr |= bit(0);
                         }
-                        succ.push((next, f));
+                        push((next, f));
                     }
                     _ => {
-                        succ.push((next, f));
+                        push((next, f));
                         if let Some(t) = jump_target(&i, pc) {
-                            succ.push((t as usize, f));
+                            push((t as usize, f));
                         }
                     }
                 },
             }
             if !matches!(i.class(), op::JMP | op::JMP32) {
-                succ.push((next, f));
+                push((next, f));
             }
-            for (t, v) in succ {
+            for &(t, v) in &succ[..nsucc] {
                 if t <= n && at[t].join(&v) {
                     changed = true;
                 }
