@@ -540,3 +540,31 @@ fn pruning_keeps_every_value_that_reaches_a_pointer() {
         }
     }
 }
+
+#[test]
+fn pointers_are_ordered_only_within_one_object() {
+    // Two values of one hash-like map: equal or not, but never which comes first in memory.
+    for o in [op::JGT, op::JLT, op::JSGE, op::JSET] {
+        let mut p = cat(&[&lookup(6, 0), &lookup(7, 1)]);
+        p.extend([i(op::JMP | o | op::X, 6, 7, 1, 0), mov(0, 1), exit()]);
+        p.insert(p.len() - 2, mov(0, 0));
+        rejected("pointer_arithmetic", &p);
+    }
+    let mut p = cat(&[&lookup(6, 0), &lookup(7, 1)]);
+    p.extend([
+        i(op::JMP | op::JEQ | op::X, 6, 7, 1, 0),
+        mov(0, 0),
+        mov(0, 1),
+        exit(),
+    ]);
+    accepted(&p);
+    // Within one stack frame, order is fine.
+    accepted(&[
+        movr(2, 10),
+        alu(op::ADD, 2, -8),
+        i(op::JMP | op::JGT | op::X, 2, 10, 1, 0),
+        mov(0, 0),
+        mov(0, 1),
+        exit(),
+    ]);
+}

@@ -179,7 +179,7 @@ impl Checker<'_> {
     }
 
     /// Whether two pointers of type `ty` always point into the same object.
-    fn same_object(&self, ty: RegType) -> bool {
+    pub(super) fn same_object(&self, ty: RegType) -> bool {
         match ty {
             RegType::Stack { .. } => true,
             RegType::MapValue { map } => self.maps[map as usize].global_data,

@@ -201,7 +201,9 @@ impl Checker<'_> {
                 };
                 return Ok(self.both(pc, target, taken, fall));
             }
-            if a.ty == b.ty {
+            // Equality says nothing about where objects are; an order does, unless both
+            // point into one object.
+            if a.ty == b.ty && (eq_ne || self.same_object(a.ty)) {
                 return Ok(self.both(pc, target, st.clone(), st.clone()));
             }
         }
