@@ -155,8 +155,8 @@ fn taken(o: u8, v: u64, imm: i32, narrow: bool) -> bool {
 
 /// The loop with head `head` is counted and exits: `mov c, A` at head-1, a back-edge
 /// `if c <op> B goto head` with an immediate, one `add c, S` between them and no other write
-/// of c, no call inside, no jump into it from outside; simulated, it exits within 10000
-/// iterations.
+/// of c, no call or jump between them, no jump into it from outside; simulated, the counter
+/// makes it exit within 10000 iterations.
 fn counted_loop_at(insns: &[Insn], head: Option<usize>) -> bool {
     let Some(head) = head.filter(|&h| h > 0 && h < insns.len()) else {
         return false;
@@ -176,10 +176,14 @@ fn counted_loop_at(insns: &[Insn], head: Option<usize>) -> bool {
     }
     let mut step = None;
     for i in &insns[head..back] {
-        if i.code == op::JMP | op::CALL {
+        // No call (it would clobber c) and no jump (it could skip the step).
+        if matches!(class_of(i), op::JMP | op::JMP32) {
             return false;
         }
-        let writes_c = i.dst == c && matches!(class_of(i), op::ALU | op::ALU64 | op::LDX | op::LD);
+        let fetch = i.code & 0xe7 == op::STX | op::ATOMIC && i.imm & op::FETCH != 0;
+        let writes_c = (i.dst == c
+            && matches!(class_of(i), op::ALU | op::ALU64 | op::LDX | op::LD))
+            || (fetch && i.src == c);
         if writes_c {
             let add_k =
                 matches!(class_of(i), op::ALU | op::ALU64) && i.op() == op::ADD && !i.is_reg_src();
@@ -189,12 +193,11 @@ fn counted_loop_at(insns: &[Insn], head: Option<usize>) -> bool {
             step = Some(*i);
         }
     }
+    // Entered only through `mov c, A`: no jump from outside lands inside, head included.
     let inside = head..=back;
-    if (0..insns.len()).any(|k| {
-        !inside.contains(&k)
-            && k + 1 != head
-            && jump_target(insns, k).is_some_and(|t| inside.contains(&t) && t != head)
-    }) {
+    if (0..insns.len())
+        .any(|k| !inside.contains(&k) && jump_target(insns, k).is_some_and(|t| inside.contains(&t)))
+    {
         return false;
     }
     let Some(step) = step else {
@@ -654,6 +657,92 @@ fn generated_programs_agree_with_prevail() -> Vec<String> {
     failures
 }
 
+/// The shape checks that excuse generated programs must say no to the programs they are not
+/// about.
+fn shape_checks_say_no() -> Vec<String> {
+    let i = |code: u8, dst: u8, src: u8, off: i16, imm: i32| Insn {
+        code,
+        dst,
+        src,
+        off,
+        imm,
+    };
+    let mov = |imm| i(op::ALU64 | op::MOV | op::K, 4, 0, 0, imm);
+    let add = |imm| i(op::ALU64 | op::ADD | op::K, 4, 0, 0, imm);
+    let body = i(op::ALU64 | op::ADD | op::K, 7, 0, 0, 1);
+    let exit = [
+        i(op::ALU64 | op::MOV | op::K, 0, 0, 0, 0),
+        i(op::JMP | op::EXIT, 0, 0, 0, 0),
+    ];
+    let prog = |v: &[Insn]| [v, &exit[..]].concat();
+    let lt = |b| i(op::JMP | op::JLT | op::K, 4, 0, -3, b);
+    let ne = |b| i(op::JMP | op::JNE | op::K, 4, 0, -3, b);
+    // (what, program, loop head, whether it is a counted loop that exits)
+    let ld = i(op::LDX | op::MEM | op::W, 4, 1, 0, 0);
+    let ja = i(op::JMP | op::JA, 0, 0, 1, 0);
+    let cases = [
+        (
+            "counts up to 10",
+            prog(&[mov(0), body, add(1), lt(10)]),
+            1,
+            true,
+        ),
+        (
+            "counts down to 0 with !=",
+            prog(&[mov(9), body, add(-1), ne(0)]),
+            1,
+            true,
+        ),
+        (
+            "steps over its bound",
+            prog(&[mov(0), body, add(2), ne(7)]),
+            1,
+            false,
+        ),
+        ("never steps", prog(&[mov(0), body, body, lt(10)]), 1, false),
+        (
+            "reloads its counter",
+            prog(&[mov(0), ld, add(1), lt(10)]),
+            1,
+            false,
+        ),
+        (
+            "is entered past its initialization",
+            prog(&[ja, mov(0), body, add(1), lt(10)]),
+            2,
+            false,
+        ),
+    ];
+    let mut failures = vec![];
+    for (what, insns, head, expect) in cases {
+        if counted_loop_at(&insns, Some(head)) != expect {
+            failures.push(format!(
+                "counted_loop_at: a loop that {what}: should be {expect}"
+            ));
+        }
+    }
+    let div = |pre: Insn| {
+        vec![
+            pre,
+            i(op::ALU64 | op::DIV | op::X, 3, 2, 0, 0),
+            i(op::ALU64 | op::MOV | op::K, 0, 0, 0, 0),
+        ]
+    };
+    if !odd_or_before_divisor(&div(i(op::ALU64 | op::OR | op::K, 2, 0, 0, 1)), Some(1)) {
+        failures.push("odd_or_before_divisor: r2 |= 1 should pass".into());
+    }
+    for (what, pre) in [
+        ("r2 |= 2", i(op::ALU64 | op::OR | op::K, 2, 0, 0, 2)),
+        ("r3 |= 1", i(op::ALU64 | op::OR | op::K, 3, 0, 0, 1)),
+        ("r2 += 1", i(op::ALU64 | op::ADD | op::K, 2, 0, 0, 1)),
+    ] {
+        if odd_or_before_divisor(&div(pre), Some(1)) {
+            failures.push(format!("odd_or_before_divisor: {what} should fail"));
+        }
+    }
+    failures
+}
+
 fn main() {
     if let Ok(spec) = std::env::var(CHILD) {
         child(&spec);
@@ -665,7 +754,8 @@ fn main() {
         .filter(|a| !a.starts_with('-'))
         .collect();
     type Test = fn() -> Vec<String>;
-    let tests: [(&str, Test); 2] = [
+    let tests: [(&str, Test); 3] = [
+        ("shape_checks_say_no", shape_checks_say_no),
         ("corpus_agrees_with_prevail", corpus_agrees_with_prevail),
         (
             "generated_programs_agree_with_prevail",
