@@ -44,6 +44,61 @@ struct Allowed {
 /// Reproducers for the PREVAIL behaviour each entry relies on are in PREVAIL.md.
 const ALLOWED: &[Allowed] = &[
     Allowed {
+        program: "safe/bounds32",
+        prevail_says: "Lower bound must be at least 0",
+        shape: None,
+        why: "`r1 = *(u32 *)(ctx +20); if w1 > 7 goto out; r1 <<= 3; r2 = r0 + r1`: r1 is a \
+              zero-extended 32-bit load, so the JMP32 bound is a 64-bit bound (0..7); PREVAIL \
+              does not refine the 64-bit register from a 32-bit comparison (as for div_checked)",
+    },
+    Allowed {
+        program: "safe/signed32_cmp",
+        prevail_says: "Lower bound must be at least 0",
+        shape: None,
+        why: "`if w1 s< 0` / `if w1 s> 6` bound the low 32 bits to 0..6, then `r1 <<= 32; r1 \
+              s>>= 32` sign-extends them: the index is 0..6. PREVAIL does not refine from the \
+              JMP32 compares and notes 'arsh32 is not allowed'",
+    },
+    Allowed {
+        program: "safe/v4_idioms",
+        prevail_says: "Possible division by zero (r2 != 0)",
+        shape: None,
+        why: "r2 is a sign-extending 32-bit load (`*(s32 *)`) tested by `if w2 == 0`: a \
+              sign-extended value is zero exactly when its low 32 bits are, so the 64-bit \
+              `s/=` cannot divide by zero; PREVAIL does not refine from the JMP32 test",
+    },
+    Allowed {
+        program: "safe/ptr_eq_nonnull",
+        prevail_says: "Cannot subtract pointers to non-singleton regions",
+        shape: None,
+        why: "the program compares two lookup results for equality (`if v2 == v1`); PREVAIL \
+              models a pointer comparison as a subtraction and refuses it for map-value (shared) \
+              regions. Equality reveals no address; ordered compares of such pointers are \
+              rejected by us too",
+    },
+    Allowed {
+        program: "safe/loop64_branchy",
+        prevail_says: "Loop counter is too large",
+        shape: None,
+        why: "`for (int i = 0; i < 64; i++)` compiles to an equality exit (`if r2 == 0x40`), \
+              which PREVAIL's widened intervals cannot use to bound the loop (as for loop_const)",
+    },
+    Allowed {
+        program: "safe/loop64_counters",
+        prevail_says: "Loop counter is too large",
+        shape: None,
+        why: "the same 64-iteration loop with an equality exit as loop64_branchy",
+    },
+    Allowed {
+        program: "safe/bpf_to_bpf_stack",
+        prevail_says: "Upper bound must be at most total_stack_size",
+        shape: None,
+        why: "the callee `sum` reads the caller's 4-element stack buffer in a loop bounded by \
+              `i < 4 && i < n` (a 64-bit `r3 > 2` exit after the first element); after widening \
+              PREVAIL loses the relation between the counter and the pointer's offset, so the \
+              offset looks unbounded above; our verifier follows the loop to its exit",
+    },
+    Allowed {
         program: "src/net_stats:on_complete",
         prevail_says: "prevail did not finish",
         shape: None,
