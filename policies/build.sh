@@ -3,8 +3,8 @@
 # Installs clang (14) and clang-19 if they are missing.
 #
 # Default outputs, target/policies/<dir>/<name>.o: clang 14, -mcpu=v3 (the cpu version is pinned:
-# clang >= 20 defaults to v3 anyway, and the verifier and JIT are written for v3: ALU32, JMP32,
-# atomics).
+# clang >= 20 defaults to v3 anyway; the verifier and both engines take v1 to v4, and v3 is what
+# policies are shipped as).
 #
 # Programs that only build at v4 (sign-extending loads and moves, sdiv/smod, bswap, gotol) carry
 # the header line `// requires: v4`: their default output is built with clang-19 -mcpu=v4
