@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+pub mod build;
+
 /// One 8-byte BPF instruction. A 64-bit immediate load (`lddw`) takes two.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Insn {

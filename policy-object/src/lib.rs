@@ -1,6 +1,7 @@
 //! Policy objects, without any OS: what a `clang -target bpf` object holds and nothing more.
 //!
-//! * [`insn`]: the BPF instruction set, its decoding and a kernel-style disassembler;
+//! * [`insn`]: the BPF instruction set, its decoding and a kernel-style disassembler, and
+//!   [`insn::build`], constructors for single instructions (for tests and generators);
 //! * [`asm`]: an assembler for the bpf_conformance text dialect, for tests;
 //! * [`btf`]: the BTF subset needed for `.maps` definitions and `.BTF.ext` line info;
 //! * [`elf`]: [`Object::parse`], which finds programs by section, maps (BTF `.maps`,

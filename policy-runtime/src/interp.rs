@@ -456,17 +456,7 @@ impl Machine<'_, '_> {
                 } else {
                     u64::from(i.imm as u32)
                 };
-                let a = self.reg[i.dst as usize];
-                let (a, b) = if is64 {
-                    (a, b)
-                } else {
-                    (a & 0xffff_ffff, b & 0xffff_ffff)
-                };
-                let (sa, sb) = if is64 {
-                    (a as i64, b as i64)
-                } else {
-                    (i64::from(a as u32 as i32), i64::from(b as u32 as i32))
-                };
+                let (a, b, sa, sb) = operands(is64, self.reg[i.dst as usize], b);
                 let taken = match o {
                     op::JEQ => a == b,
                     op::JNE => a != b,
@@ -494,27 +484,24 @@ impl Machine<'_, '_> {
 }
 
 /// An ALU or ALU64 instruction on `a` (dst) and `b` (the source register or the immediate,
-/// sign-extended for ALU64); `None` for an operation or offset the ISA does not define.
+/// sign-extended for ALU64); `None` for an operation or offset the ISA does not define. Both
+/// widths compute on 64 bits: for ALU the operands are their low halves (see [`operands`]),
+/// shifts take the amount modulo 32 and the result is truncated to 32 bits, zero-extended.
 fn alu(i: &Insn, a: u64, b: u64) -> Option<u64> {
     if i.op() == op::END {
         return byte_swap(i, a);
     }
-    if i.class() == op::ALU64 {
-        alu64(i, a, b)
-    } else {
-        alu32(i, a as u32, b as u32).map(u64::from)
-    }
-}
-
-fn alu64(i: &Insn, a: u64, b: u64) -> Option<u64> {
-    let (sa, sb) = (a as i64, b as i64);
-    Some(match (i.op(), i.off) {
+    let is64 = i.class() == op::ALU64;
+    let (a, b, sa, sb) = operands(is64, a, b);
+    let shift = b as u32 & if is64 { 63 } else { 31 };
+    let r = match (i.op(), i.off) {
         (op::ADD, _) => a.wrapping_add(b),
         (op::SUB, _) => a.wrapping_sub(b),
         (op::MUL, _) => a.wrapping_mul(b),
         (op::DIV, 0) => a.checked_div(b).unwrap_or(0),
         (op::MOD, 0) => a.checked_rem(b).unwrap_or(a),
-        // Signed: x / 0 = 0, x % 0 = x, MIN / -1 = MIN, MIN % -1 = 0 (wrapping_*).
+        // Signed: x / 0 = 0, x % 0 = x, MIN / -1 = MIN, MIN % -1 = 0 (wrapping_*; for ALU,
+        // i32::MIN / -1 is 2^31 on 64 bits, which truncates to i32::MIN).
         (op::DIV, op::OFF_SIGNED) => {
             if sb == 0 {
                 0
@@ -532,52 +519,34 @@ fn alu64(i: &Insn, a: u64, b: u64) -> Option<u64> {
         (op::OR, _) => a | b,
         (op::AND, _) => a & b,
         (op::XOR, _) => a ^ b,
-        (op::LSH, _) => a.wrapping_shl(b as u32 & 63),
-        (op::RSH, _) => a.wrapping_shr(b as u32 & 63),
-        (op::ARSH, _) => sa.wrapping_shr(b as u32 & 63) as u64,
+        (op::LSH, _) => a.wrapping_shl(shift),
+        (op::RSH, _) => a.wrapping_shr(shift),
+        (op::ARSH, _) => sa.wrapping_shr(shift) as u64,
         (op::NEG, _) => a.wrapping_neg(),
         (op::MOV, 0) => b,
         (op::MOV, 8) if i.is_reg_src() => b as i8 as i64 as u64,
         (op::MOV, 16) if i.is_reg_src() => b as i16 as i64 as u64,
-        (op::MOV, 32) if i.is_reg_src() => b as i32 as i64 as u64,
+        (op::MOV, 32) if i.is_reg_src() && is64 => b as i32 as i64 as u64,
         _ => return None,
-    })
+    };
+    Some(if is64 { r } else { r & 0xffff_ffff })
 }
 
-fn alu32(i: &Insn, a: u32, b: u32) -> Option<u32> {
-    let (sa, sb) = (a as i32, b as i32);
-    Some(match (i.op(), i.off) {
-        (op::ADD, _) => a.wrapping_add(b),
-        (op::SUB, _) => a.wrapping_sub(b),
-        (op::MUL, _) => a.wrapping_mul(b),
-        (op::DIV, 0) => a.checked_div(b).unwrap_or(0),
-        (op::MOD, 0) => a.checked_rem(b).unwrap_or(a),
-        (op::DIV, op::OFF_SIGNED) => {
-            if sb == 0 {
-                0
-            } else {
-                sa.wrapping_div(sb) as u32
-            }
-        }
-        (op::MOD, op::OFF_SIGNED) => {
-            if sb == 0 {
-                a
-            } else {
-                sa.wrapping_rem(sb) as u32
-            }
-        }
-        (op::OR, _) => a | b,
-        (op::AND, _) => a & b,
-        (op::XOR, _) => a ^ b,
-        (op::LSH, _) => a.wrapping_shl(b & 31),
-        (op::RSH, _) => a.wrapping_shr(b & 31),
-        (op::ARSH, _) => sa.wrapping_shr(b & 31) as u32,
-        (op::NEG, _) => a.wrapping_neg(),
-        (op::MOV, 0) => b,
-        (op::MOV, 8) if i.is_reg_src() => b as i8 as i32 as u32,
-        (op::MOV, 16) if i.is_reg_src() => b as i16 as i32 as u32,
-        _ => return None,
-    })
+/// The operands of a 64-bit (`is64`) or 32-bit ALU operation or comparison: `a` and `b`,
+/// zero-extended from their low halves for 32 bits, and the same as signed values,
+/// sign-extended from their low halves for 32 bits.
+fn operands(is64: bool, a: u64, b: u64) -> (u64, u64, i64, i64) {
+    if is64 {
+        (a, b, a as i64, b as i64)
+    } else {
+        let (a, b) = (a as u32, b as u32);
+        (
+            u64::from(a),
+            u64::from(b),
+            i64::from(a as i32),
+            i64::from(b as i32),
+        )
+    }
 }
 
 /// `le`/`be` (class ALU, source bit = order) and `bswap` (class ALU64): conversions of the

@@ -8,38 +8,13 @@
 //! Every program runs in the checking interpreter first, and in the JIT only after that
 //! run stayed inside its memory and terminated.
 
+use policy_object::insn::build::{
+    alu64_imm, alu64_reg, atomic, call_local, exit, gotol, insn, ja, jmp_imm, lddw, ldsx, ldx,
+    mov64_imm, mov64_reg, st, stx,
+};
 use policy_object::insn::{self as op, Insn};
 use policy_runtime::interp::{self, Checked, Fault, Regions};
 use policy_runtime::raw::{self, RawError};
-
-fn i(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
-    Insn {
-        code,
-        dst,
-        src,
-        off,
-        imm,
-    }
-}
-
-fn lddw(r: u8, v: u64) -> [Insn; 2] {
-    [
-        i(op::LDDW, r, 0, 0, v as u32 as i32),
-        i(0, 0, 0, 0, (v >> 32) as u32 as i32),
-    ]
-}
-
-fn exit() -> Insn {
-    i(op::JMP | op::EXIT, 0, 0, 0, 0)
-}
-
-fn mov(d: u8, s: u8) -> Insn {
-    i(op::ALU64 | op::MOV | op::X, d, s, 0, 0)
-}
-
-fn movi(d: u8, imm: i32) -> Insn {
-    i(op::ALU64 | op::MOV | op::K, d, 0, 0, imm)
-}
 
 fn listing(p: &[Insn]) -> String {
     let mut out = vec![];
@@ -88,8 +63,8 @@ fn binop(class: u8, o: u8, off: i16, a: u64, b: u64, want: u64) {
     let mut p = vec![];
     p.extend(lddw(3, a));
     p.extend(lddw(4, b));
-    p.push(i(class | o | op::X, 3, 4, off, 0));
-    p.extend([mov(0, 3), exit()]);
+    p.push(insn(class | o | op::X, 3, 4, off, 0));
+    p.extend([mov64_reg(0, 3), exit()]);
     assert_eq!(run(&p), want, "reg form\n{}", listing(&p));
     let imm = b as i64;
     // The immediate is sign-extended for ALU64 and taken as 32 bits for ALU.
@@ -101,8 +76,8 @@ fn binop(class: u8, o: u8, off: i16, a: u64, b: u64, want: u64) {
     if fits {
         let mut p = vec![];
         p.extend(lddw(3, a));
-        p.push(i(class | o | op::K, 3, 0, off, b as i32));
-        p.extend([mov(0, 3), exit()]);
+        p.push(insn(class | o | op::K, 3, 0, off, b as i32));
+        p.extend([mov64_reg(0, 3), exit()]);
         assert_eq!(run(&p), want, "imm form\n{}", listing(&p));
     }
 }
@@ -207,8 +182,8 @@ fn sign_extending_moves() {
                 let mut prog = vec![];
                 prog.extend(lddw(d, 0x5555_5555_5555_5555));
                 prog.extend(lddw(s, src));
-                prog.push(i(class | op::MOV | op::X, d, s, width, 0));
-                prog.extend([mov(0, d), exit()]);
+                prog.push(insn(class | op::MOV | op::X, d, s, width, 0));
+                prog.extend([mov64_reg(0, d), exit()]);
                 assert_eq!(run(&prog), want, "{}", listing(&prog));
             }
         }
@@ -233,7 +208,7 @@ fn byte_swaps() {
         for d in [0u8, 1, 2, 3, 5, 9] {
             let mut p = vec![];
             p.extend(lddw(d, v));
-            p.extend([i(code, d, 0, 0, imm), mov(0, d), exit()]);
+            p.extend([insn(code, d, 0, 0, imm), mov64_reg(0, d), exit()]);
             assert_eq!(run(&p), want, "{}", listing(&p));
         }
     }
@@ -254,56 +229,54 @@ fn sign_extending_loads() {
     ];
     for (size, off, want) in rows {
         for d in [0u8, 2, 5, 9] {
-            let p = [
-                i(op::LDX | op::MEMSX | size, d, 1, off, 0),
-                mov(0, d),
-                exit(),
-            ];
+            let p = [ldsx(size, d, 1, off), mov64_reg(0, d), exit()];
             assert_eq!(both(&p, &mut mem), want, "{}", listing(&p));
         }
         // The same through the stack: copied there with a plain load and store.
         let p = [
-            i(op::LDX | op::MEM | op::DW, 3, 1, 0, 0),
-            i(op::STX | op::MEM | op::DW, 10, 3, -8, 0),
-            i(op::LDX | op::MEMSX | size, 0, 10, -8 + off, 0),
+            ldx(op::DW, 3, 1, 0),
+            stx(op::DW, 10, -8, 3),
+            ldsx(size, 0, 10, -8 + off),
             exit(),
         ];
         assert_eq!(both(&p, &mut mem), want, "{}", listing(&p));
     }
     // The plain loads still zero-extend.
-    let p = [i(op::LDX | op::MEM | op::H, 0, 1, 2, 0), exit()];
+    let p = [ldx(op::H, 0, 1, 2), exit()];
     assert_eq!(both(&p, &mut mem), 0x8001);
 }
 
 #[test]
 fn gotol_forward_backward_and_far() {
-    let gotol = |imm: i32| i(op::JMP32 | op::JA, 0, 0, 0, imm);
-    assert_eq!(run(&[movi(0, 1), gotol(1), movi(0, 2), exit()]), 1);
+    assert_eq!(
+        run(&[mov64_imm(0, 1), gotol(1), mov64_imm(0, 2), exit()]),
+        1
+    );
     // r0 += 3 five times, the loop closed by a backward gotol.
     let p = [
-        movi(0, 0),
-        movi(3, 5),
-        i(op::ALU64 | op::ADD | op::K, 0, 0, 0, 3),
-        i(op::ALU64 | op::SUB | op::K, 3, 0, 0, 1),
-        i(op::JMP | op::JEQ | op::K, 3, 0, 1, 0),
+        mov64_imm(0, 0),
+        mov64_imm(3, 5),
+        alu64_imm(op::ADD, 0, 3),
+        alu64_imm(op::SUB, 3, 1),
+        jmp_imm(op::JEQ, 3, 0, 1),
         gotol(-4),
         exit(),
     ];
     assert_eq!(run(&p), 15);
     // A target no 16-bit offset reaches.
     let far = 40_000;
-    let mut p = vec![movi(0, 7), gotol(far)];
-    p.extend(std::iter::repeat_n(movi(0, 1), far as usize));
+    let mut p = vec![mov64_imm(0, 7), gotol(far)];
+    p.extend(std::iter::repeat_n(mov64_imm(0, 1), far as usize));
     p.push(exit());
     assert_eq!(run(&p), 7);
     // JMP-class goto takes off (and the last instruction may be a goto).
     let p = [
-        movi(0, 0),
-        i(op::JMP | op::JA, 0, 0, 2, 0),
-        movi(2, 0),
+        mov64_imm(0, 0),
+        ja(2),
+        mov64_imm(2, 0),
         exit(),
-        movi(0, 4),
-        i(op::JMP | op::JA, 0, 0, -3, 0),
+        mov64_imm(0, 4),
+        ja(-3),
     ];
     assert_eq!(run(&p), 4);
 }
@@ -350,11 +323,7 @@ fn every_atomic_on_four_and_eight_bytes() {
             let mut p = vec![];
             p.extend(lddw(2, v));
             p.extend(lddw(0, r0));
-            p.extend([
-                i(op::STX | op::ATOMIC | size, 1, 2, 0, imm),
-                i(op::STX | op::MEM | op::DW, 1, 2, 8, 0),
-                exit(),
-            ]);
+            p.extend([atomic(size, imm, 1, 0, 2), stx(op::DW, 1, 8, 2), exit()]);
             let got = both(&p, &mut mem);
             let (want_mem, want_src) = if size == op::DW {
                 (apply(o, init, v), if fetch { init } else { v })
@@ -375,14 +344,8 @@ fn every_atomic_on_four_and_eight_bytes() {
     let mut p = vec![];
     p.extend(lddw(2, 0xffff_ffff_0000_0f0f));
     p.extend([
-        i(
-            op::STX | op::ATOMIC | op::W,
-            1,
-            2,
-            0,
-            op::ATOMIC_AND | op::FETCH,
-        ),
-        mov(0, 2),
+        atomic(op::W, op::ATOMIC_AND | op::FETCH, 1, 0, 2),
+        mov64_reg(0, 2),
         exit(),
     ]);
     assert_eq!(both(&p, &mut mem), 0xff);
@@ -409,18 +372,18 @@ fn atomics_with_r0_as_base_or_source() {
                 p.extend(lddw(2, 0x7777_0000_8888_1111));
                 p.extend(lddw(0, 0x1234_5678));
                 p.extend([
-                    mov(9, 1),
-                    mov(base, 9),
-                    i(op::ALU64 | op::ADD | op::K, base, 0, 0, 8),
+                    mov64_reg(9, 1),
+                    mov64_reg(base, 9),
+                    alu64_imm(op::ADD, base, 8),
                 ]);
                 if src != 2 && src != base {
                     p.extend(lddw(src, 0x7777_0000_8888_1111));
                 }
                 p.extend([
-                    i(op::STX | op::ATOMIC | size, base, src, 8, imm),
-                    i(op::STX | op::MEM | op::DW, 9, src, 32, 0),
-                    i(op::STX | op::MEM | op::DW, 9, base, 40, 0),
-                    i(op::ALU64 | op::SUB | op::X, 0, 9, 0, 0),
+                    atomic(size, imm, base, 8, src),
+                    stx(op::DW, 9, 32, src),
+                    stx(op::DW, 9, 40, base),
+                    alu64_reg(op::SUB, 0, 9),
                     exit(),
                 ]);
                 both(&p, &mut mem);
@@ -453,8 +416,8 @@ fn compare_and_exchange() {
         p.extend(lddw(2, v));
         p.extend(lddw(0, before));
         p.extend([
-            i(op::STX | op::ATOMIC | size, 1, 2, 0, op::ATOMIC_CMPXCHG),
-            i(op::STX | op::MEM | op::DW, 1, 2, 8, 0),
+            atomic(size, op::ATOMIC_CMPXCHG, 1, 0, 2),
+            stx(op::DW, 1, 8, 2),
             exit(),
         ]);
         assert_eq!(both(&p, &mut mem), r0_after, "{}", listing(&p));
@@ -468,27 +431,27 @@ fn registers_start_at_zero_and_r2_is_the_length() {
     assert_eq!(run(&[exit()]), 0);
     let mut p = vec![];
     for r in 3..10u8 {
-        p.push(i(op::ALU64 | op::OR | op::X, 0, r, 0, 0));
+        p.push(alu64_reg(op::OR, 0, r));
     }
     p.push(exit());
     assert_eq!(run(&p), 0);
-    assert_eq!(run(&[mov(0, 2), exit()]), 64);
+    assert_eq!(run(&[mov64_reg(0, 2), exit()]), 64);
 }
 
 #[test]
 fn calls_keep_callee_saved_registers_and_their_own_stacks() {
     let p = [
-        movi(6, 6),
-        i(op::ST | op::MEM | op::DW, 10, 0, -8, 100),
-        i(op::JMP | op::CALL, 0, op::PSEUDO_CALL, 0, 4),
-        i(op::LDX | op::MEM | op::DW, 3, 10, -8, 0),
-        i(op::ALU64 | op::ADD | op::X, 0, 3, 0, 0),
-        i(op::ALU64 | op::ADD | op::X, 0, 6, 0, 0),
+        mov64_imm(6, 6),
+        st(op::DW, 10, -8, 100),
+        call_local(4),
+        ldx(op::DW, 3, 10, -8),
+        alu64_reg(op::ADD, 0, 3),
+        alu64_reg(op::ADD, 0, 6),
         exit(),
         // The callee: its own stack slot at -8, and r6 clobbered.
-        i(op::ST | op::MEM | op::DW, 10, 0, -8, 1000),
-        movi(6, 0),
-        i(op::LDX | op::MEM | op::DW, 0, 10, -8, 0),
+        st(op::DW, 10, -8, 1000),
+        mov64_imm(6, 0),
+        ldx(op::DW, 0, 10, -8),
         exit(),
     ];
     assert_eq!(run(&p), 1106);
@@ -497,144 +460,126 @@ fn calls_keep_callee_saved_registers_and_their_own_stacks() {
 /// Programs neither engine takes: both refuse them, without running anything.
 #[test]
 fn invalid_programs_are_errors_in_both_engines() {
-    let call = |src: u8, imm: i32| i(op::JMP | op::CALL, 0, src, 0, imm);
+    let call = |src: u8, imm: i32| insn(op::JMP | op::CALL, 0, src, 0, imm);
     let cases: Vec<(&str, Vec<Insn>)> = vec![
         ("empty", vec![]),
         (
             "callx (0x8d)",
-            vec![i(op::JMP | op::CALL | op::X, 2, 0, 0, 0), exit()],
+            vec![insn(op::JMP | op::CALL | op::X, 2, 0, 0, 0), exit()],
         ),
         ("kfunc call", vec![call(op::PSEUDO_KFUNC_CALL, 1), exit()]),
         ("helper call (raw mode has none)", vec![call(0, 1), exit()]),
         ("unknown call kind", vec![call(3, 1), exit()]),
         (
             "call in JMP32",
-            vec![i(op::JMP32 | op::CALL, 0, 0, 0, 1), exit()],
+            vec![insn(op::JMP32 | op::CALL, 0, 0, 0, 1), exit()],
         ),
-        ("exit in JMP32", vec![i(op::JMP32 | op::EXIT, 0, 0, 0, 0)]),
-        ("r10 written", vec![movi(10, 0), exit()]),
         (
-            "r10 loaded",
-            vec![i(op::LDX | op::MEM | op::DW, 10, 1, 0, 0), exit()],
+            "exit in JMP32",
+            vec![insn(op::JMP32 | op::EXIT, 0, 0, 0, 0)],
         ),
+        ("r10 written", vec![mov64_imm(10, 0), exit()]),
+        ("r10 loaded", vec![ldx(op::DW, 10, 1, 0), exit()]),
         (
             "r10 fetched into",
-            vec![
-                i(
-                    op::STX | op::ATOMIC | op::DW,
-                    1,
-                    10,
-                    0,
-                    op::ATOMIC_ADD | op::FETCH,
-                ),
-                exit(),
-            ],
+            vec![atomic(op::DW, op::ATOMIC_ADD | op::FETCH, 1, 0, 10), exit()],
         ),
-        ("r11", vec![movi(11, 0), exit()]),
+        ("r11", vec![mov64_imm(11, 0), exit()]),
         (
             "source register in a K form",
-            vec![i(op::ALU64 | op::ADD | op::K, 0, 3, 0, 1), exit()],
+            vec![insn(op::ALU64 | op::ADD | op::K, 0, 3, 0, 1), exit()],
         ),
         (
             "immediate in an X form",
-            vec![i(op::ALU64 | op::ADD | op::X, 0, 3, 0, 1), exit()],
+            vec![insn(op::ALU64 | op::ADD | op::X, 0, 3, 0, 1), exit()],
         ),
         (
             "neg with source bit",
-            vec![i(op::ALU64 | op::NEG | op::X, 0, 0, 0, 0), exit()],
+            vec![insn(op::ALU64 | op::NEG | op::X, 0, 0, 0, 0), exit()],
         ),
         (
             "division offset 2",
-            vec![i(op::ALU64 | op::DIV | op::K, 0, 0, 2, 1), exit()],
+            vec![insn(op::ALU64 | op::DIV | op::K, 0, 0, 2, 1), exit()],
         ),
         (
             "movsx 32 in ALU32",
-            vec![i(op::ALU | op::MOV | op::X, 0, 1, 32, 0), exit()],
+            vec![insn(op::ALU | op::MOV | op::X, 0, 1, 32, 0), exit()],
         ),
         (
             "bswap with source bit",
-            vec![i(op::ALU64 | op::END | op::X, 0, 0, 0, 16), exit()],
+            vec![insn(op::ALU64 | op::END | op::X, 0, 0, 0, 16), exit()],
         ),
         (
             "swap width 8",
-            vec![i(op::ALU | op::END | op::TO_BE, 0, 0, 0, 8), exit()],
+            vec![insn(op::ALU | op::END | op::TO_BE, 0, 0, 0, 8), exit()],
         ),
         (
             "unknown ALU op",
-            vec![i(op::ALU64 | 0xe0, 0, 0, 0, 0), exit()],
+            vec![insn(op::ALU64 | 0xe0, 0, 0, 0, 0), exit()],
         ),
         (
             "unknown jump op",
-            vec![i(op::JMP | 0xe0, 0, 0, 0, 0), exit()],
+            vec![insn(op::JMP | 0xe0, 0, 0, 0, 0), exit()],
         ),
         (
             "8-byte sign-extending load",
-            vec![i(op::LDX | op::MEMSX | op::DW, 0, 1, 0, 0), exit()],
+            vec![insn(op::LDX | op::MEMSX | op::DW, 0, 1, 0, 0), exit()],
         ),
         (
             "legacy packet load",
-            vec![i(op::LD | 0x20 | op::W, 0, 0, 0, 0), exit()],
+            vec![insn(op::LD | 0x20 | op::W, 0, 0, 0, 0), exit()],
         ),
         (
             "atomic in ST",
-            vec![i(op::ST | op::ATOMIC | op::W, 1, 0, 0, 0), exit()],
+            vec![insn(op::ST | op::ATOMIC | op::W, 1, 0, 0, 0), exit()],
         ),
         (
             "2-byte atomic",
-            vec![i(op::STX | op::ATOMIC | op::H, 1, 2, 0, 0), exit()],
+            vec![insn(op::STX | op::ATOMIC | op::H, 1, 2, 0, 0), exit()],
         ),
         (
             "unknown atomic",
-            vec![i(op::STX | op::ATOMIC | op::DW, 1, 2, 0, 0x02), exit()],
+            vec![insn(op::STX | op::ATOMIC | op::DW, 1, 2, 0, 0x02), exit()],
         ),
         (
             "unresolved map reference",
             vec![
-                i(op::LDDW, 0, op::PSEUDO_MAP_FD, 0, 0),
-                i(0, 0, 0, 0, 0),
+                insn(op::LDDW, 0, op::PSEUDO_MAP_FD, 0, 0),
+                insn(0, 0, 0, 0, 0),
                 exit(),
             ],
         ),
         (
             "lddw without second half",
-            vec![exit(), i(op::LDDW, 0, 0, 0, 0)],
+            vec![exit(), insn(op::LDDW, 0, 0, 0, 0)],
         ),
-        ("no exit at the end", vec![movi(0, 0)]),
+        ("no exit at the end", vec![mov64_imm(0, 0)]),
         (
             "conditional jump last",
-            vec![movi(0, 0), i(op::JMP | op::JEQ | op::K, 0, 0, -2, 0)],
+            vec![mov64_imm(0, 0), jmp_imm(op::JEQ, 0, 0, -2)],
         ),
         ("call last", vec![exit(), call(op::PSEUDO_CALL, -1)]),
-        (
-            "jump past the end",
-            vec![i(op::JMP | op::JA, 0, 0, 5, 0), exit()],
-        ),
-        (
-            "jump before the start",
-            vec![i(op::JMP | op::JA, 0, 0, -3, 0), exit()],
-        ),
-        (
-            "gotol past the end",
-            vec![i(op::JMP32 | op::JA, 0, 0, 0, 1 << 30), exit()],
-        ),
+        ("jump past the end", vec![ja(5), exit()]),
+        ("jump before the start", vec![ja(-3), exit()]),
+        ("gotol past the end", vec![gotol(1 << 30), exit()]),
         ("call past the end", vec![call(op::PSEUDO_CALL, 5), exit()]),
         ("call to the entry", vec![call(op::PSEUDO_CALL, -1), exit()]),
         (
             "jump into an lddw",
             vec![
-                i(op::JMP | op::JA, 0, 0, 1, 0),
-                i(op::LDDW, 0, 0, 0, 0),
-                i(0, 0, 0, 0, 0),
+                ja(1),
+                insn(op::LDDW, 0, 0, 0, 0),
+                insn(0, 0, 0, 0, 0),
                 exit(),
             ],
         ),
         (
             "main runs into a function",
             vec![
-                movi(0, 1),
+                mov64_imm(0, 1),
                 call(op::PSEUDO_CALL, 1),
-                movi(0, 2),
-                movi(0, 3),
+                mov64_imm(0, 2),
+                mov64_imm(0, 3),
                 exit(),
             ],
         ),
@@ -642,19 +587,15 @@ fn invalid_programs_are_errors_in_both_engines() {
             "jump from main into a function",
             vec![
                 call(op::PSEUDO_CALL, 2),
-                i(op::JMP | op::JEQ | op::K, 0, 0, 2, 0),
+                jmp_imm(op::JEQ, 0, 0, 2),
                 exit(),
-                movi(0, 1),
+                mov64_imm(0, 1),
                 exit(),
             ],
         ),
         (
             "jump from a function back into main",
-            vec![
-                call(op::PSEUDO_CALL, 1),
-                exit(),
-                i(op::JMP | op::JA, 0, 0, -2, 0),
-            ],
+            vec![call(op::PSEUDO_CALL, 1), exit(), ja(-2)],
         ),
     ];
     for (what, p) in cases {
@@ -734,14 +675,14 @@ fn random_alu(r: &mut Rng) -> Insn {
     ];
     let o = ops[r.below(ops.len() as u64) as usize];
     match o {
-        op::NEG => i(class | o, d, 0, 0, 0),
+        op::NEG => insn(class | o, d, 0, 0, 0),
         op::END => {
             let src = if class == op::ALU {
                 op::X * r.below(2) as u8
             } else {
                 op::K
             };
-            i(class | o | src, d, 0, 0, [16, 32, 64][r.below(3) as usize])
+            insn(class | o | src, d, 0, 0, [16, 32, 64][r.below(3) as usize])
         }
         _ => {
             let off = match o {
@@ -751,9 +692,9 @@ fn random_alu(r: &mut Rng) -> Insn {
                 _ => 0,
             };
             if r.below(2) == 0 || (o == op::MOV && off != 0) {
-                i(class | o | op::X, d, s, off, 0)
+                insn(class | o | op::X, d, s, off, 0)
             } else {
-                i(class | o | op::K, d, 0, off, imm)
+                insn(class | o | op::K, d, 0, off, imm)
             }
         }
     }
@@ -788,8 +729,8 @@ fn random_alu_sequences_agree() {
         }
         // Fold every register into r0 so no difference hides.
         for reg in 1..10u8 {
-            p.push(i(op::ALU64 | op::XOR | op::X, 0, reg, 0, 0));
-            p.push(i(op::ALU64 | op::MUL | op::K, 0, 0, 0, 0x3b));
+            p.push(alu64_reg(op::XOR, 0, reg));
+            p.push(alu64_imm(op::MUL, 0, 0x3b));
         }
         p.push(exit());
         run(&p);
@@ -826,17 +767,11 @@ fn random_programs_never_panic_the_interpreter() {
                     };
                     let reg = r.below(10) as u8;
                     match r.below(5) {
-                        0 => i(op::LDX | op::MEM | size, reg, base, off, 0),
-                        1 => i(op::LDX | op::MEMSX | size, reg, base, off, 0),
-                        2 => i(op::STX | op::MEM | size, base, reg, off, 0),
-                        3 => i(
-                            op::STX | op::ATOMIC | size,
-                            base,
-                            reg,
-                            off,
-                            r.below(0x100) as i32,
-                        ),
-                        _ => i(op::JMP | op::JNE | op::K, reg, 0, r.below(4) as i16, 0),
+                        0 => ldx(size, reg, base, off),
+                        1 => ldsx(size, reg, base, off),
+                        2 => stx(size, base, off, reg),
+                        3 => atomic(size, r.below(0x100) as i32, base, off, reg),
+                        _ => jmp_imm(op::JNE, reg, 0, r.below(4) as i16),
                     }
                 }
             })
@@ -866,24 +801,16 @@ fn checked(p: &[Insn], ctx: &mut [u8; 64], c: impl FnOnce(&Regions) -> Option<Fa
 #[test]
 fn reading_unwritten_stack_faults() {
     let mut ctx = [0u8; 64];
-    let ld = |size: u8, off: i16| i(op::LDX | op::MEM | size, 0, 10, off, 0);
+    let ld = |size: u8, off: i16| ldx(size, 0, 10, off);
     let fault = |pc, off, size| Some(Fault::UninitStackRead { pc, off, size });
     checked(&[ld(op::DW, -8), exit()], &mut ctx, |_| fault(0, -8, 8));
     // Half written is not written.
-    let half = [
-        i(op::ST | op::MEM | op::W, 10, 0, -8, 1),
-        ld(op::DW, -8),
-        exit(),
-    ];
+    let half = [st(op::W, 10, -8, 1), ld(op::DW, -8), exit()];
     checked(&half, &mut ctx, |_| fault(1, -8, 8));
-    let whole = [
-        i(op::ST | op::MEM | op::W, 10, 0, -8, 1),
-        ld(op::W, -8),
-        exit(),
-    ];
+    let whole = [st(op::W, 10, -8, 1), ld(op::W, -8), exit()];
     checked(&whole, &mut ctx, |_| None);
     let edge = [
-        i(op::ST | op::MEM | op::B, 10, 0, -512, 1),
+        st(op::B, 10, -512, 1),
         ld(op::B, -512),
         ld(op::B, -511),
         exit(),
@@ -891,15 +818,15 @@ fn reading_unwritten_stack_faults() {
     checked(&edge, &mut ctx, |_| fault(2, -511, 1));
     // An atomic reads before it writes.
     let rmw = [
-        movi(2, 1),
-        i(op::STX | op::ATOMIC | op::DW, 10, 2, -16, op::ATOMIC_ADD),
+        mov64_imm(2, 1),
+        atomic(op::DW, op::ATOMIC_ADD, 10, -16, 2),
         exit(),
     ];
     checked(&rmw, &mut ctx, |_| fault(1, -16, 8));
     // Each frame starts unwritten: the callee's -8 is not the caller's.
     let frames = [
-        i(op::ST | op::MEM | op::DW, 10, 0, -8, 7),
-        i(op::JMP | op::CALL, 0, op::PSEUDO_CALL, 0, 1),
+        st(op::DW, 10, -8, 7),
+        call_local(1),
         exit(),
         ld(op::DW, -8),
         exit(),
@@ -907,12 +834,12 @@ fn reading_unwritten_stack_faults() {
     checked(&frames, &mut ctx, |_| fault(3, -8, 8));
     // But the callee may read what the caller wrote, through a pointer.
     let through = [
-        i(op::ST | op::MEM | op::DW, 10, 0, -8, 7),
-        mov(1, 10),
-        i(op::ALU64 | op::ADD | op::K, 1, 0, 0, -8),
-        i(op::JMP | op::CALL, 0, op::PSEUDO_CALL, 0, 1),
+        st(op::DW, 10, -8, 7),
+        mov64_reg(1, 10),
+        alu64_imm(op::ADD, 1, -8),
+        call_local(1),
         exit(),
-        i(op::LDX | op::MEM | op::DW, 0, 1, 0, 0),
+        ldx(op::DW, 0, 1, 0),
         exit(),
     ];
     let regions = Regions(vec![]);
@@ -942,7 +869,6 @@ fn reading_unwritten_stack_faults() {
 #[test]
 fn host_addresses_may_not_escape() {
     let mut ctx = [0u8; 64];
-    let stx = |dst: u8, src: u8, off: i16| i(op::STX | op::MEM | op::DW, dst, src, off, 0);
     // The stored or returned value is the address, which the test cannot know in advance:
     // compare the variant and pc only.
     let check = |p: &[Insn], ctx: &mut [u8; 64], want: Option<usize>| {
@@ -957,26 +883,26 @@ fn host_addresses_may_not_escape() {
             None => assert!(got.is_ok(), "{got:?}\n{}", listing(p)),
         }
     };
-    check(&[stx(1, 10, 0), exit()], &mut ctx, Some(0));
-    check(&[movi(0, 0), stx(1, 1, 8), exit()], &mut ctx, Some(1));
-    check(&[mov(0, 10), exit()], &mut ctx, Some(1));
-    check(&[mov(0, 1), exit()], &mut ctx, Some(1));
+    check(&[stx(op::DW, 1, 0, 10), exit()], &mut ctx, Some(0));
+    check(
+        &[mov64_imm(0, 0), stx(op::DW, 1, 8, 1), exit()],
+        &mut ctx,
+        Some(1),
+    );
+    check(&[mov64_reg(0, 10), exit()], &mut ctx, Some(1));
+    check(&[mov64_reg(0, 1), exit()], &mut ctx, Some(1));
     // One past the end of a region still points at it.
     check(
-        &[
-            mov(0, 1),
-            i(op::ALU64 | op::ADD | op::K, 0, 0, 0, 64),
-            exit(),
-        ],
+        &[mov64_reg(0, 1), alu64_imm(op::ADD, 0, 64), exit()],
         &mut ctx,
         Some(2),
     );
     // An atomic exchange leaves the address in memory.
     check(
         &[
-            mov(3, 10),
-            i(op::STX | op::ATOMIC | op::DW, 1, 3, 16, op::ATOMIC_XCHG),
-            movi(0, 0),
+            mov64_reg(3, 10),
+            atomic(op::DW, op::ATOMIC_XCHG, 1, 16, 3),
+            mov64_imm(0, 0),
             exit(),
         ],
         &mut ctx,
@@ -984,21 +910,27 @@ fn host_addresses_may_not_escape() {
     );
     // Spills to the stack are fine, as are small numbers and 4-byte stores.
     check(
-        &[stx(10, 10, -8), stx(10, 1, -16), movi(0, 0), exit()],
-        &mut ctx,
-        None,
-    );
-    check(
-        &[movi(2, 64), stx(1, 2, 0), mov(0, 2), exit()],
+        &[
+            stx(op::DW, 10, -8, 10),
+            stx(op::DW, 10, -16, 1),
+            mov64_imm(0, 0),
+            exit(),
+        ],
         &mut ctx,
         None,
     );
     check(
         &[
-            i(op::STX | op::MEM | op::W, 1, 10, 0, 0),
-            movi(0, 0),
+            mov64_imm(2, 64),
+            stx(op::DW, 1, 0, 2),
+            mov64_reg(0, 2),
             exit(),
         ],
+        &mut ctx,
+        None,
+    );
+    check(
+        &[stx(op::W, 1, 0, 10), mov64_imm(0, 0), exit()],
         &mut ctx,
         None,
     );
@@ -1010,7 +942,7 @@ fn host_addresses_may_not_escape() {
     };
     let r1 = ctx.as_mut_ptr() as u64;
     assert_eq!(
-        interp::run_with(&[mov(0, 1), exit()], r1, 0, Some(&off), &|_| None),
+        interp::run_with(&[mov64_reg(0, 1), exit()], r1, 0, Some(&off), &|_| None),
         Ok(r1)
     );
 }
@@ -1019,12 +951,7 @@ fn host_addresses_may_not_escape() {
 fn checked_runs_bound_call_depth() {
     let mut ctx = [0u8; 64];
     // A function that calls itself forever.
-    let p = [
-        i(op::JMP | op::CALL, 0, op::PSEUDO_CALL, 0, 1),
-        exit(),
-        i(op::JMP | op::CALL, 0, op::PSEUDO_CALL, 0, -1),
-        exit(),
-    ];
+    let p = [call_local(1), exit(), call_local(-1), exit()];
     let regions = Regions(vec![]);
     assert!(matches!(
         interp::run(&p, ctx.as_mut_ptr(), Some((&regions, 1_000_000))),

@@ -22,6 +22,7 @@ mod common;
 use common::soundgen::{self, Ending, RODATA};
 use common::{dump, progen::Rng, registry};
 use policy_object::Object;
+use policy_object::insn::build::insn;
 use policy_object::insn::{self as op, Insn};
 use policy_runtime::ctx::Context;
 use policy_runtime::interp::{self, Regions};
@@ -1003,13 +1004,7 @@ fn regression_object(section: &str, raw: Raw) -> Object {
             section: section.into(),
             insns: raw
                 .iter()
-                .map(|&(code, dst, src, off, imm)| Insn {
-                    code,
-                    dst,
-                    src,
-                    off,
-                    imm,
-                })
+                .map(|&(code, dst, src, off, imm)| insn(code, dst, src, off, imm))
                 .collect(),
             lines: vec![],
         }],

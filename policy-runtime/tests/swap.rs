@@ -3,7 +3,8 @@
 
 mod common;
 use common::{object, registry};
-use policy_object::insn::{self as op, Insn};
+use policy_object::insn as op;
+use policy_object::insn::build::{exit, mov64_imm, mov64_reg, stx};
 use policy_object::{Object, Program};
 use policy_runtime::program::LIVE_PROGRAMS;
 use policy_runtime::{LoadOptions, LoadedProgram, ProgramSlot, TunerCtx};
@@ -13,18 +14,11 @@ use std::time::{Duration, Instant};
 
 /// A tuner program that writes `version` into nchannels and returns it.
 fn versioned(version: u32) -> Object {
-    let i = |code, dst, src, off, imm| Insn {
-        code,
-        dst,
-        src,
-        off,
-        imm,
-    };
     let insns = vec![
-        i(op::ALU64 | op::MOV | op::K, 2, 0, 0, version as i32),
-        i(op::STX | op::MEM | op::W, 1, 2, 48, 0),
-        i(op::ALU64 | op::MOV | op::X, 0, 2, 0, 0),
-        i(op::JMP | op::EXIT, 0, 0, 0, 0),
+        mov64_imm(2, version as i32),
+        stx(op::W, 1, 48, 2),
+        mov64_reg(0, 2),
+        exit(),
     ];
     Object {
         programs: vec![Program {

@@ -3,62 +3,13 @@
 //! and the ordinary idioms the verifier used to reject. The C corpus (policies/) covers the
 //! same classes as compiled programs.
 
+use policy_object::insn::build::{
+    alu64_imm, alu64_reg, atomic, call, call_local, exit, insn, jmp_imm, jmp_reg, jmp32_imm,
+    ld_map, ldx, mov32_reg, mov64_imm, mov64_reg, st, stx,
+};
 use policy_object::insn::{self as op, Insn};
 use policy_verifier::platform::{HOOKS, MapInfo};
 use policy_verifier::{Limits, verify_insns};
-
-fn i(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
-    Insn {
-        code,
-        dst,
-        src,
-        off,
-        imm,
-    }
-}
-fn mov(d: u8, imm: i32) -> Insn {
-    i(op::ALU64 | op::MOV | op::K, d, 0, 0, imm)
-}
-fn movr(d: u8, s: u8) -> Insn {
-    i(op::ALU64 | op::MOV | op::X, d, s, 0, 0)
-}
-fn alu(o: u8, d: u8, imm: i32) -> Insn {
-    i(op::ALU64 | o | op::K, d, 0, 0, imm)
-}
-fn alur(o: u8, d: u8, s: u8) -> Insn {
-    i(op::ALU64 | o | op::X, d, s, 0, 0)
-}
-fn ldx(size: u8, d: u8, s: u8, off: i16) -> Insn {
-    i(op::LDX | op::MEM | size, d, s, off, 0)
-}
-fn stx(size: u8, d: u8, off: i16, s: u8) -> Insn {
-    i(op::STX | op::MEM | size, d, s, off, 0)
-}
-fn st(size: u8, d: u8, off: i16, imm: i32) -> Insn {
-    i(op::ST | op::MEM | size, d, 0, off, imm)
-}
-fn atomic(size: u8, d: u8, off: i16, s: u8, kind: i32) -> Insn {
-    i(op::STX | op::ATOMIC | size, d, s, off, kind)
-}
-fn jeq(d: u8, imm: i32, off: i16) -> Insn {
-    i(op::JMP | op::JEQ | op::K, d, 0, off, imm)
-}
-fn jmp(o: u8, d: u8, imm: i32, off: i16) -> Insn {
-    i(op::JMP | o | op::K, d, 0, off, imm)
-}
-fn jmp32(o: u8, d: u8, imm: i32, off: i16) -> Insn {
-    i(op::JMP32 | o | op::K, d, 0, off, imm)
-}
-fn call(id: i32) -> Insn {
-    i(op::JMP | op::CALL, 0, 0, 0, id)
-}
-fn exit() -> Insn {
-    i(op::JMP | op::EXIT, 0, 0, 0, 0)
-}
-/// `dst = &map` (lddw src 1).
-fn ld_map(d: u8, m: i32) -> [Insn; 2] {
-    [i(op::LDDW, d, op::PSEUDO_MAP_FD, 0, m), Insn::default()]
-}
 
 const ARR: i32 = 0; // array, 4-byte key, 32-byte value
 const RODATA: i32 = 1; // .rodata, read only
@@ -95,13 +46,17 @@ fn maps() -> Vec<MapInfo> {
 
 /// `r{d} = lookup(arr, key)` with the key at fp-4, null-checked: on NULL the program exits 0.
 fn lookup(d: u8, key: i32) -> Vec<Insn> {
-    let mut v = vec![st(op::W, 10, -4, key), movr(2, 10), alu(op::ADD, 2, -4)];
+    let mut v = vec![
+        st(op::W, 10, -4, key),
+        mov64_reg(2, 10),
+        alu64_imm(op::ADD, 2, -4),
+    ];
     v.extend(ld_map(1, ARR));
     v.extend([
         call(1),
-        movr(d, 0),
-        jmp(op::JNE, d, 0, 2),
-        mov(0, 0),
+        mov64_reg(d, 0),
+        jmp_imm(op::JNE, d, 0, 2),
+        mov64_imm(0, 0),
         exit(),
     ]);
     v
@@ -156,9 +111,9 @@ fn atomics_never_leave_a_spilled_pointer_believed_intact() {
             "corrupt_spill",
             &[
                 stx(op::DW, 10, -8, 1), // spill ctx
-                mov(2, 8),
-                mov(0, 0),
-                atomic(size, 10, off, 2, kind),
+                mov64_imm(2, 8),
+                mov64_imm(0, 0),
+                atomic(size, kind, 10, off, 2),
                 ldx(op::DW, 1, 10, -8),
                 ldx(op::DW, 0, 1, 0),
                 exit(),
@@ -180,12 +135,12 @@ fn atomics_change_what_a_spilled_constant_was() {
             "invalid_mem_access",
             &[
                 st(op::DW, 10, -8, 0),
-                mov(2, 1),
-                atomic(size, 10, off, 2, kind),
+                mov64_imm(2, 1),
+                atomic(size, kind, 10, off, 2),
                 ldx(op::DW, 3, 10, -8),
-                jeq(3, 0, 1),
+                jmp_imm(op::JEQ, 3, 0, 1),
                 ldx(op::DW, 0, 3, 0), // dereferences the "dead" value
-                mov(0, 0),
+                mov64_imm(0, 0),
                 exit(),
             ],
         );
@@ -199,22 +154,27 @@ fn distance_between_two_lookups_is_not_zero() {
     for sub_first in [true, false] {
         let mut p = cat(&[&lookup(6, 0), &lookup(7, 1)]);
         if sub_first {
-            p.push(alur(op::SUB, 6, 7));
+            p.push(alu64_reg(op::SUB, 6, 7));
         } else {
-            p.extend([movr(2, 7), alur(op::SUB, 2, 6), movr(6, 2)]);
+            p.extend([mov64_reg(2, 7), alu64_reg(op::SUB, 2, 6), mov64_reg(6, 2)]);
         }
-        p.extend([jeq(6, 0, 1), ldx(op::DW, 0, 10, -600), mov(0, 0), exit()]);
+        p.extend([
+            jmp_imm(op::JEQ, 6, 0, 1),
+            ldx(op::DW, 0, 10, -600),
+            mov64_imm(0, 0),
+            exit(),
+        ]);
         rejected("pointer_arithmetic", &p);
     }
     // One stack frame: a plain (and exact) scalar.
     accepted(&[
-        movr(2, 10),
-        movr(3, 10),
-        alu(op::ADD, 3, -8),
-        alur(op::SUB, 2, 3),
-        jeq(2, 8, 1),
+        mov64_reg(2, 10),
+        mov64_reg(3, 10),
+        alu64_imm(op::ADD, 3, -8),
+        alu64_reg(op::SUB, 2, 3),
+        jmp_imm(op::JEQ, 2, 8, 1),
         ldx(op::DW, 0, 10, -600),
-        mov(0, 0),
+        mov64_imm(0, 0),
         exit(),
     ]);
 }
@@ -229,7 +189,7 @@ fn pointers_are_spilled_whole_or_not_at_all() {
             &[
                 stx(op::DW, 10, off, 1),
                 ldx(op::DW, 0, 10, -16),
-                mov(0, 0),
+                mov64_imm(0, 0),
                 exit(),
             ],
         );
@@ -241,7 +201,7 @@ fn pointers_are_spilled_whole_or_not_at_all() {
                 stx(op::DW, 10, -8, 1),
                 st(size, 10, off, 0),
                 ldx(op::DW, 0, 10, -8),
-                mov(0, 0),
+                mov64_imm(0, 0),
                 exit(),
             ],
         );
@@ -253,7 +213,7 @@ fn pointers_are_spilled_whole_or_not_at_all() {
             stx(op::DW, 10, -16, 1),
             st(op::W, 10, -4, 0),
             st(op::DW, 10, -12, 7),
-            mov(0, 0),
+            mov64_imm(0, 0),
             exit(),
         ],
     );
@@ -280,13 +240,13 @@ fn helpers_never_copy_a_spilled_pointer_into_a_map() {
         ];
         p.extend(ld_map(1, map));
         p.extend([
-            movr(2, 10),
-            alu(op::ADD, 2, key_at),
-            movr(3, 10),
-            alu(op::ADD, 3, val_at),
-            mov(4, 0),
+            mov64_reg(2, 10),
+            alu64_imm(op::ADD, 2, key_at),
+            mov64_reg(3, 10),
+            alu64_imm(op::ADD, 3, val_at),
+            mov64_imm(4, 0),
             call(helper),
-            mov(0, 0),
+            mov64_imm(0, 0),
             exit(),
         ]);
         rejected("pointer_leak", &p);
@@ -305,13 +265,13 @@ fn read_only_follows_the_map_however_its_pointer_was_formed() {
         ];
         p.extend(ld_map(1, RODATA));
         p.extend([
-            movr(2, 10),
-            alu(op::ADD, 2, -8),
-            movr(3, 10),
-            alu(op::ADD, 3, -24),
-            mov(4, 0),
+            mov64_reg(2, 10),
+            alu64_imm(op::ADD, 2, -8),
+            mov64_reg(3, 10),
+            alu64_imm(op::ADD, 3, -24),
+            mov64_imm(4, 0),
         ]);
-        p.extend([call(helper), mov(0, 0), exit()]);
+        p.extend([call(helper), mov64_imm(0, 0), exit()]);
         rejected("map_read_only", &p);
     }
 }
@@ -320,11 +280,17 @@ fn read_only_follows_the_map_however_its_pointer_was_formed() {
 
 #[test]
 fn subprograms_are_entered_only_by_calls_and_never_fallen_into() {
-    let pcall = |imm| i(op::JMP | op::CALL, 0, op::PSEUDO_CALL, 0, imm);
+    let pcall = |imm| call_local(imm);
     // Main falls through into the subprogram at 3.
     rejected(
         "bad_subprog",
-        &[pcall(2), mov(0, 0), mov(0, 1), mov(0, 2), exit()],
+        &[
+            pcall(2),
+            mov64_imm(0, 0),
+            mov64_imm(0, 1),
+            mov64_imm(0, 2),
+            exit(),
+        ],
     );
     // A subprogram's last instruction is not exit/ja: it runs into the next one.
     rejected(
@@ -333,27 +299,49 @@ fn subprograms_are_entered_only_by_calls_and_never_fallen_into() {
             pcall(2),
             pcall(3),
             exit(),
-            mov(0, 1),
-            mov(0, 2),
-            mov(0, 3),
+            mov64_imm(0, 1),
+            mov64_imm(0, 2),
+            mov64_imm(0, 3),
             exit(),
         ],
     );
     // The last subprogram's last instruction is not exit/ja.
     rejected(
         "fall_off_end",
-        &[pcall(1), exit(), mov(0, 1), exit(), mov(0, 2)],
+        &[pcall(1), exit(), mov64_imm(0, 1), exit(), mov64_imm(0, 2)],
     );
     // A jump from main into the subprogram.
     rejected(
         "bad_subprog",
-        &[pcall(3), jeq(0, 0, 3), mov(0, 0), exit(), mov(0, 1), exit()],
+        &[
+            pcall(3),
+            jmp_imm(op::JEQ, 0, 0, 3),
+            mov64_imm(0, 0),
+            exit(),
+            mov64_imm(0, 1),
+            exit(),
+        ],
     );
     // Recursion: into the entry, into itself, through another subprogram.
-    rejected("bad_subprog", &[mov(0, 0), jeq(0, 1, 1), pcall(-3), exit()]);
     rejected(
         "bad_subprog",
-        &[pcall(1), exit(), mov(0, 0), jeq(0, 1, 1), pcall(-3), exit()],
+        &[
+            mov64_imm(0, 0),
+            jmp_imm(op::JEQ, 0, 1, 1),
+            pcall(-3),
+            exit(),
+        ],
+    );
+    rejected(
+        "bad_subprog",
+        &[
+            pcall(1),
+            exit(),
+            mov64_imm(0, 0),
+            jmp_imm(op::JEQ, 0, 1, 1),
+            pcall(-3),
+            exit(),
+        ],
     );
     rejected(
         "bad_subprog",
@@ -362,32 +350,45 @@ fn subprograms_are_entered_only_by_calls_and_never_fallen_into() {
             exit(),
             pcall(1),
             exit(),
-            mov(0, 0),
-            jeq(0, 1, 1),
+            mov64_imm(0, 0),
+            jmp_imm(op::JEQ, 0, 1, 1),
             pcall(-5),
             exit(),
         ],
     );
     // A conditional jump as the very last instruction (used to panic).
-    rejected("fall_off_end", &[mov(0, 0), jeq(0, 0, -2)]);
     rejected(
         "fall_off_end",
-        &[mov(0, 0), i(op::JMP32 | op::JEQ, 0, 0, -2, 0)],
+        &[mov64_imm(0, 0), jmp_imm(op::JEQ, 0, 0, -2)],
+    );
+    rejected(
+        "fall_off_end",
+        &[mov64_imm(0, 0), jmp32_imm(op::JEQ, 0, 0, -2)],
     );
     // Reserved bits: callx/0x8d, exit with fields set, call with off set.
-    rejected("bad_insn", &[mov(0, 0), i(0x8d, 0, 0, 0, 1), exit()]);
-    rejected("bad_insn", &[mov(0, 0), i(op::JMP | op::EXIT, 0, 0, 0, 1)]);
     rejected(
         "bad_insn",
-        &[mov(0, 0), i(op::JMP | op::CALL, 0, 0, 1, 5), exit()],
+        &[mov64_imm(0, 0), insn(0x8d, 0, 0, 0, 1), exit()],
     );
     rejected(
         "bad_insn",
-        &[i(op::ALU64 | op::MOV | op::K, 0, 1, 0, 0), exit()],
+        &[mov64_imm(0, 0), insn(op::JMP | op::EXIT, 0, 0, 0, 1)],
     );
     rejected(
         "bad_insn",
-        &[i(op::ALU64 | op::MOV | op::X, 0, 1, 0, 4), exit()],
+        &[
+            mov64_imm(0, 0),
+            insn(op::JMP | op::CALL, 0, 0, 1, 5),
+            exit(),
+        ],
+    );
+    rejected(
+        "bad_insn",
+        &[insn(op::ALU64 | op::MOV | op::K, 0, 1, 0, 0), exit()],
+    );
+    rejected(
+        "bad_insn",
+        &[insn(op::ALU64 | op::MOV | op::X, 0, 1, 0, 4), exit()],
     );
 }
 
@@ -402,8 +403,8 @@ fn byte_swaps_read_their_own_register() {
     ] {
         accepted(&[
             ldx(op::W, 2, 1, 28 - 8), // tuner: nranks at 20
-            i(code, 2, 0, 0, imm),
-            movr(0, 2),
+            insn(code, 2, 0, 0, imm),
+            mov64_reg(0, 2),
             exit(),
         ]);
     }
@@ -417,18 +418,18 @@ fn thirty_two_bit_bounds_bound_an_index() {
         p.extend([ldx(op::DW, 2, 1, 0)]);
         p.extend(guard);
         p.extend([
-            alu(op::LSH, 2, 3),
-            alur(op::ADD, 6, 2),
+            alu64_imm(op::LSH, 2, 3),
+            alu64_reg(op::ADD, 6, 2),
             ldx(op::DW, 0, 6, 0),
             exit(),
-            mov(0, 0),
+            mov64_imm(0, 0),
             exit(),
         ]);
         p
     };
     // ctx is clobbered by the call: reload it from r? (r1 is gone) -> keep ctx in r9 first.
     let with_ctx = |p: Vec<Insn>| {
-        let mut q = vec![movr(9, 1)];
+        let mut q = vec![mov64_reg(9, 1)];
         q.extend(p.into_iter().map(|x| {
             if x.code == op::LDX | op::MEM | op::DW && x.src == 1 {
                 ldx(op::DW, 2, 9, 0)
@@ -441,22 +442,22 @@ fn thirty_two_bit_bounds_bound_an_index() {
     let n_out = |k: i16| k; // jump over the access to `mov r0, 0; exit`
     // u64 -> u32 truncation, then a 32-bit unsigned compare.
     accepted(&with_ctx(body(vec![
-        i(op::ALU | op::MOV | op::X, 2, 2, 0, 0),
-        jmp32(op::JGT, 2, 3, n_out(4)),
+        mov32_reg(2, 2),
+        jmp32_imm(op::JGT, 2, 3, n_out(4)),
     ])));
     // A JMP32 compare alone bounds the low half; the truncation after it the whole value.
     accepted(&with_ctx(body(vec![
-        jmp32(op::JGT, 2, 3, n_out(5)),
-        i(op::ALU | op::MOV | op::X, 2, 2, 0, 0),
+        jmp32_imm(op::JGT, 2, 3, n_out(5)),
+        mov32_reg(2, 2),
     ])));
     // Signed 32-bit compares on a truncated value.
     accepted(&with_ctx(body(vec![
-        i(op::ALU | op::MOV | op::X, 2, 2, 0, 0),
-        jmp32(op::JSGT, 2, 3, n_out(5)),
-        jmp32(op::JSLT, 2, 0, n_out(4)),
+        mov32_reg(2, 2),
+        jmp32_imm(op::JSGT, 2, 3, n_out(5)),
+        jmp32_imm(op::JSLT, 2, 0, n_out(4)),
     ])));
     // Without the upper half cleared, a JMP32 bound is not a 64-bit bound.
-    let p = with_ctx(body(vec![jmp32(op::JGT, 2, 3, n_out(4))]));
+    let p = with_ctx(body(vec![jmp32_imm(op::JGT, 2, 3, n_out(4))]));
     assert!(verdict("tuner", &p).is_err());
 }
 
@@ -465,23 +466,23 @@ fn variable_offset_stack_writes_and_scalar_plus_pointer() {
     let mut p = vec![st(op::DW, 10, -16, 0), st(op::DW, 10, -8, 0)];
     p.extend([
         ldx(op::W, 2, 1, 20),
-        alu(op::AND, 2, 15),
-        movr(3, 10),
-        alu(op::ADD, 3, -16),
-        alur(op::ADD, 3, 2),
+        alu64_imm(op::AND, 2, 15),
+        mov64_reg(3, 10),
+        alu64_imm(op::ADD, 3, -16),
+        alu64_reg(op::ADD, 3, 2),
         st(op::B, 3, 0, 1),
         ldx(op::DW, 0, 10, -16),
         exit(),
     ]);
     accepted(&p);
     // scalar + pointer
-    let mut p = vec![movr(9, 1)];
+    let mut p = vec![mov64_reg(9, 1)];
     p.extend(lookup(6, 0));
     p.extend([
         ldx(op::W, 2, 9, 20),
-        alu(op::AND, 2, 3),
-        alu(op::LSH, 2, 3),
-        alur(op::ADD, 2, 6),
+        alu64_imm(op::AND, 2, 3),
+        alu64_imm(op::LSH, 2, 3),
+        alu64_reg(op::ADD, 2, 6),
         ldx(op::DW, 0, 2, 0),
         exit(),
     ]);
@@ -491,14 +492,18 @@ fn variable_offset_stack_writes_and_scalar_plus_pointer() {
 #[test]
 fn equal_to_a_valid_pointer_is_not_null() {
     let mut p = lookup(6, 0);
-    p.extend([st(op::W, 10, -4, 1), movr(2, 10), alu(op::ADD, 2, -4)]);
+    p.extend([
+        st(op::W, 10, -4, 1),
+        mov64_reg(2, 10),
+        alu64_imm(op::ADD, 2, -4),
+    ]);
     p.extend(ld_map(1, ARR));
     p.extend([
         call(1),
-        i(op::JMP | op::JNE | op::X, 0, 6, 2, 0),
+        jmp_reg(op::JNE, 0, 6, 2),
         ldx(op::DW, 0, 0, 0), // r0 == r6, which is not NULL
         exit(),
-        mov(0, 0),
+        mov64_imm(0, 0),
         exit(),
     ]);
     accepted(&p);
@@ -512,12 +517,16 @@ fn pruning_keeps_every_value_that_reaches_a_pointer() {
     // arrives by different routes (copy, spill, store through a stack pointer, load through
     // one). The first path is safe; pruning the second would accept an access at off 100.
     let routes: Vec<Vec<Insn>> = vec![
-        vec![movr(1, 6)],
+        vec![mov64_reg(1, 6)],
         vec![stx(op::DW, 10, -8, 6), ldx(op::DW, 1, 10, -8)],
-        vec![movr(3, 10), stx(op::DW, 3, -8, 6), ldx(op::DW, 1, 10, -8)],
         vec![
-            movr(3, 10),
-            alu(op::ADD, 3, -8),
+            mov64_reg(3, 10),
+            stx(op::DW, 3, -8, 6),
+            ldx(op::DW, 1, 10, -8),
+        ],
+        vec![
+            mov64_reg(3, 10),
+            alu64_imm(op::ADD, 3, -8),
             stx(op::DW, 10, -8, 6),
             ldx(op::DW, 1, 3, 0),
         ],
@@ -525,16 +534,16 @@ fn pruning_keeps_every_value_that_reaches_a_pointer() {
     for (k, route) in routes.into_iter().enumerate() {
         for first in [0, 100] {
             let second = 100 - first;
-            let mut p = vec![movr(9, 1)];
+            let mut p = vec![mov64_reg(9, 1)];
             p.extend(lookup(6, 0));
             p.extend([
-                mov(7, first),
+                mov64_imm(7, first),
                 ldx(op::W, 2, 9, 20),
-                jeq(2, 0, 1),
-                mov(7, second),
+                jmp_imm(op::JEQ, 2, 0, 1),
+                mov64_imm(7, second),
             ]);
             p.extend(route.iter().copied());
-            p.extend([alur(op::ADD, 1, 7), ldx(op::B, 0, 1, 0), exit()]);
+            p.extend([alu64_reg(op::ADD, 1, 7), ldx(op::B, 0, 1, 0), exit()]);
             let e = verdict("tuner", &p).expect_err(&format!("route {k} accepted"));
             assert!(e.starts_with("map_out_of_bounds"), "route {k}: {e}");
         }
@@ -546,25 +555,25 @@ fn pointers_are_ordered_only_within_one_object() {
     // Two values of one hash-like map: equal or not, but never which comes first in memory.
     for o in [op::JGT, op::JLT, op::JSGE, op::JSET] {
         let mut p = cat(&[&lookup(6, 0), &lookup(7, 1)]);
-        p.extend([i(op::JMP | o | op::X, 6, 7, 1, 0), mov(0, 1), exit()]);
-        p.insert(p.len() - 2, mov(0, 0));
+        p.extend([jmp_reg(o, 6, 7, 1), mov64_imm(0, 1), exit()]);
+        p.insert(p.len() - 2, mov64_imm(0, 0));
         rejected("pointer_arithmetic", &p);
     }
     let mut p = cat(&[&lookup(6, 0), &lookup(7, 1)]);
     p.extend([
-        i(op::JMP | op::JEQ | op::X, 6, 7, 1, 0),
-        mov(0, 0),
-        mov(0, 1),
+        jmp_reg(op::JEQ, 6, 7, 1),
+        mov64_imm(0, 0),
+        mov64_imm(0, 1),
         exit(),
     ]);
     accepted(&p);
     // Within one stack frame, order is fine.
     accepted(&[
-        movr(2, 10),
-        alu(op::ADD, 2, -8),
-        i(op::JMP | op::JGT | op::X, 2, 10, 1, 0),
-        mov(0, 0),
-        mov(0, 1),
+        mov64_reg(2, 10),
+        alu64_imm(op::ADD, 2, -8),
+        jmp_reg(op::JGT, 2, 10, 1),
+        mov64_imm(0, 0),
+        mov64_imm(0, 1),
         exit(),
     ]);
 }

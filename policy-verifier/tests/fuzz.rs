@@ -7,6 +7,7 @@
 //! calls out of range or into an `lddw`, huge offsets and immediates, registers 11-15); and
 //! mutants of the shipped policies' programs.
 
+use policy_object::insn::build::{call_local, exit, insn, ja, jmp_imm, jmp32_imm, ldx, st};
 use policy_object::insn::{self as op, Insn};
 use policy_object::{MapDef, Object};
 use policy_verifier::platform::{HOOKS, MapInfo};
@@ -294,64 +295,62 @@ fn edge(insns: &mut Vec<Insn>, kind: u8, x: u64) {
 
 /// Edge programs that have made verifiers panic; each must give a verdict.
 fn edge_programs() -> Vec<Vec<Insn>> {
-    let i = |code, dst, src, off, imm| Insn {
-        code,
-        dst,
-        src,
-        off,
-        imm,
-    };
     // r0 unknown (a context field), so conditional jumps on it go both ways.
-    let r0 = i(op::LDX | op::MEM | op::DW, 0, 1, 0, 0);
-    let exit = i(op::JMP | op::EXIT, 0, 0, 0, 0);
+    let r0 = ldx(op::DW, 0, 1, 0);
+    let exit = exit();
     vec![
         vec![],
         vec![r0],
         // A conditional jump as the last instruction, falling through to len.
-        vec![r0, i(op::JMP | op::JEQ | op::K, 0, 0, -2, 1)],
-        vec![r0, i(op::JMP32 | op::JNE | op::K, 0, 0, -2, 0)],
+        vec![r0, jmp_imm(op::JEQ, 0, 1, -2)],
+        vec![r0, jmp32_imm(op::JNE, 0, 0, -2)],
         // An lddw without its second half.
-        vec![r0, i(op::LDDW, 1, 0, 0, 7)],
-        vec![r0, i(op::LDDW, 1, op::PSEUDO_MAP_FD, 0, 0)],
+        vec![r0, insn(op::LDDW, 1, 0, 0, 7)],
+        vec![r0, insn(op::LDDW, 1, op::PSEUDO_MAP_FD, 0, 0)],
         // Jumps to len and past it.
-        vec![r0, i(op::JMP | op::JA, 0, 0, 1, 0), exit],
-        vec![r0, i(op::JMP | op::JA, 0, 0, i16::MAX, 0), exit],
-        vec![r0, i(op::JMP | op::JA, 0, 0, i16::MIN, 0), exit],
-        vec![r0, i(op::JMP | op::JEQ | op::K, 0, 0, 1, 0), exit],
+        vec![r0, ja(1), exit],
+        vec![r0, ja(i16::MAX), exit],
+        vec![r0, ja(i16::MIN), exit],
+        vec![r0, jmp_imm(op::JEQ, 0, 0, 1), exit],
         // Calls out of range, to themselves, to len.
-        vec![r0, i(op::JMP | op::CALL, 0, 1, 0, 1), exit],
-        vec![r0, i(op::JMP | op::CALL, 0, 1, 0, -1), exit],
-        vec![r0, i(op::JMP | op::CALL, 0, 1, 0, i32::MAX), exit],
-        vec![r0, i(op::JMP | op::CALL, 0, 1, 0, i32::MIN), exit],
-        vec![r0, i(op::JMP | op::CALL, 0, 1, 0, -3), exit],
+        vec![r0, call_local(1), exit],
+        vec![r0, call_local(-1), exit],
+        vec![r0, call_local(i32::MAX), exit],
+        vec![r0, call_local(i32::MIN), exit],
+        vec![r0, call_local(-3), exit],
         // A call into an lddw's second half.
         vec![
-            i(op::JMP | op::CALL, 0, 1, 0, 1),
+            call_local(1),
             exit,
-            i(op::LDDW, 0, 0, 0, 1),
-            i(0, 0, 0, 0, 0),
+            insn(op::LDDW, 0, 0, 0, 1),
+            insn(0, 0, 0, 0, 0),
             exit,
         ],
         // Reserved bits in a call.
-        vec![r0, i(0x8d, 0, 0, 0, 1), exit],
-        vec![r0, i(op::JMP | op::CALL, 0, 2, 0, 1), exit],
+        vec![r0, insn(0x8d, 0, 0, 0, 1), exit],
+        vec![r0, insn(op::JMP | op::CALL, 0, 2, 0, 1), exit],
         // Main falls into its subprogram.
-        vec![i(op::JMP | op::CALL, 0, 1, 0, 1), r0, exit],
+        vec![call_local(1), r0, exit],
         // Map references out of range.
-        vec![i(op::LDDW, 1, 1, 0, 99), i(0, 0, 0, 0, 0), r0, exit],
-        vec![i(op::LDDW, 1, 2, 0, -1), i(0, 0, 0, 0, i32::MAX), r0, exit],
+        vec![insn(op::LDDW, 1, 1, 0, 99), insn(0, 0, 0, 0, 0), r0, exit],
+        vec![
+            insn(op::LDDW, 1, 2, 0, -1),
+            insn(0, 0, 0, 0, i32::MAX),
+            r0,
+            exit,
+        ],
         // Huge stack offsets.
-        vec![i(op::ST | op::MEM | op::DW, 10, 0, i16::MIN, 0), r0, exit],
-        vec![i(op::LDX | op::MEM | op::DW, 0, 10, i16::MAX, 0), exit],
+        vec![st(op::DW, 10, i16::MIN, 0), r0, exit],
+        vec![ldx(op::DW, 0, 10, i16::MAX), exit],
         // Atomics with unknown operations.
         vec![
-            i(op::ST | op::MEM | op::DW, 10, 0, -8, 0),
-            i(op::STX | op::ATOMIC | op::DW, 10, 0, -8, 0x7f),
+            st(op::DW, 10, -8, 0),
+            insn(op::STX | op::ATOMIC | op::DW, 10, 0, -8, 0x7f),
             r0,
             exit,
         ],
         // Deep recursion.
-        vec![i(op::JMP | op::CALL, 0, 1, 0, -1), exit],
+        vec![call_local(-1), exit],
     ]
 }
 

@@ -12,6 +12,7 @@ mod generator;
 #[path = "prevail/platform.rs"]
 mod platform;
 
+use policy_object::insn::build::{alu64_imm, alu64_reg, exit, ja, jmp_imm, ldx, mov64_imm};
 use policy_object::insn::{self as op, Insn};
 use policy_object::{MapDef, Object, Program};
 use policy_verifier::{Limits, map_infos};
@@ -715,26 +716,16 @@ fn generated_programs_agree_with_prevail() -> Vec<String> {
 /// The shape checks that excuse generated programs must say no to the programs they are not
 /// about.
 fn shape_checks_say_no() -> Vec<String> {
-    let i = |code: u8, dst: u8, src: u8, off: i16, imm: i32| Insn {
-        code,
-        dst,
-        src,
-        off,
-        imm,
-    };
-    let mov = |imm| i(op::ALU64 | op::MOV | op::K, 4, 0, 0, imm);
-    let add = |imm| i(op::ALU64 | op::ADD | op::K, 4, 0, 0, imm);
-    let body = i(op::ALU64 | op::ADD | op::K, 7, 0, 0, 1);
-    let exit = [
-        i(op::ALU64 | op::MOV | op::K, 0, 0, 0, 0),
-        i(op::JMP | op::EXIT, 0, 0, 0, 0),
-    ];
+    let mov = |imm| mov64_imm(4, imm);
+    let add = |imm| alu64_imm(op::ADD, 4, imm);
+    let body = alu64_imm(op::ADD, 7, 1);
+    let exit = [mov64_imm(0, 0), exit()];
     let prog = |v: &[Insn]| [v, &exit[..]].concat();
-    let lt = |b| i(op::JMP | op::JLT | op::K, 4, 0, -3, b);
-    let ne = |b| i(op::JMP | op::JNE | op::K, 4, 0, -3, b);
+    let lt = |b| jmp_imm(op::JLT, 4, b, -3);
+    let ne = |b| jmp_imm(op::JNE, 4, b, -3);
     // (what, program, loop head, whether it is a counted loop that exits)
-    let ld = i(op::LDX | op::MEM | op::W, 4, 1, 0, 0);
-    let ja = i(op::JMP | op::JA, 0, 0, 1, 0);
+    let ld = ldx(op::W, 4, 1, 0);
+    let ja = ja(1);
     let cases = [
         (
             "counts up to 10",
@@ -776,20 +767,14 @@ fn shape_checks_say_no() -> Vec<String> {
             ));
         }
     }
-    let div = |pre: Insn| {
-        vec![
-            pre,
-            i(op::ALU64 | op::DIV | op::X, 3, 2, 0, 0),
-            i(op::ALU64 | op::MOV | op::K, 0, 0, 0, 0),
-        ]
-    };
-    if !odd_or_before_divisor(&div(i(op::ALU64 | op::OR | op::K, 2, 0, 0, 1)), Some(1)) {
+    let div = |pre: Insn| vec![pre, alu64_reg(op::DIV, 3, 2), mov64_imm(0, 0)];
+    if !odd_or_before_divisor(&div(alu64_imm(op::OR, 2, 1)), Some(1)) {
         failures.push("odd_or_before_divisor: r2 |= 1 should pass".into());
     }
     for (what, pre) in [
-        ("r2 |= 2", i(op::ALU64 | op::OR | op::K, 2, 0, 0, 2)),
-        ("r3 |= 1", i(op::ALU64 | op::OR | op::K, 3, 0, 0, 1)),
-        ("r2 += 1", i(op::ALU64 | op::ADD | op::K, 2, 0, 0, 1)),
+        ("r2 |= 2", alu64_imm(op::OR, 2, 2)),
+        ("r3 |= 1", alu64_imm(op::OR, 3, 1)),
+        ("r2 += 1", alu64_imm(op::ADD, 2, 1)),
     ] {
         if odd_or_before_divisor(&div(pre), Some(1)) {
             failures.push(format!("odd_or_before_divisor: {what} should fail"));

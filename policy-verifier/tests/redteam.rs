@@ -1,4 +1,9 @@
 //! Red-team probes against the verifier.
+use policy_object::insn::build::{
+    alu32_imm, alu32_reg, alu64_imm, alu64_reg, atomic, bswap, call, call_local, exit, gotol, ja,
+    jmp_imm, jmp_reg, jmp32_imm, ld_map, lddw, ldsx, ldx, mov32_reg, mov64_imm, mov64_reg, movsx32,
+    movsx64, neg64, st, stx,
+};
 use policy_object::insn::{self as op, Insn};
 use policy_verifier::platform::{HOOKS, MapInfo};
 use policy_verifier::scalar::{Scalar, Tnum};
@@ -78,72 +83,7 @@ fn synced_never_drops_a_member() {
     }
 }
 
-// ------------------------------------------------------------------ bytecode builders
-
-fn i(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
-    Insn {
-        code,
-        dst,
-        src,
-        off,
-        imm,
-    }
-}
-fn mov(d: u8, imm: i32) -> Insn {
-    i(op::ALU64 | op::MOV | op::K, d, 0, 0, imm)
-}
-fn movr(d: u8, s: u8) -> Insn {
-    i(op::ALU64 | op::MOV | op::X, d, s, 0, 0)
-}
-fn mov32r(d: u8, s: u8) -> Insn {
-    i(op::ALU | op::MOV | op::X, d, s, 0, 0)
-}
-fn alu(o: u8, d: u8, imm: i32) -> Insn {
-    i(op::ALU64 | o | op::K, d, 0, 0, imm)
-}
-fn alu32(o: u8, d: u8, imm: i32) -> Insn {
-    i(op::ALU | o | op::K, d, 0, 0, imm)
-}
-fn alur(o: u8, d: u8, s: u8) -> Insn {
-    i(op::ALU64 | o | op::X, d, s, 0, 0)
-}
-fn ldx(size: u8, d: u8, s: u8, off: i16) -> Insn {
-    i(op::LDX | op::MEM | size, d, s, off, 0)
-}
-fn stx(size: u8, d: u8, off: i16, s: u8) -> Insn {
-    i(op::STX | op::MEM | size, d, s, off, 0)
-}
-fn st(size: u8, d: u8, off: i16, imm: i32) -> Insn {
-    i(op::ST | op::MEM | size, d, 0, off, imm)
-}
-fn atomic(size: u8, d: u8, off: i16, s: u8, kind: i32) -> Insn {
-    i(op::STX | op::ATOMIC | size, d, s, off, kind)
-}
-fn jmp(o: u8, d: u8, imm: i32, off: i16) -> Insn {
-    i(op::JMP | o | op::K, d, 0, off, imm)
-}
-fn jmpr(o: u8, d: u8, s: u8, off: i16) -> Insn {
-    i(op::JMP | o | op::X, d, s, off, 0)
-}
-fn jmp32(o: u8, d: u8, imm: i32, off: i16) -> Insn {
-    i(op::JMP32 | o | op::K, d, 0, off, imm)
-}
-fn ja(off: i16) -> Insn {
-    i(op::JMP | op::JA, 0, 0, off, 0)
-}
-fn call(id: i32) -> Insn {
-    i(op::JMP | op::CALL, 0, 0, 0, id)
-}
-/// BPF-to-BPF call to `pc + 1 + rel`.
-fn pcall(rel: i32) -> Insn {
-    i(op::JMP | op::CALL, 0, op::PSEUDO_CALL, 0, rel)
-}
-fn exit() -> Insn {
-    i(op::JMP | op::EXIT, 0, 0, 0, 0)
-}
-fn ld_map(d: u8, m: i32) -> [Insn; 2] {
-    [i(op::LDDW, d, op::PSEUDO_MAP_FD, 0, m), Insn::default()]
-}
+// ------------------------------------------------------------------ maps, lookups, verdicts
 
 const ARR: i32 = 0; // array, 4-byte key, 32-byte value
 
@@ -178,13 +118,17 @@ fn maps() -> Vec<MapInfo> {
 
 /// `r{d} = lookup(arr, key)`, null-checked (NULL: exit 0). Clobbers r0-r5.
 fn lookup(d: u8, key: i32) -> Vec<Insn> {
-    let mut v = vec![st(op::W, 10, -4, key), movr(2, 10), alu(op::ADD, 2, -4)];
+    let mut v = vec![
+        st(op::W, 10, -4, key),
+        mov64_reg(2, 10),
+        alu64_imm(op::ADD, 2, -4),
+    ];
     v.extend(ld_map(1, ARR));
     v.extend([
         call(1),
-        movr(d, 0),
-        jmp(op::JNE, d, 0, 2),
-        mov(0, 0),
+        mov64_reg(d, 0),
+        jmp_imm(op::JNE, d, 0, 2),
+        mov64_imm(0, 0),
         exit(),
     ]);
     v
@@ -234,7 +178,13 @@ fn sinks() -> Vec<Sink> {
             safe: 0,
             bad: 100,
             main_only: true,
-            code: |v| vec![movr(1, 6), alur(op::ADD, 1, v), ldx(op::B, 0, 1, 0)],
+            code: |v| {
+                vec![
+                    mov64_reg(1, 6),
+                    alu64_reg(op::ADD, 1, v),
+                    ldx(op::B, 0, 1, 0),
+                ]
+            },
         },
         Sink {
             name: "stack offset",
@@ -244,9 +194,9 @@ fn sinks() -> Vec<Sink> {
             code: |v| {
                 vec![
                     st(op::DW, 10, -8, 0),
-                    movr(1, 10),
-                    alu(op::ADD, 1, -8),
-                    alur(op::ADD, 1, v),
+                    mov64_reg(1, 10),
+                    alu64_imm(op::ADD, 1, -8),
+                    alu64_reg(op::ADD, 1, v),
                     ldx(op::B, 0, 1, 0),
                 ]
             },
@@ -259,8 +209,8 @@ fn sinks() -> Vec<Sink> {
             code: |v| {
                 vec![
                     st(op::DW, 10, -8, 0),
-                    movr(1, v),
-                    alur(op::ADD, 1, 10),
+                    mov64_reg(1, v),
+                    alu64_reg(op::ADD, 1, 10),
                     ldx(op::B, 0, 1, -8),
                 ]
             },
@@ -270,28 +220,40 @@ fn sinks() -> Vec<Sink> {
             safe: 1,
             bad: 0,
             main_only: false,
-            code: |v| vec![mov(0, 7), alur(op::DIV, 0, v)],
+            code: |v| vec![mov64_imm(0, 7), alu64_reg(op::DIV, 0, v)],
         },
         Sink {
             name: "divisor32",
             safe: 1,
             bad: 0,
             main_only: false,
-            code: |v| vec![mov(0, 7), i(op::ALU | op::MOD | op::X, 0, v, 0, 0)],
+            code: |v| vec![mov64_imm(0, 7), alu32_reg(op::MOD, 0, v)],
         },
         Sink {
             name: "branch",
             safe: 0,
             bad: 100,
             main_only: false,
-            code: |v| vec![mov(0, 0), jmp(op::JNE, v, 100, 1), ldx(op::DW, 0, 10, -8)],
+            code: |v| {
+                vec![
+                    mov64_imm(0, 0),
+                    jmp_imm(op::JNE, v, 100, 1),
+                    ldx(op::DW, 0, 10, -8),
+                ]
+            },
         },
         Sink {
             name: "ctx offset",
             safe: 0,
             bad: 100,
             main_only: true,
-            code: |v| vec![movr(1, 9), alur(op::ADD, 1, v), ldx(op::W, 0, 1, 0)],
+            code: |v| {
+                vec![
+                    mov64_reg(1, 9),
+                    alu64_reg(op::ADD, 1, v),
+                    ldx(op::W, 0, 1, 0),
+                ]
+            },
         },
         Sink {
             name: "helper key",
@@ -299,9 +261,13 @@ fn sinks() -> Vec<Sink> {
             bad: 100,
             main_only: true,
             code: |v| {
-                let mut c = vec![movr(2, 10), alu(op::ADD, 2, -4), alur(op::ADD, 2, v)];
+                let mut c = vec![
+                    mov64_reg(2, 10),
+                    alu64_imm(op::ADD, 2, -4),
+                    alu64_reg(op::ADD, 2, v),
+                ];
                 c.extend(ld_map(1, ARR));
-                c.extend([call(1), mov(0, 0)]);
+                c.extend([call(1), mov64_imm(0, 0)]);
                 c
             },
         },
@@ -314,8 +280,8 @@ fn sinks() -> Vec<Sink> {
                 vec![
                     stx(op::DW, 10, -16, 9),
                     st(op::DW, 10, -24, 0),
-                    movr(1, 10),
-                    alur(op::ADD, 1, v),
+                    mov64_reg(1, 10),
+                    alu64_reg(op::ADD, 1, v),
                     ldx(op::DW, 1, 1, -24),
                     ldx(op::W, 0, 1, 0),
                 ]
@@ -331,25 +297,32 @@ type Route = (&'static str, Vec<Insn>, Vec<Vec<Insn>>);
 
 fn routes() -> Vec<Route> {
     let j = ja(0);
-    let nop_sub = vec![mov(0, 0), j, exit()];
+    let nop_sub = vec![mov64_imm(0, 0), j, exit()];
     vec![
         ("direct", vec![], vec![]),
-        ("copy", vec![movr(8, 7), j, movr(7, 8)], vec![]),
+        ("copy", vec![mov64_reg(8, 7), j, mov64_reg(7, 8)], vec![]),
         (
             "linked copy + branch on copy",
-            vec![movr(8, 7), j, jmp(op::JGT, 8, 1000, 0), j],
+            vec![mov64_reg(8, 7), j, jmp_imm(op::JGT, 8, 1000, 0), j],
             vec![],
         ),
         (
             "linked copy, use copy",
-            vec![movr(8, 7), j, jmp(op::JGT, 7, 1000, 0), j, movr(7, 8), j],
+            vec![
+                mov64_reg(8, 7),
+                j,
+                jmp_imm(op::JGT, 7, 1000, 0),
+                j,
+                mov64_reg(7, 8),
+                j,
+            ],
             vec![],
         ),
         (
             "spill r10",
             vec![
                 stx(op::DW, 10, -32, 7),
-                mov(7, 0),
+                mov64_imm(7, 0),
                 j,
                 ldx(op::DW, 7, 10, -32),
                 j,
@@ -364,115 +337,107 @@ fn routes() -> Vec<Route> {
                 ldx(op::DW, 8, 10, -32),
                 j,
                 stx(op::DW, 10, -40, 8),
-                mov(8, 0),
+                mov64_imm(8, 0),
                 j,
                 ldx(op::DW, 7, 10, -40),
                 j,
             ],
             vec![],
         ),
-        ("w32 move", vec![mov32r(7, 7), j], vec![]),
+        ("w32 move", vec![mov32_reg(7, 7), j], vec![]),
         (
             "alu32",
-            vec![alu32(op::ADD, 7, 0), j, alu32(op::OR, 7, 0), j],
+            vec![alu32_imm(op::ADD, 7, 0), j, alu32_imm(op::OR, 7, 0), j],
             vec![],
         ),
         (
             "shift",
-            vec![alu(op::LSH, 7, 8), j, alu(op::RSH, 7, 8), j],
+            vec![alu64_imm(op::LSH, 7, 8), j, alu64_imm(op::RSH, 7, 8), j],
             vec![],
         ),
-        (
-            "movsx32",
-            vec![i(op::ALU64 | op::MOV | op::X, 7, 7, 32, 0), j],
-            vec![],
-        ),
-        (
-            "movsx8 alu32",
-            vec![i(op::ALU | op::MOV | op::X, 7, 7, 8, 0), j],
-            vec![],
-        ),
-        (
-            "neg neg",
-            vec![
-                i(op::ALU64 | op::NEG, 7, 0, 0, 0),
-                j,
-                i(op::ALU64 | op::NEG, 7, 0, 0, 0),
-                j,
-            ],
-            vec![],
-        ),
-        (
-            "bswap64 x2",
-            vec![
-                i(op::ALU64 | op::END, 7, 0, 0, 64),
-                j,
-                i(op::ALU64 | op::END, 7, 0, 0, 64),
-                j,
-            ],
-            vec![],
-        ),
+        ("movsx32", vec![movsx64(7, 7, 32), j], vec![]),
+        ("movsx8 alu32", vec![movsx32(7, 7, 8), j], vec![]),
+        ("neg neg", vec![neg64(7), j, neg64(7), j], vec![]),
+        ("bswap64 x2", vec![bswap(7, 64), j, bswap(7, 64), j], vec![]),
         (
             "sum of two",
-            vec![mov(8, 0), alur(op::ADD, 8, 7), j, movr(7, 8)],
+            vec![
+                mov64_imm(8, 0),
+                alu64_reg(op::ADD, 8, 7),
+                j,
+                mov64_reg(7, 8),
+            ],
             vec![],
         ),
         (
             "xor self-cancel",
-            vec![movr(8, 7), alur(op::XOR, 8, 7), j, alur(op::ADD, 7, 8), j],
+            vec![
+                mov64_reg(8, 7),
+                alu64_reg(op::XOR, 8, 7),
+                j,
+                alu64_reg(op::ADD, 7, 8),
+                j,
+            ],
             vec![],
         ),
         (
             "call preserves r7",
-            vec![pcall(SUB_MARK), j],
+            vec![call_local(SUB_MARK), j],
             vec![nop_sub.clone()],
         ),
         (
             "nested calls preserve r7",
-            vec![pcall(SUB_MARK), j],
+            vec![call_local(SUB_MARK), j],
             vec![
-                vec![j, pcall(SUB_MARK + 1), j, mov(0, 0), exit()],
+                vec![j, call_local(SUB_MARK + 1), j, mov64_imm(0, 0), exit()],
                 nop_sub.clone(),
             ],
         ),
         (
             "callee returns its arg",
-            vec![movr(1, 7), pcall(SUB_MARK), j, movr(7, 0)],
-            vec![vec![j, movr(0, 1), j, exit()]],
+            vec![mov64_reg(1, 7), call_local(SUB_MARK), j, mov64_reg(7, 0)],
+            vec![vec![j, mov64_reg(0, 1), j, exit()]],
         ),
         (
             "callee returns via its stack",
-            vec![movr(1, 7), pcall(SUB_MARK), j, movr(7, 0)],
+            vec![mov64_reg(1, 7), call_local(SUB_MARK), j, mov64_reg(7, 0)],
             vec![vec![
                 stx(op::DW, 10, -8, 1),
                 j,
-                mov(1, 0),
+                mov64_imm(1, 0),
                 ldx(op::DW, 0, 10, -8),
                 exit(),
             ]],
         ),
         (
             "callee returns via callee r6",
-            vec![movr(1, 7), pcall(SUB_MARK), j, movr(7, 0)],
+            vec![mov64_reg(1, 7), call_local(SUB_MARK), j, mov64_reg(7, 0)],
             vec![
-                vec![movr(6, 1), j, pcall(SUB_MARK + 1), j, movr(0, 6), exit()],
+                vec![
+                    mov64_reg(6, 1),
+                    j,
+                    call_local(SUB_MARK + 1),
+                    j,
+                    mov64_reg(0, 6),
+                    exit(),
+                ],
                 nop_sub.clone(),
             ],
         ),
         (
             "callee returns callee's return",
-            vec![movr(1, 7), pcall(SUB_MARK), j, movr(7, 0)],
+            vec![mov64_reg(1, 7), call_local(SUB_MARK), j, mov64_reg(7, 0)],
             vec![
-                vec![j, pcall(SUB_MARK + 1), j, exit()],
-                vec![j, movr(0, 1), exit()],
+                vec![j, call_local(SUB_MARK + 1), j, exit()],
+                vec![j, mov64_reg(0, 1), exit()],
             ],
         ),
         (
             "slot across call",
             vec![
                 stx(op::DW, 10, -32, 7),
-                mov(7, 0),
-                pcall(SUB_MARK),
+                mov64_imm(7, 0),
+                call_local(SUB_MARK),
                 j,
                 ldx(op::DW, 7, 10, -32),
             ],
@@ -482,10 +447,10 @@ fn routes() -> Vec<Route> {
             "slot across call touching caller stack",
             vec![
                 stx(op::DW, 10, -32, 7),
-                mov(7, 0),
-                movr(1, 10),
-                alu(op::ADD, 1, -48),
-                pcall(SUB_MARK),
+                mov64_imm(7, 0),
+                mov64_reg(1, 10),
+                alu64_imm(op::ADD, 1, -48),
+                call_local(SUB_MARK),
                 j,
                 ldx(op::DW, 7, 10, -32),
             ],
@@ -493,8 +458,8 @@ fn routes() -> Vec<Route> {
                 st(op::DW, 1, 0, 3),
                 j,
                 ldx(op::DW, 0, 1, 0),
-                atomic(op::DW, 1, 0, 0, op::ATOMIC_ADD),
-                mov(0, 0),
+                atomic(op::DW, op::ATOMIC_ADD, 1, 0, 0),
+                mov64_imm(0, 0),
                 exit(),
             ]],
         ),
@@ -503,10 +468,10 @@ fn routes() -> Vec<Route> {
             vec![
                 stx(op::DW, 10, -32, 7),
                 st(op::DW, 10, -40, 0),
-                mov(1, 1),
-                atomic(op::DW, 10, -40, 1, op::ATOMIC_ADD | op::FETCH),
+                mov64_imm(1, 1),
+                atomic(op::DW, op::ATOMIC_ADD | op::FETCH, 10, -40, 1),
                 j,
-                atomic(op::W, 10, -36, 1, op::ATOMIC_XCHG),
+                atomic(op::W, op::ATOMIC_XCHG, 10, -36, 1),
                 j,
                 ldx(op::DW, 7, 10, -32),
             ],
@@ -527,13 +492,13 @@ fn routes() -> Vec<Route> {
         (
             "callee spills its arg into caller slot? (no: callee stack)",
             vec![
-                movr(1, 7),
-                movr(7, 10),
-                alu(op::ADD, 7, -32),
-                movr(2, 7),
-                pcall(SUB_MARK),
+                mov64_reg(1, 7),
+                mov64_reg(7, 10),
+                alu64_imm(op::ADD, 7, -32),
+                mov64_reg(2, 7),
+                call_local(SUB_MARK),
                 j,
-                movr(7, 0),
+                mov64_reg(7, 0),
             ],
             vec![vec![
                 stx(op::DW, 10, -16, 1),
@@ -546,7 +511,7 @@ fn routes() -> Vec<Route> {
         ),
         (
             "merge clamp",
-            vec![jmp(op::JLE, 7, 1000, 1), mov(7, 1000), j],
+            vec![jmp_imm(op::JLE, 7, 1000, 1), mov64_imm(7, 1000), j],
             vec![],
         ),
     ]
@@ -559,17 +524,17 @@ fn pruning_program(
     first: i32,
     second: i32,
 ) -> Vec<Insn> {
-    let mut p = vec![movr(9, 1)];
+    let mut p = vec![mov64_reg(9, 1)];
     p.extend(lookup(6, 0));
     p.extend([
-        mov(7, first),
+        mov64_imm(7, first),
         ldx(op::W, 2, 9, 20),
-        jmp(op::JEQ, 2, 0, 1),
-        mov(7, second),
+        jmp_imm(op::JEQ, 2, 0, 1),
+        mov64_imm(7, second),
     ]);
     p.extend(route.iter().copied());
     p.extend(sink.iter().copied());
-    p.extend([mov(0, 0), exit()]);
+    p.extend([mov64_imm(0, 0), exit()]);
     let mut starts = vec![];
     for s in subs {
         starts.push(p.len());
@@ -604,11 +569,11 @@ fn held_pruning_keeps_values_on_every_route_to_every_sink() {
             // The value handed to a subprogram whose sink uses it.
             if !sink.main_only {
                 let mut r = route.clone();
-                r.extend([movr(1, 7), pcall(SUB_MARK + subs.len() as i32)]);
+                r.extend([mov64_reg(1, 7), call_local(SUB_MARK + subs.len() as i32)]);
                 let mut s = subs.clone();
-                let mut body = vec![ja(0), movr(3, 1), ja(0)];
+                let mut body = vec![ja(0), mov64_reg(3, 1), ja(0)];
                 body.extend((sink.code)(3));
-                body.extend([mov(0, 0), exit()]);
+                body.extend([mov64_imm(0, 0), exit()]);
                 s.push(body);
                 for (first, second) in [(sink.bad, sink.safe), (sink.safe, sink.bad)] {
                     let p = pruning_program(&r, &s, &[], first, second);
@@ -651,22 +616,15 @@ fn harness_programs_with_two_safe_values_are_accepted() {
 
 #[test]
 fn held_assorted_attacks_are_rejected() {
-    let gotol = |imm: i32| i(op::JMP32 | op::JA, 0, 0, 0, imm);
-    let lddw = |d: u8, v: u64| {
-        [
-            i(op::LDDW, d, 0, 0, v as u32 as i32),
-            i(0, 0, 0, 0, (v >> 32) as i32),
-        ]
-    };
     let cases: Vec<(&str, Vec<Insn>)> = vec![
         // A run of whole fields that includes read-only ones (reg_buff, max_channels).
         (
             "ctx 8-byte write over read-only fields",
-            vec![st(op::DW, 1, 32, 0), mov(0, 0), exit()],
+            vec![st(op::DW, 1, 32, 0), mov64_imm(0, 0), exit()],
         ),
         (
             "ctx 8-byte write from nchannels past the last field",
-            vec![st(op::DW, 1, 48, 0), mov(0, 0), exit()],
+            vec![st(op::DW, 1, 48, 0), mov64_imm(0, 0), exit()],
         ),
         (
             "ctx unaligned 8-byte read over two fields",
@@ -681,15 +639,15 @@ fn held_assorted_attacks_are_rejected() {
         (
             "callee frame pointer into caller slot",
             vec![
-                movr(1, 10),
-                alu(op::ADD, 1, -8),
-                pcall(4),
+                mov64_reg(1, 10),
+                alu64_imm(op::ADD, 1, -8),
+                call_local(4),
                 ldx(op::DW, 1, 10, -8),
                 ldx(op::DW, 0, 1, -8),
-                mov(0, 0),
+                mov64_imm(0, 0),
                 exit(),
                 stx(op::DW, 1, 0, 10),
-                mov(0, 0),
+                mov64_imm(0, 0),
                 exit(),
             ],
         ),
@@ -697,35 +655,28 @@ fn held_assorted_attacks_are_rejected() {
         (
             "fp(callee) - fp(caller)",
             vec![
-                movr(1, 10),
-                pcall(2),
-                mov(0, 0),
+                mov64_reg(1, 10),
+                call_local(2),
+                mov64_imm(0, 0),
                 exit(),
-                movr(0, 10),
-                alur(op::SUB, 0, 1),
+                mov64_reg(0, 10),
+                alu64_reg(op::SUB, 0, 1),
                 exit(),
             ],
         ),
-        (
-            "movsx of a pointer",
-            vec![i(op::ALU64 | op::MOV | op::X, 0, 10, 32, 0), exit()],
-        ),
+        ("movsx of a pointer", vec![movsx64(0, 10, 32), exit()]),
         (
             "sign-extending read of a spilled pointer",
-            vec![
-                stx(op::DW, 10, -8, 1),
-                i(op::LDX | op::MEMSX | op::W, 0, 10, -8, 0),
-                exit(),
-            ],
+            vec![stx(op::DW, 10, -8, 1), ldsx(op::W, 0, 10, -8), exit()],
         ),
         (
             "cmpxchg with a pointer in r0",
             vec![
                 st(op::DW, 10, -8, 0),
-                movr(0, 10),
-                mov(2, 0),
-                atomic(op::DW, 10, -8, 2, op::ATOMIC_CMPXCHG),
-                mov(0, 0),
+                mov64_reg(0, 10),
+                mov64_imm(2, 0),
+                atomic(op::DW, op::ATOMIC_CMPXCHG, 10, -8, 2),
+                mov64_imm(0, 0),
                 exit(),
             ],
         ),
@@ -733,9 +684,9 @@ fn held_assorted_attacks_are_rejected() {
             "xchg a pointer into the stack",
             vec![
                 st(op::DW, 10, -8, 0),
-                movr(2, 1),
-                atomic(op::DW, 10, -8, 2, op::ATOMIC_XCHG),
-                mov(0, 0),
+                mov64_reg(2, 1),
+                atomic(op::DW, op::ATOMIC_XCHG, 10, -8, 2),
+                mov64_imm(0, 0),
                 exit(),
             ],
         ),
@@ -744,32 +695,36 @@ fn held_assorted_attacks_are_rejected() {
         (
             "loop with a dead counter",
             vec![
-                mov(6, 0),
-                alu(op::ADD, 6, 1),
+                mov64_imm(6, 0),
+                alu64_imm(op::ADD, 6, 1),
                 ldx(op::W, 2, 1, 20),
-                jmp(op::JEQ, 2, 0, -3),
-                mov(0, 0),
+                jmp_imm(op::JEQ, 2, 0, -3),
+                mov64_imm(0, 0),
                 exit(),
             ],
         ),
         // Comparing a pointer with a non-zero number.
         (
             "pointer compared with 1",
-            vec![mov(0, 0), jmp(op::JEQ, 1, 1, 0), exit()],
+            vec![mov64_imm(0, 0), jmp_imm(op::JEQ, 1, 1, 0), exit()],
         ),
         (
             "pointer jset",
-            vec![mov(0, 0), i(op::JMP | op::JSET | op::K, 1, 0, 0, 1), exit()],
+            vec![mov64_imm(0, 0), jmp_imm(op::JSET, 1, 1, 0), exit()],
         ),
         // Pointer into .rodata written through a lookup-formed value pointer.
         ("rodata via lookup", {
-            let mut v = vec![st(op::W, 10, -4, 0), movr(2, 10), alu(op::ADD, 2, -4)];
+            let mut v = vec![
+                st(op::W, 10, -4, 0),
+                mov64_reg(2, 10),
+                alu64_imm(op::ADD, 2, -4),
+            ];
             v.extend(ld_map(1, 1));
             v.extend([
                 call(1),
-                jmp(op::JEQ, 0, 0, 1),
+                jmp_imm(op::JEQ, 0, 0, 1),
                 st(op::W, 0, 0, 1),
-                mov(0, 0),
+                mov64_imm(0, 0),
                 exit(),
             ]);
             v
@@ -778,25 +733,25 @@ fn held_assorted_attacks_are_rejected() {
         ("variable write then helper key", {
             let mut v = vec![
                 ldx(op::W, 3, 1, 20),
-                alu(op::AND, 3, 4),
-                movr(2, 10),
-                alu(op::ADD, 2, -8),
-                alur(op::ADD, 2, 3),
+                alu64_imm(op::AND, 3, 4),
+                mov64_reg(2, 10),
+                alu64_imm(op::ADD, 2, -8),
+                alu64_reg(op::ADD, 2, 3),
                 st(op::B, 2, 0, 1),
-                movr(2, 10),
-                alu(op::ADD, 2, -8),
+                mov64_reg(2, 10),
+                alu64_imm(op::ADD, 2, -8),
             ];
             v.extend(ld_map(1, ARR));
-            v.extend([call(1), mov(0, 0), exit()]);
+            v.extend([call(1), mov64_imm(0, 0), exit()]);
             v
         }),
         // A stack pointer near the ±2^29 limit wrapping back into range.
         (
             "offset limit",
             vec![
-                movr(2, 10),
-                alu(op::ADD, 2, (1 << 29) - 8),
-                alu(op::ADD, 2, (1 << 29) - 8),
+                mov64_reg(2, 10),
+                alu64_imm(op::ADD, 2, (1 << 29) - 8),
+                alu64_imm(op::ADD, 2, (1 << 29) - 8),
                 ldx(op::B, 0, 2, 0),
                 exit(),
             ],
@@ -807,15 +762,15 @@ fn held_assorted_attacks_are_rejected() {
             let mut v = vec![
                 st(op::DW, 10, -16, 0),
                 st(op::W, 10, -4, 0),
-                movr(2, 10),
-                alu(op::ADD, 2, -4),
+                mov64_reg(2, 10),
+                alu64_imm(op::ADD, 2, -4),
             ];
             v.extend(ld_map(1, ARR));
             v.extend([
                 call(1),
                 ldx(op::DW, 3, 10, -16),
-                jmpr(op::JEQ, 0, 3, 2),
-                mov(0, 0),
+                jmp_reg(op::JEQ, 0, 3, 2),
+                mov64_imm(0, 0),
                 exit(),
                 ldx(op::B, 0, 0, 0),
                 exit(),
@@ -824,15 +779,15 @@ fn held_assorted_attacks_are_rejected() {
         }),
         // JMP32 refinement of an unknown 64-bit value.
         ("jmp32 then 64-bit map offset", {
-            let mut v = vec![movr(9, 1)];
+            let mut v = vec![mov64_reg(9, 1)];
             v.extend(lookup(6, 0));
             v.extend([
                 ldx(op::DW, 2, 9, 0),
-                jmp32(op::JGT, 2, 7, 3),
-                alur(op::ADD, 6, 2),
+                jmp32_imm(op::JGT, 2, 7, 3),
+                alu64_reg(op::ADD, 6, 2),
                 ldx(op::B, 0, 6, 0),
                 exit(),
-                mov(0, 0),
+                mov64_imm(0, 0),
                 exit(),
             ]);
             v

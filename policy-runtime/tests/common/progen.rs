@@ -3,6 +3,9 @@
 //! that a good share of them pass the verifier. Used by the differential and soundness
 //! properties and by the verifier fuzz test.
 
+use policy_object::insn::build::{
+    alu64_imm, atomic, call, exit, insn, jmp_imm, ldx, mov64_imm, mov64_reg, stx,
+};
 use policy_object::insn::{self as op, Insn};
 use policy_object::{MapDef, MapKind, Object, Program};
 
@@ -24,16 +27,6 @@ impl Rng {
     }
     fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
         xs[self.below(xs.len() as u64) as usize]
-    }
-}
-
-fn ins(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
-    Insn {
-        code,
-        dst,
-        src,
-        off,
-        imm,
     }
 }
 
@@ -103,7 +96,7 @@ fn alu_op(r: &mut Rng) -> u8 {
 fn alu(r: &mut Rng, d: u8) -> Vec<Insn> {
     if r.below(16) == 0 {
         let order = if r.below(2) == 0 { op::K } else { op::X };
-        return vec![ins(
+        return vec![insn(
             op::ALU | op::END | order,
             d,
             0,
@@ -115,29 +108,26 @@ fn alu(r: &mut Rng, d: u8) -> Vec<Insn> {
     let o = alu_op(r);
     let bits = if class == op::ALU64 { 64 } else { 32 };
     if o == op::NEG {
-        return vec![ins(class | o, d, 0, 0, 0)];
+        return vec![insn(class | o, d, 0, 0, 0)];
     }
     if matches!(o, op::LSH | op::RSH | op::ARSH) && r.below(2) == 0 {
-        return vec![ins(class | o | op::K, d, 0, 0, r.below(bits) as i32)];
+        return vec![insn(class | o | op::K, d, 0, 0, r.below(bits) as i32)];
     }
     if matches!(o, op::DIV | op::MOD) {
         // Mostly safe divisors: a register or-ed with 1, or a non-zero constant.
         if r.below(4) == 0 {
             let s = r.pick(&REGS);
-            return vec![ins(class | o | op::X, d, s, 0, 0)];
+            return vec![insn(class | o | op::X, d, s, 0, 0)];
         }
         if r.below(2) == 0 {
             let s = r.pick(&REGS);
-            return vec![
-                ins(op::ALU64 | op::OR | op::K, s, 0, 0, 1),
-                ins(class | o | op::X, d, s, 0, 0),
-            ];
+            return vec![alu64_imm(op::OR, s, 1), insn(class | o | op::X, d, s, 0, 0)];
         }
-        return vec![ins(class | o | op::K, d, 0, 0, 1 + r.below(1000) as i32)];
+        return vec![insn(class | o | op::K, d, 0, 0, 1 + r.below(1000) as i32)];
     }
     if r.below(2) == 0 {
         let s = r.pick(&REGS);
-        vec![ins(class | o | op::X, d, s, 0, 0)]
+        vec![insn(class | o | op::X, d, s, 0, 0)]
     } else {
         let imm = match r.below(4) {
             0 => r.next() as i32,
@@ -145,7 +135,7 @@ fn alu(r: &mut Rng, d: u8) -> Vec<Insn> {
             2 => -(r.below(64) as i32),
             _ => 1 << r.below(31),
         };
-        vec![ins(class | o | op::K, d, 0, 0, imm)]
+        vec![insn(class | o | op::K, d, 0, 0, imm)]
     }
 }
 
@@ -153,19 +143,13 @@ fn lookup(r: &mut Rng) -> Vec<Insn> {
     let k = r.pick(&REGS);
     let map = r.below(2) as i32;
     let mut v = vec![
-        ins(op::ALU64 | op::MOV | op::X, 1, k, 0, 0),
-        ins(
-            op::ALU64 | op::AND | op::K,
-            1,
-            0,
-            0,
-            if r.below(8) == 0 { 7 } else { 3 },
-        ),
-        ins(op::STX | op::MEM | op::W, 10, 1, -4, 0),
-        ins(op::ALU64 | op::MOV | op::X, 2, 10, 0, 0),
-        ins(op::ALU64 | op::ADD | op::K, 2, 0, 0, -4),
-        ins(op::LDDW, 1, op::PSEUDO_MAP_FD, 0, map),
-        ins(0, 0, 0, 0, 0),
+        mov64_reg(1, k),
+        alu64_imm(op::AND, 1, if r.below(8) == 0 { 7 } else { 3 }),
+        stx(op::W, 10, -4, 1),
+        mov64_reg(2, 10),
+        alu64_imm(op::ADD, 2, -4),
+        insn(op::LDDW, 1, op::PSEUDO_MAP_FD, 0, map),
+        insn(0, 0, 0, 0, 0),
     ];
     if map == 1 && r.below(2) == 0 {
         // Insert first (hash): value from the stack.
@@ -173,20 +157,20 @@ fn lookup(r: &mut Rng) -> Vec<Insn> {
         v.splice(
             5..5,
             [
-                ins(op::STX | op::MEM | op::DW, 10, s, -24, 0),
-                ins(op::STX | op::MEM | op::DW, 10, s, -16, 0),
-                ins(op::ALU64 | op::MOV | op::X, 3, 10, 0, 0),
-                ins(op::ALU64 | op::ADD | op::K, 3, 0, 0, -24),
-                ins(op::ALU64 | op::MOV | op::K, 4, 0, 0, r.below(3) as i32),
-                ins(op::LDDW, 1, op::PSEUDO_MAP_FD, 0, 1),
-                ins(0, 0, 0, 0, 0),
-                ins(op::JMP | op::CALL, 0, 0, 0, 2),
-                ins(op::ALU64 | op::MOV | op::X, 2, 10, 0, 0),
-                ins(op::ALU64 | op::ADD | op::K, 2, 0, 0, -4),
+                stx(op::DW, 10, -24, s),
+                stx(op::DW, 10, -16, s),
+                mov64_reg(3, 10),
+                alu64_imm(op::ADD, 3, -24),
+                mov64_imm(4, r.below(3) as i32),
+                insn(op::LDDW, 1, op::PSEUDO_MAP_FD, 0, 1),
+                insn(0, 0, 0, 0, 0),
+                call(2),
+                mov64_reg(2, 10),
+                alu64_imm(op::ADD, 2, -4),
             ],
         );
     }
-    v.push(ins(op::JMP | op::CALL, 0, 0, 0, 1));
+    v.push(call(1));
     let body_len = 1 + r.below(3) as usize;
     let mut body = vec![];
     for _ in 0..body_len {
@@ -197,41 +181,23 @@ fn lookup(r: &mut Rng) -> Vec<Insn> {
         };
         let s = r.pick(&[7u8, 8, 9]);
         body.push(match r.below(4) {
-            0 => ins(op::LDX | op::MEM | op::DW, s, 0, off, 0),
-            1 => ins(op::STX | op::MEM | op::DW, 0, s, off, 0),
-            2 => ins(op::STX | op::ATOMIC | op::DW, 0, s, off, op::ATOMIC_ADD),
-            _ => ins(
-                op::STX | op::ATOMIC | op::DW,
-                0,
-                s,
-                off,
-                op::ATOMIC_ADD | op::FETCH,
-            ),
+            0 => ldx(op::DW, s, 0, off),
+            1 => stx(op::DW, 0, off, s),
+            2 => atomic(op::DW, op::ATOMIC_ADD, 0, off, s),
+            _ => atomic(op::DW, op::ATOMIC_ADD | op::FETCH, 0, off, s),
         });
     }
     let null_check = r.below(12) != 0;
     if null_check {
-        v.push(ins(op::JMP | op::JEQ | op::K, 0, 0, body.len() as i16, 0));
+        v.push(jmp_imm(op::JEQ, 0, 0, body.len() as i16));
     }
     v.extend(body);
     // r1-r5 are dead after the call: give the ones the generator uses new values.
-    v.push(ins(op::ALU64 | op::MOV | op::K, 2, 0, 0, r.next() as i32));
-    v.push(ins(
-        op::ALU64 | op::MOV | op::K,
-        3,
-        0,
-        0,
-        r.below(100) as i32,
-    ));
-    v.push(ins(
-        op::ALU64 | op::MOV | op::K,
-        4,
-        0,
-        0,
-        r.below(70) as i32,
-    ));
-    v.push(ins(op::ALU64 | op::MOV | op::K, 5, 0, 0, r.next() as i32));
-    v.push(ins(op::ALU64 | op::MOV | op::K, 0, 0, 0, 0));
+    v.push(mov64_imm(2, r.next() as i32));
+    v.push(mov64_imm(3, r.below(100) as i32));
+    v.push(mov64_imm(4, r.below(70) as i32));
+    v.push(mov64_imm(5, r.next() as i32));
+    v.push(mov64_imm(0, 0));
     v
 }
 
@@ -241,34 +207,22 @@ fn block(r: &mut Rng, tuner: bool) -> Block {
         0..=3 => alu(r, d),
         4 if tuner => {
             let (off, size) = r.pick(&TUNER_READ);
-            vec![ins(op::LDX | op::MEM | size, d, 6, off, 0)]
+            vec![ldx(size, d, 6, off)]
         }
-        4 => vec![ins(
-            op::LDX | op::MEM | op::DW,
-            d,
-            6,
-            r.pick(&[0i16, 8, 16, 40]),
-            0,
-        )],
+        4 => vec![ldx(op::DW, d, 6, r.pick(&[0i16, 8, 16, 40]))],
         5 => {
             let k = 1 + r.below(6) as i16;
             if r.below(2) == 0 {
-                vec![ins(op::STX | op::MEM | op::DW, 10, d, -8 * k - 8, 0)]
+                vec![stx(op::DW, 10, -8 * k - 8, d)]
             } else {
                 vec![
-                    ins(op::STX | op::MEM | op::DW, 10, d, -8 * k - 8, 0),
-                    ins(op::LDX | op::MEM | op::DW, r.pick(&REGS), 10, -8 * k - 8, 0),
+                    stx(op::DW, 10, -8 * k - 8, d),
+                    ldx(op::DW, r.pick(&REGS), 10, -8 * k - 8),
                 ]
             }
         }
         6 => lookup(r),
-        7 if tuner => vec![ins(
-            op::STX | op::MEM | op::W,
-            6,
-            d,
-            r.pick(&TUNER_WRITE),
-            0,
-        )],
+        7 if tuner => vec![stx(op::W, 6, r.pick(&TUNER_WRITE), d)],
         8 => {
             // A counted loop: c = 0; body; c += 1; if c < K goto body.
             let c = r.pick(&[7u8, 8, 9]);
@@ -278,16 +232,10 @@ fn block(r: &mut Rng, tuner: bool) -> Block {
                 body.extend(alu(r, t));
             }
             let n = body.len() as i16;
-            let mut v = vec![ins(op::ALU64 | op::MOV | op::K, c, 0, 0, 0)];
+            let mut v = vec![mov64_imm(c, 0)];
             v.extend(body);
-            v.push(ins(op::ALU64 | op::ADD | op::K, c, 0, 0, 1));
-            v.push(ins(
-                op::JMP | op::JLT | op::K,
-                c,
-                0,
-                -(n + 2),
-                1 + r.below(20) as i32,
-            ));
+            v.push(alu64_imm(op::ADD, c, 1));
+            v.push(jmp_imm(op::JLT, c, 1 + r.below(20) as i32, -(n + 2)));
             v
         }
         _ => return Block::Jump(cond(r), 0),
@@ -311,9 +259,9 @@ fn cond(r: &mut Rng) -> Insn {
     let class = if r.below(3) == 0 { op::JMP32 } else { op::JMP };
     let d = r.pick(&REGS);
     if r.below(2) == 0 {
-        ins(class | o | op::X, d, r.pick(&REGS), 0, 0)
+        insn(class | o | op::X, d, r.pick(&REGS), 0, 0)
     } else {
-        ins(class | o | op::K, d, 0, 0, r.below(200) as i32 - 50)
+        insn(class | o | op::K, d, 0, 0, r.below(200) as i32 - 50)
     }
 }
 
@@ -321,30 +269,12 @@ fn cond(r: &mut Rng) -> Insn {
 pub fn program(seed: u64, section: &str) -> Object {
     let mut r = Rng(seed);
     let tuner = section == "tuner";
-    let mut blocks = vec![Block::Plain(vec![ins(
-        op::ALU64 | op::MOV | op::X,
-        6,
-        1,
-        0,
-        0,
-    )])];
+    let mut blocks = vec![Block::Plain(vec![mov64_reg(6, 1)])];
     for &reg in &REGS {
         let init = if r.below(3) == 0 {
-            ins(
-                op::LDX | op::MEM | op::DW,
-                reg,
-                1,
-                if tuner { 0 } else { 8 },
-                0,
-            )
+            ldx(op::DW, reg, 1, if tuner { 0 } else { 8 })
         } else {
-            ins(
-                op::ALU64 | op::MOV | op::K,
-                reg,
-                0,
-                0,
-                r.below(1 << 20) as i32,
-            )
+            mov64_imm(reg, r.below(1 << 20) as i32)
         };
         blocks.push(Block::Plain(vec![init]));
     }
@@ -357,10 +287,7 @@ pub fn program(seed: u64, section: &str) -> Object {
         blocks.push(b);
     }
     let ret = r.pick(&REGS);
-    blocks.push(Block::Plain(vec![
-        ins(op::ALU64 | op::MOV | op::X, 0, ret, 0, 0),
-        ins(op::JMP | op::EXIT, 0, 0, 0, 0),
-    ]));
+    blocks.push(Block::Plain(vec![mov64_reg(0, ret), exit()]));
     // Lay out, resolving jumps to block starts (clamped to the final block).
     let mut starts = vec![];
     let mut pos = 0usize;

@@ -12,6 +12,10 @@
 //! wrong belief becomes a fault in the checking interpreter.
 
 use super::progen::Rng;
+use policy_object::insn::build::{
+    alu32_imm, alu64_imm, alu64_reg, atomic, call, call_local, exit, insn, ja, jmp_imm, ldx,
+    mov32_reg, mov64_imm, mov64_reg, st, stx,
+};
 use policy_object::insn::{self as op, Insn};
 use policy_object::{MapDef, MapKind, Object, Program};
 
@@ -54,37 +58,6 @@ pub fn maps() -> Vec<MapDef> {
     ]
 }
 
-pub fn ins(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
-    Insn {
-        code,
-        dst,
-        src,
-        off,
-        imm,
-    }
-}
-
-fn mov64k(d: u8, imm: i32) -> Insn {
-    ins(op::ALU64 | op::MOV | op::K, d, 0, 0, imm)
-}
-fn mov64x(d: u8, s: u8) -> Insn {
-    ins(op::ALU64 | op::MOV | op::X, d, s, 0, 0)
-}
-fn add64k(d: u8, imm: i32) -> Insn {
-    ins(op::ALU64 | op::ADD | op::K, d, 0, 0, imm)
-}
-fn ldx(size: u8, d: u8, s: u8, off: i16) -> Insn {
-    ins(op::LDX | op::MEM | size, d, s, off, 0)
-}
-fn stx(size: u8, d: u8, s: u8, off: i16) -> Insn {
-    ins(op::STX | op::MEM | size, d, s, off, 0)
-}
-fn st(size: u8, d: u8, off: i16, imm: i32) -> Insn {
-    ins(op::ST | op::MEM | size, d, 0, off, imm)
-}
-fn exit() -> Insn {
-    ins(op::JMP | op::EXIT, 0, 0, 0, 0)
-}
 fn size_bits(w: i16) -> u8 {
     match w {
         1 => op::B,
@@ -223,7 +196,7 @@ impl Gen {
     }
 
     fn set_const(&mut self, d: u8, c: i64) {
-        self.emit(mov64k(d, c as i32));
+        self.emit(mov64_imm(d, c as i32));
         self.regs[d as usize] = K::Scalar(Some(c as i32 as i64));
     }
 
@@ -310,9 +283,9 @@ impl Gen {
         }
         self.f.tripwire = true;
         let ok = self.label();
-        self.jmp(ins(op::JMP | op::JEQ | op::K, r, 0, 0, c as i32), ok);
+        self.jmp(jmp_imm(op::JEQ, r, c as i32, 0), ok);
         let d = if r == 0 { 2 } else { 0 };
-        self.emit(mov64k(d, 0));
+        self.emit(mov64_imm(d, 0));
         self.emit(ldx(op::B, d, d, 0));
         self.mark(ok);
     }
@@ -341,7 +314,7 @@ impl Gen {
                 let d = self.scratch();
                 if o <= -8 && o % 8 == 0 && self.chance(2) {
                     let v = self.scalar();
-                    self.emit(stx(op::DW, r, v, 0));
+                    self.emit(stx(op::DW, r, 0, v));
                     let kv = self.regs[v as usize];
                     self.touch_stack(o, 8, kv);
                 } else if o <= -8 {
@@ -364,7 +337,7 @@ impl Gen {
                     let d = self.scratch();
                     if m != RODATA && self.chance(2) {
                         let v = self.scalar();
-                        self.emit(stx(op::DW, r, v, 0));
+                        self.emit(stx(op::DW, r, 0, v));
                     } else {
                         self.emit(ldx(op::DW, d, r, 0));
                         self.regs[d as usize] = K::Scalar(None);
@@ -380,12 +353,12 @@ impl Gen {
                     // Into a map value (a leak of a pointer shows there).
                     if let Some(v) = self.find(|k| matches!(k, K::Value(m, 0) if m != RODATA)) {
                         let off = self.pick(&[0i16, 8]);
-                        self.emit(stx(op::DW, v, r, off));
+                        self.emit(stx(op::DW, v, off, r));
                     }
                 }
                 1 if self.tuner && self.regs[6] == K::Ctx => {
                     let off = self.pick(&TUNER_WRITE);
-                    self.emit(stx(op::W, 6, r, off));
+                    self.emit(stx(op::W, 6, off, r));
                 }
                 2 => {
                     if let Some(c) = c {
@@ -401,11 +374,11 @@ impl Gen {
                             return;
                         }
                         if t != r {
-                            self.emit(mov64x(t, r));
+                            self.emit(mov64_reg(t, r));
                         }
-                        self.emit(ins(op::ALU64 | op::AND | op::K, t, 0, 0, 7));
-                        self.emit(mov64x(d, v));
-                        self.emit(ins(op::ALU64 | op::ADD | op::X, d, t, 0, 0));
+                        self.emit(alu64_imm(op::AND, t, 7));
+                        self.emit(mov64_reg(d, v));
+                        self.emit(alu64_reg(op::ADD, d, t));
                         self.emit(ldx(op::B, d, d, 0));
                         self.regs[t as usize] = K::Scalar(None);
                         self.regs[d as usize] = K::Scalar(None);
@@ -413,7 +386,7 @@ impl Gen {
                 }
                 _ => {
                     if r != 9 && !self.in_loop {
-                        self.emit(mov64x(9, r));
+                        self.emit(mov64_reg(9, r));
                         self.regs[9] = k;
                     }
                 }
@@ -448,7 +421,7 @@ impl Gen {
         } else {
             self.konst() as i32
         };
-        self.emit(ins(class | o | op::K, d, 0, 0, imm));
+        self.emit(insn(class | o | op::K, d, 0, 0, imm));
         self.regs[d as usize] = K::Scalar(None);
     }
 
@@ -480,7 +453,7 @@ impl Gen {
         if off + w > 0 {
             off = -8;
         }
-        self.emit(stx(size_bits(w), 10, src, off));
+        self.emit(stx(size_bits(w), 10, off, src));
         let now = if w == 8 && off % 8 == 0 {
             ks
         } else {
@@ -571,7 +544,7 @@ impl Gen {
             _ => self.scalar(),
         };
         let ks = self.regs[src as usize];
-        self.emit(stx(op::DW, 10, src, off));
+        self.emit(stx(op::DW, 10, off, src));
         self.touch_stack(off, 8, ks);
         let w: i16 = if self.chance(3) { 4 } else { 8 };
         let aoff = off + if w == 4 { self.pick(&[0i16, 4]) } else { 0 };
@@ -587,7 +560,7 @@ impl Gen {
             };
             self.set_const(0, e);
         }
-        self.emit(ins(op::STX | op::ATOMIC | size_bits(w), 10, v, aoff, aop));
+        self.emit(atomic(size_bits(w), aop, 10, aoff, v));
         if aop == op::ATOMIC_CMPXCHG {
             self.regs[0] = K::Scalar(None);
         } else if aop & op::FETCH != 0 {
@@ -605,10 +578,10 @@ impl Gen {
             K::Scalar(Some(c)) if hostile => {
                 // Use the believed constant as an offset into a map value.
                 if let Some(m) = self.find(|k| matches!(k, K::Value(_, 0))) {
-                    self.emit(ins(op::ALU64 | op::ADD | op::X, m, d, 0, 0));
+                    self.emit(alu64_reg(op::ADD, m, d));
                     let t = self.scratch();
                     self.emit(ldx(op::B, t, m, 0));
-                    self.emit(ins(op::ALU64 | op::SUB | op::X, m, d, 0, 0));
+                    self.emit(alu64_reg(op::SUB, m, d));
                     self.regs[t as usize] = K::Scalar(None);
                 } else {
                     self.tripwire(d, c);
@@ -639,7 +612,7 @@ impl Gen {
         if aop == op::ATOMIC_CMPXCHG {
             self.set_const(0, 0);
         }
-        self.emit(ins(op::STX | op::ATOMIC | size_bits(w), m, v, off, aop));
+        self.emit(atomic(size_bits(w), aop, m, off, v));
         if aop == op::ATOMIC_CMPXCHG {
             self.regs[0] = K::Scalar(None);
         } else if aop & op::FETCH != 0 {
@@ -658,7 +631,7 @@ impl Gen {
         match self.below(14) {
             0..=3 | 12 | 13 => {
                 // ptr += const, then a use.
-                self.emit(mov64x(d, p));
+                self.emit(mov64_reg(d, p));
                 let c = match kp {
                     K::Value(m, off) => {
                         let room = VALUE_SIZE[m as usize] - off;
@@ -678,13 +651,7 @@ impl Gen {
                     _ => self.pick(&[0, 8, 16, 48, 56, -8]),
                 };
                 let sub = self.chance(3);
-                self.emit(ins(
-                    op::ALU64 | if sub { op::SUB } else { op::ADD } | op::K,
-                    d,
-                    0,
-                    0,
-                    c,
-                ));
+                self.emit(alu64_imm(if sub { op::SUB } else { op::ADD }, d, c));
                 let c = if sub { -c } else { c };
                 self.regs[d as usize] = match kp {
                     K::Value(m, off) => K::Value(m, off + c),
@@ -703,14 +670,14 @@ impl Gen {
                 // ptr += bounded variable.
                 let s = self.scalar();
                 let t = self.scratch();
-                self.emit(mov64x(t, s));
+                self.emit(mov64_reg(t, s));
                 let mask = self.pick(&[7, 7, 15, 255, -1]);
-                self.emit(ins(op::ALU64 | op::AND | op::K, t, 0, 0, mask));
+                self.emit(alu64_imm(op::AND, t, mask));
                 if t == d {
                     return;
                 }
-                self.emit(mov64x(d, p));
-                self.emit(ins(op::ALU64 | op::ADD | op::X, d, t, 0, 0));
+                self.emit(mov64_reg(d, p));
+                self.emit(alu64_reg(op::ADD, d, t));
                 let sz = self.pick(&[op::B, op::W]);
                 self.emit(ldx(sz, t, d, 0));
                 self.regs[d as usize] = K::Scalar(None);
@@ -722,8 +689,8 @@ impl Gen {
                 if s == p {
                     return;
                 }
-                self.emit(mov64x(d, s));
-                self.emit(ins(op::ALU64 | op::ADD | op::X, d, p, 0, 0));
+                self.emit(mov64_reg(d, s));
+                self.emit(alu64_reg(op::ADD, d, p));
                 self.regs[d as usize] = kp;
                 self.use_reg(d);
             }
@@ -745,8 +712,8 @@ impl Gen {
                     (p, kp, q)
                 };
                 let kq = self.regs[q as usize];
-                self.emit(mov64x(d, p));
-                self.emit(ins(op::ALU64 | op::SUB | op::X, d, q, 0, 0));
+                self.emit(mov64_reg(d, p));
+                self.emit(alu64_reg(op::SUB, d, q));
                 let believed = match (kp, kq) {
                     (K::Value(a, x), K::Value(b, y)) if a == b => Some((x - y) as i64),
                     (K::Stack(x), K::Stack(y)) => Some(x as i64 - y as i64),
@@ -757,13 +724,13 @@ impl Gen {
                 match believed {
                     Some(c) if self.chance(2) => {
                         // Scale it: a wrong belief of 0 becomes a far access.
-                        self.emit(ins(op::ALU64 | op::MUL | op::K, d, 0, 0, 4096));
+                        self.emit(alu64_imm(op::MUL, d, 4096));
                         let x = self.scratch();
                         if x == d {
                             return;
                         }
-                        self.emit(mov64x(x, p));
-                        self.emit(ins(op::ALU64 | op::ADD | op::X, x, d, 0, 0));
+                        self.emit(mov64_reg(x, p));
+                        self.emit(alu64_reg(op::ADD, x, d));
                         self.regs[d as usize] = K::Scalar(None);
                         let d = x;
                         self.regs[d as usize] = match kp {
@@ -781,23 +748,23 @@ impl Gen {
             10 => {
                 // 32-bit arithmetic on a pointer.
                 self.f.alu32_ptr = true;
-                self.emit(mov64x(d, p));
+                self.emit(mov64_reg(d, p));
                 let o = self.pick(&[op::ADD, op::MOV, op::SUB, op::AND]);
                 if o == op::MOV {
-                    self.emit(ins(op::ALU | op::MOV | op::X, d, p, 0, 0));
+                    self.emit(mov32_reg(d, p));
                 } else {
                     let imm = self.pick(&[0, 8, -1]);
-                    self.emit(ins(op::ALU | o | op::K, d, 0, 0, imm));
+                    self.emit(alu32_imm(o, d, imm));
                 }
                 self.regs[d as usize] = kp;
                 self.use_reg(d);
             }
             _ => {
                 // Other operations on a pointer.
-                self.emit(mov64x(d, p));
+                self.emit(mov64_reg(d, p));
                 let o = self.pick(&[op::AND, op::OR, op::XOR, op::LSH, op::NEG, op::MUL]);
                 let imm = if o == op::LSH { 1 } else { self.konst() as i32 };
-                self.emit(ins(op::ALU64 | o | op::K, d, 0, 0, imm));
+                self.emit(alu64_imm(o, d, imm));
                 self.regs[d as usize] = K::Scalar(None);
                 self.use_reg(d);
             }
@@ -805,8 +772,8 @@ impl Gen {
     }
 
     fn lddw_map(&mut self, d: u8, map: i32) {
-        self.emit(ins(op::LDDW, d, op::PSEUDO_MAP_FD, 0, map));
-        self.emit(ins(0, 0, 0, 0, 0));
+        self.emit(insn(op::LDDW, d, op::PSEUDO_MAP_FD, 0, map));
+        self.emit(insn(0, 0, 0, 0, 0));
         self.regs[d as usize] = K::MapPtr(map);
     }
 
@@ -822,7 +789,7 @@ impl Gen {
                     self.f.helper_ptr_buf = true;
                     let p = self.any_ptr();
                     let kp = self.regs[p as usize];
-                    self.emit(stx(op::DW, 10, p, at));
+                    self.emit(stx(op::DW, 10, at, p));
                     self.touch_stack(at, 8, kp);
                     b += 8;
                 }
@@ -869,21 +836,21 @@ impl Gen {
             self.buffer(voff, VALUE_SIZE[map as usize]);
         }
         self.lddw_map(1, map);
-        self.emit(mov64x(2, 10));
-        self.emit(add64k(2, koff as i32));
+        self.emit(mov64_reg(2, 10));
+        self.emit(alu64_imm(op::ADD, 2, koff as i32));
         if id == 2 {
             // The value from the stack, sometimes from a map value.
             match self.find(|k| matches!(k, K::Value(m, 0) if VALUE_SIZE[m as usize] >= VALUE_SIZE[map as usize])) {
-                Some(v) if self.chance(3) => self.emit(mov64x(3, v)),
+                Some(v) if self.chance(3) => self.emit(mov64_reg(3, v)),
                 _ => {
-                    self.emit(mov64x(3, 10));
-                    self.emit(add64k(3, voff as i32));
+                    self.emit(mov64_reg(3, 10));
+                    self.emit(alu64_imm(op::ADD, 3, voff as i32));
                 }
             }
             let flags = self.pick(&[0, 0, 1, 2]);
-            self.emit(mov64k(4, flags));
+            self.emit(mov64_imm(4, flags));
         }
-        self.emit(ins(op::JMP | op::CALL, 0, 0, 0, id));
+        self.emit(call(id));
         self.clear_caller_saved();
         if id != 1 {
             self.regs[0] = K::Scalar(None);
@@ -892,12 +859,12 @@ impl Gen {
         self.regs[0] = K::ValueOrNull(map);
         let skip = self.label();
         if !self.chance(12) {
-            self.jmp(ins(op::JMP | op::JEQ | op::K, 0, 0, 0, 0), skip);
+            self.jmp(jmp_imm(op::JEQ, 0, 0, 0), skip);
         }
         self.regs[0] = K::Value(map, 0);
         let keep = self.pick(&[0u8, 0, 7, 8]);
         if keep != 0 && self.chance(2) {
-            self.emit(mov64x(keep, 0));
+            self.emit(mov64_reg(keep, 0));
             self.regs[keep as usize] = K::Value(map, 0);
         }
         self.use_reg(keep);
@@ -914,7 +881,7 @@ impl Gen {
         if keep != 0 && self.regs[keep as usize] == K::Value(map, 0) {
             // The register was only set on the found path.
             self.regs[keep as usize] = K::Uninit;
-            self.emit(mov64k(keep, 0));
+            self.emit(mov64_imm(keep, 0));
             self.regs[keep as usize] = K::Scalar(Some(0));
         }
         self.set_const(0, 0);
@@ -932,22 +899,22 @@ impl Gen {
         if self.chance(2) {
             let s = self.scalar();
             let ks = self.regs[s as usize];
-            self.emit(stx(op::DW, 10, s, off));
+            self.emit(stx(op::DW, 10, off, s));
             self.touch_stack(off, 8, ks);
         }
         let arg = self.below(4);
         match arg {
             0 => {
                 let p = self.any_ptr();
-                self.emit(mov64x(1, p));
+                self.emit(mov64_reg(1, p));
             }
             _ => {
-                self.emit(mov64x(1, 10));
-                self.emit(add64k(1, off as i32));
+                self.emit(mov64_reg(1, 10));
+                self.emit(alu64_imm(op::ADD, 1, off as i32));
             }
         }
         let s = self.scalar();
-        self.emit(mov64x(2, s));
+        self.emit(mov64_reg(2, s));
         let l = self.label();
         self.items.push(Item::Call(l));
         // The callee's body, generated in a fresh frame.
@@ -965,7 +932,7 @@ impl Gen {
         match self.below(6) {
             0 => {
                 // Write through the caller's pointer.
-                self.emit(stx(op::DW, 1, 2, 0));
+                self.emit(stx(op::DW, 1, 0, 2));
             }
             1 => {
                 // Read the caller's slot.
@@ -976,13 +943,13 @@ impl Gen {
                 // An atomic on the caller's slot.
                 let aop = self.atomic_op();
                 if aop == op::ATOMIC_CMPXCHG {
-                    self.emit(mov64k(0, 0));
+                    self.emit(mov64_imm(0, 0));
                 }
-                self.emit(ins(op::STX | op::ATOMIC | op::DW, 1, 2, 0, aop));
+                self.emit(atomic(op::DW, aop, 1, 0, 2));
             }
             3 => {
                 // Spill our own stack pointer into the caller's frame.
-                self.emit(stx(op::DW, 1, 10, 0));
+                self.emit(stx(op::DW, 1, 0, 10));
             }
             _ => {
                 self.regs[6] = K::Uninit;
@@ -993,11 +960,11 @@ impl Gen {
         }
         let returns_stack = self.chance(6);
         if returns_stack {
-            self.emit(mov64x(0, 10));
-            self.emit(add64k(0, -8));
+            self.emit(mov64_reg(0, 10));
+            self.emit(alu64_imm(op::ADD, 0, -8));
         } else if !matches!(self.regs[0], K::Scalar(_)) || self.chance(2) {
             let c = self.konst() as i32;
-            self.emit(mov64k(0, c));
+            self.emit(mov64_imm(0, c));
         }
         self.mark(ret);
         self.emit(exit());
@@ -1036,7 +1003,7 @@ impl Gen {
         let c = self.pick(&[0i64, 1, 7, 100]);
         let r = self.scratch();
         self.set_const(r, c);
-        self.emit(stx(op::DW, 10, r, off));
+        self.emit(stx(op::DW, 10, off, r));
         self.touch_stack(off, 8, K::Scalar(Some(c)));
         // Changed in memory half the time (the tripwire then must be explored and rejected).
         match self.below(4) {
@@ -1051,7 +1018,7 @@ impl Gen {
                 let v = self.pick(&[2u8, 3, 4, 5]);
                 self.set_const(v, 1);
                 let aop = self.pick(&[op::ATOMIC_ADD, op::ATOMIC_XOR, op::ATOMIC_OR]);
-                self.emit(ins(op::STX | op::ATOMIC | op::DW, 10, v, off, aop));
+                self.emit(atomic(op::DW, aop, 10, off, v));
             }
             _ => {}
         }
@@ -1079,7 +1046,7 @@ impl Gen {
         self.f.loops = true;
         self.in_loop = true;
         let c = 9;
-        self.emit(mov64k(c, 0));
+        self.emit(mov64_imm(c, 0));
         let head = self.label();
         self.mark(head);
         self.depth += 1;
@@ -1092,9 +1059,9 @@ impl Gen {
         }
         self.depth -= 1;
         self.regs[c as usize] = K::Scalar(None);
-        self.emit(add64k(c, 1));
+        self.emit(alu64_imm(op::ADD, c, 1));
         let n = 1 + self.below(8) as i32;
-        self.jmp(ins(op::JMP | op::JLT | op::K, c, 0, 0, n), head);
+        self.jmp(jmp_imm(op::JLT, c, n, 0), head);
         self.in_loop = false;
     }
 
@@ -1118,13 +1085,13 @@ impl Gen {
         self.emit(st(if ks == 8 { op::DW } else { op::W }, 10, -8, key));
         self.touch_stack(-8, ks as i16, K::Scalar(Some(key as i64)));
         self.lddw_map(1, map);
-        self.emit(mov64x(2, 10));
-        self.emit(add64k(2, -8));
-        self.emit(ins(op::JMP | op::CALL, 0, 0, 0, 1));
+        self.emit(mov64_reg(2, 10));
+        self.emit(alu64_imm(op::ADD, 2, -8));
+        self.emit(call(1));
         self.clear_caller_saved();
         let ret = self.ret;
-        self.jmp(ins(op::JMP | op::JEQ | op::K, 0, 0, 0, 0), ret);
-        self.emit(mov64x(d, 0));
+        self.jmp(jmp_imm(op::JEQ, 0, 0, 0), ret);
+        self.emit(mov64_reg(d, 0));
         self.regs[d as usize] = K::Value(map, 0);
         self.regs[0] = K::Value(map, 0);
     }
@@ -1171,7 +1138,7 @@ pub fn program(seed: u64, section: &str) -> Generated {
     g.ret = g.label();
     g.regs[1] = K::Ctx;
     g.regs[10] = K::Stack(0);
-    g.emit(mov64x(6, 1));
+    g.emit(mov64_reg(6, 1));
     g.regs[6] = K::Ctx;
     // Map values in r7 and r8 (NULL: straight to the exit with r0 = 0).
     match g.below(4) {
@@ -1194,8 +1161,8 @@ pub fn program(seed: u64, section: &str) -> Generated {
     }
     if g.chance(6) {
         // A direct reference into .rodata, as clang emits for constants.
-        g.emit(ins(op::LDDW, 8, op::PSEUDO_MAP_VALUE, 0, RODATA));
-        g.emit(ins(0, 0, 0, 0, 0));
+        g.emit(insn(op::LDDW, 8, op::PSEUDO_MAP_VALUE, 0, RODATA));
+        g.emit(insn(0, 0, 0, 0, 0));
         g.regs[8] = K::Value(RODATA, 0);
     }
     let c = g.konst();
@@ -1216,7 +1183,7 @@ pub fn program(seed: u64, section: &str) -> Generated {
     if !matches!(g.regs[9], K::Scalar(_)) && !g.chance(8) {
         g.set_const(9, 0);
     }
-    g.emit(mov64x(0, 9));
+    g.emit(mov64_reg(0, 9));
     let ret = g.ret;
     g.mark(ret);
     let mut items = std::mem::take(&mut g.items);
@@ -1266,13 +1233,7 @@ fn resolve(items: &[Item], nlabels: usize) -> Vec<Insn> {
                 off: (at[*l] as i64 - pc - 1) as i16,
                 ..*i
             }),
-            Item::Call(l) => out.push(ins(
-                op::JMP | op::CALL,
-                0,
-                op::PSEUDO_CALL,
-                0,
-                (at[*l] as i64 - pc - 1) as i32,
-            )),
+            Item::Call(l) => out.push(call_local((at[*l] as i64 - pc - 1) as i32)),
             Item::Mark(_) => {}
         }
     }
@@ -1291,18 +1252,18 @@ fn edge(insns: &mut Vec<Insn>, ending: Ending, r: &mut Rng) {
                 .iter()
                 .rposition(|i| i.code == op::JMP | op::EXIT)
                 .unwrap_or(r.below(n as u64) as usize);
-            insns[n - 1] = ins(op::JMP | o | op::K, 0, 0, (t as i64 - n as i64) as i16, 0);
+            insns[n - 1] = jmp_imm(o, 0, 0, (t as i64 - n as i64) as i16);
         }
         Ending::IntoLddw => {
             if let Some(k) = insns.iter().position(|i| i.is_lddw()) {
                 // A jump over the first half of the first lddw, placed before it.
-                insns.insert(k, ins(op::JMP | op::JA, 0, 0, 1, 0));
+                insns.insert(k, ja(1));
                 fix_after_insert(insns, k);
             }
         }
         Ending::JumpToLen => {
             let k = r.below(n as u64) as usize;
-            let j = ins(op::JMP | op::JEQ | op::K, 9, 0, 0, 0);
+            let j = jmp_imm(op::JEQ, 9, 0, 0);
             insns.insert(k, j);
             fix_after_insert(insns, k);
             let len = insns.len() as i64;

@@ -10,6 +10,10 @@
 //! clobber them). Stack: fp-8..-64 scalar slots, fp-72..-128 pointer slots, fp-136..-144
 //! keys, fp-160..-176 map values.
 
+use policy_object::insn::build::{
+    alu64_imm, alu64_reg, atomic, call, call_local, exit, insn, jmp_imm, ld_map, ld_map_value, ldx,
+    mov64_imm, mov64_reg, st, stx,
+};
 use policy_object::insn::{self as op, Insn};
 use policy_object::{MapDef, MapKind, Object, Program};
 
@@ -35,39 +39,6 @@ impl Rng {
     }
 }
 
-fn i(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
-    Insn {
-        code,
-        dst,
-        src,
-        off,
-        imm,
-    }
-}
-fn mov_k(d: u8, imm: i32) -> Insn {
-    i(op::ALU64 | op::MOV | op::K, d, 0, 0, imm)
-}
-fn mov_x(d: u8, s: u8) -> Insn {
-    i(op::ALU64 | op::MOV | op::X, d, s, 0, 0)
-}
-fn add_k(d: u8, imm: i32) -> Insn {
-    i(op::ALU64 | op::ADD | op::K, d, 0, 0, imm)
-}
-fn ldx(size: u8, d: u8, s: u8, off: i16) -> Insn {
-    i(op::LDX | op::MEM | size, d, s, off, 0)
-}
-fn stx(size: u8, d: u8, s: u8, off: i16) -> Insn {
-    i(op::STX | op::MEM | size, d, s, off, 0)
-}
-fn st(size: u8, d: u8, off: i16, imm: i32) -> Insn {
-    i(op::ST | op::MEM | size, d, 0, off, imm)
-}
-fn call(id: i32) -> Insn {
-    i(op::JMP | op::CALL, 0, 0, 0, id)
-}
-fn lddw(d: u8, src: u8, map: i32, off: i32) -> [Insn; 2] {
-    [i(op::LDDW, d, src, 0, map), i(0, 0, 0, 0, off)]
-}
 fn size_of(bytes: u32) -> u8 {
     match bytes {
         1 => op::B,
@@ -204,7 +175,7 @@ impl Gen {
         if self.tuner && !self.bent() {
             let off = self.r.of(&[40i16, 44, 48]);
             return if self.r.one_in(2) {
-                vec![stx(op::W, 6, s, off)]
+                vec![stx(op::W, 6, off, s)]
             } else {
                 vec![st(op::W, 6, off, self.r.below(4) as i32 - 1)]
             };
@@ -214,9 +185,9 @@ impl Gen {
             return self.ctx_read();
         }
         match self.r.below(4) {
-            0 => vec![stx(op::DW, 6, s, 0)],   // read-only field
-            1 => vec![stx(op::DW, 6, 10, 40)], // a pointer into the context
-            2 => vec![stx(op::DW, 6, s, 40)],  // 8 bytes over algo+proto
+            0 => vec![stx(op::DW, 6, 0, s)],   // read-only field
+            1 => vec![stx(op::DW, 6, 40, 10)], // a pointer into the context
+            2 => vec![stx(op::DW, 6, 40, s)],  // 8 bytes over algo+proto
             _ => vec![st(op::W, 6, 52, 0)],    // padding
         }
     }
@@ -242,39 +213,42 @@ impl Gen {
         ]);
         let bits = if class == op::ALU64 { 64 } else { 32 };
         match o {
-            op::NEG => vec![i(class | o, d, 0, 0, 0)],
+            op::NEG => vec![insn(class | o, d, 0, 0, 0)],
             op::LSH | op::RSH | op::ARSH => {
                 if self.r.one_in(2) {
-                    vec![i(class | o | op::K, d, 0, 0, self.r.below(bits) as i32)]
+                    vec![insn(class | o | op::K, d, 0, 0, self.r.below(bits) as i32)]
                 } else {
                     vec![
-                        i(op::ALU64 | op::AND | op::K, s, 0, 0, bits as i32 - 1),
-                        i(class | o | op::X, d, s, 0, 0),
+                        alu64_imm(op::AND, s, bits as i32 - 1),
+                        insn(class | o | op::X, d, s, 0, 0),
                     ]
                 }
             }
             op::DIV | op::MOD => {
                 if self.bent() {
-                    vec![i(class | o | op::X, d, s, 0, 0)] // divisor may be zero
+                    vec![insn(class | o | op::X, d, s, 0, 0)] // divisor may be zero
                 } else if self.r.one_in(2) {
-                    vec![
-                        i(op::ALU64 | op::OR | op::K, s, 0, 0, 1),
-                        i(class | o | op::X, d, s, 0, 0),
-                    ]
+                    vec![alu64_imm(op::OR, s, 1), insn(class | o | op::X, d, s, 0, 0)]
                 } else {
-                    vec![i(class | o | op::K, d, 0, 0, 1 + self.r.below(999) as i32)]
+                    vec![insn(
+                        class | o | op::K,
+                        d,
+                        0,
+                        0,
+                        1 + self.r.below(999) as i32,
+                    )]
                 }
             }
             _ => {
                 if self.r.one_in(2) {
-                    vec![i(class | o | op::X, d, s, 0, 0)]
+                    vec![insn(class | o | op::X, d, s, 0, 0)]
                 } else {
                     let imm = match self.r.below(3) {
                         0 => self.r.next() as i32,
                         1 => self.r.below(64) as i32 - 16,
                         _ => 1 << self.r.below(31),
                     };
-                    vec![i(class | o | op::K, d, 0, 0, imm)]
+                    vec![insn(class | o | op::K, d, 0, 0, imm)]
                 }
             }
         }
@@ -285,12 +259,12 @@ impl Gen {
         let d = self.scalar();
         let slot = -8 * (1 + self.r.below(8) as i16);
         if !self.bent() {
-            return vec![stx(op::DW, 10, s, slot), ldx(op::DW, d, 10, slot)];
+            return vec![stx(op::DW, 10, slot, s), ldx(op::DW, d, 10, slot)];
         }
         match self.r.below(3) {
             0 => vec![ldx(op::DW, d, 10, slot)], // maybe never written
-            1 => vec![stx(op::W, 10, s, slot), ldx(op::DW, d, 10, slot)], // half written
-            _ => vec![stx(op::DW, 10, s, slot - 4), ldx(op::W, d, 10, slot)], // misaligned
+            1 => vec![stx(op::W, 10, slot, s), ldx(op::DW, d, 10, slot)], // half written
+            _ => vec![stx(op::DW, 10, slot - 4, s), ldx(op::W, d, 10, slot)], // misaligned
         }
     }
 
@@ -299,7 +273,7 @@ impl Gen {
         let slot = -72 - 8 * self.r.below(8) as i16;
         let d = self.scalar();
         let (f, sz, _) = self.r.of(self.fields());
-        let mut v = vec![stx(op::DW, 10, 6, slot)];
+        let mut v = vec![stx(op::DW, 10, slot, 6)];
         // Bent more often than other gadgets: spills are where verifiers go wrong.
         if !self.r.one_in(3) {
             v.push(ldx(op::DW, 2, 10, slot));
@@ -309,7 +283,7 @@ impl Gen {
         match self.r.below(5) {
             0 => {
                 // Misaligned spill and fill.
-                v[0] = stx(op::DW, 10, 6, slot - 4);
+                v[0] = stx(op::DW, 10, slot - 4, 6);
                 v.push(ldx(op::DW, 2, 10, slot - 4));
                 v.push(ldx(size_of(sz), d, 2, f));
             }
@@ -322,22 +296,16 @@ impl Gen {
             }
             3 => {
                 // An atomic add on the spilled pointer, then dereferenced.
-                v.push(mov_k(1, 4096));
-                v.push(i(
-                    op::STX | op::ATOMIC | op::DW,
-                    10,
-                    1,
-                    slot,
-                    op::ATOMIC_ADD,
-                ));
+                v.push(mov64_imm(1, 4096));
+                v.push(atomic(op::DW, op::ATOMIC_ADD, 10, slot, 1));
                 v.push(ldx(op::DW, 2, 10, slot));
                 v.push(ldx(size_of(sz), d, 2, f));
             }
             _ => {
                 // A stack pointer spilled and filled, then dereferenced below the frame.
-                v[0] = mov_x(3, 10);
-                v.push(add_k(3, -8));
-                v.push(stx(op::DW, 10, 3, slot));
+                v[0] = mov64_reg(3, 10);
+                v.push(alu64_imm(op::ADD, 3, -8));
+                v.push(stx(op::DW, 10, slot, 3));
                 v.push(ldx(op::DW, 2, 10, slot));
                 v.push(ldx(op::DW, d, 2, -512));
             }
@@ -348,13 +316,13 @@ impl Gen {
     /// Writes a key for `map` at fp-136 (from a scalar, masked for arrays).
     fn key(&mut self, map: i32) -> Vec<Insn> {
         let s = self.scalar();
-        let mut v = vec![mov_x(1, s)];
+        let mut v = vec![mov64_reg(1, s)];
         if map != HASH {
-            v.push(i(op::ALU64 | op::AND | op::K, 1, 0, 0, 3));
+            v.push(alu64_imm(op::AND, 1, 3));
         }
-        v.push(stx(size_of(key_size(map)), 10, 1, -136));
-        v.push(mov_x(2, 10));
-        v.push(add_k(2, -136));
+        v.push(stx(size_of(key_size(map)), 10, -136, 1));
+        v.push(mov64_reg(2, 10));
+        v.push(alu64_imm(op::ADD, 2, -136));
         v
     }
 
@@ -362,7 +330,7 @@ impl Gen {
         let map = self.r.of(&[ARR, HASH, PCPU, ARR]);
         let vs = value_size(map) as i16;
         let mut v = self.key(map);
-        v.extend(lddw(1, op::PSEUDO_MAP_FD, map, 0));
+        v.extend(ld_map(1, map));
         v.push(call(1));
         let mut body = vec![];
         let d = self.scalar();
@@ -381,48 +349,36 @@ impl Gen {
             }
             2 => {
                 let off = if bend { -8 } else { 0 };
-                body.push(i(op::STX | op::ATOMIC | op::DW, 0, s, off, op::ATOMIC_ADD));
+                body.push(atomic(op::DW, op::ATOMIC_ADD, 0, off, s));
             }
             3 => {
                 // A variable offset, masked to the value (or not).
-                body.push(mov_x(3, s));
-                body.push(i(
-                    op::ALU64 | op::AND | op::K,
-                    3,
-                    0,
-                    0,
-                    if bend { 15 } else { vs as i32 - 8 },
-                ));
-                body.push(i(op::ALU64 | op::ADD | op::X, 0, 3, 0, 0));
+                body.push(mov64_reg(3, s));
+                body.push(alu64_imm(op::AND, 3, if bend { 15 } else { vs as i32 - 8 }));
+                body.push(alu64_reg(op::ADD, 0, 3));
                 body.push(ldx(op::DW, d, 0, 0));
             }
             4 => {
                 // A pointer stored into the value (a leak) or a scalar.
-                body.push(stx(op::DW, 0, if bend { 6 } else { s }, 0));
+                body.push(stx(op::DW, 0, 0, if bend { 6 } else { s }));
             }
             5 => {
                 // Pointer minus pointer within one value: a number.
-                body.push(mov_x(4, 0));
-                body.push(add_k(4, 8));
-                body.push(i(
-                    op::ALU64 | op::SUB | op::X,
-                    4,
-                    if bend { 10 } else { 0 },
-                    0,
-                    0,
-                ));
-                body.push(mov_x(d, 4));
+                body.push(mov64_reg(4, 0));
+                body.push(alu64_imm(op::ADD, 4, 8));
+                body.push(alu64_reg(op::SUB, 4, if bend { 10 } else { 0 }));
+                body.push(mov64_reg(d, 4));
             }
             _ => {
                 // The value pointer spilled, filled and written through.
                 let slot = -72 - 8 * self.r.below(8) as i16;
-                body.push(stx(op::DW, 10, 0, if bend { slot - 4 } else { slot }));
+                body.push(stx(op::DW, 10, if bend { slot - 4 } else { slot }, 0));
                 body.push(ldx(op::DW, 3, 10, if bend { slot - 4 } else { slot }));
-                body.push(stx(op::DW, 3, s, 0));
+                body.push(stx(op::DW, 3, 0, s));
             }
         }
         if checked {
-            v.push(i(op::JMP | op::JEQ | op::K, 0, 0, body.len() as i16, 0));
+            v.push(jmp_imm(op::JEQ, 0, 0, body.len() as i16));
         }
         v.extend(body);
         v
@@ -442,27 +398,27 @@ impl Gen {
                 continue; // half initialized
             }
             let src = if how == 1 && k == 0 { 6 } else { s }; // a spilled pointer in the value
-            v.push(stx(op::DW, 10, src, base + 8 * k));
+            v.push(stx(op::DW, 10, base + 8 * k, src));
         }
         v.extend(self.key(map));
         if how == 2 {
             // The value pointer itself spilled and filled.
-            v.push(mov_x(3, 10));
-            v.push(add_k(3, base as i32));
-            v.push(stx(op::DW, 10, 3, -128));
+            v.push(mov64_reg(3, 10));
+            v.push(alu64_imm(op::ADD, 3, base as i32));
+            v.push(stx(op::DW, 10, -128, 3));
             v.push(ldx(op::DW, 3, 10, -128));
         } else if how == 3 {
-            v.push(mov_x(3, 6)); // the context as the value
+            v.push(mov64_reg(3, 6)); // the context as the value
         } else {
-            v.push(mov_x(3, 10));
-            v.push(add_k(3, base as i32));
+            v.push(mov64_reg(3, 10));
+            v.push(alu64_imm(op::ADD, 3, base as i32));
         }
-        v.extend(lddw(1, op::PSEUDO_MAP_FD, map, 0));
-        v.push(mov_k(4, self.r.below(3) as i32));
+        v.extend(ld_map(1, map));
+        v.push(mov64_imm(4, self.r.below(3) as i32));
         v.push(call(2));
         if self.r.one_in(3) {
             v.extend(self.key(map));
-            v.extend(lddw(1, op::PSEUDO_MAP_FD, map, 0));
+            v.extend(ld_map(1, map));
             v.push(call(3));
         }
         v
@@ -473,42 +429,42 @@ impl Gen {
         let d = self.scalar();
         let s = self.scalar();
         if !self.bent() {
-            let mut v = lddw(1, op::PSEUDO_MAP_VALUE, RODATA, 8 * self.r.below(2) as i32).to_vec();
+            let mut v = ld_map_value(1, RODATA, 8 * self.r.below(2) as i32).to_vec();
             v.push(ldx(op::DW, d, 1, 0));
-            v.extend(lddw(2, op::PSEUDO_MAP_VALUE, BSS, 0));
-            v.push(i(op::STX | op::ATOMIC | op::DW, 2, s, 0, op::ATOMIC_ADD));
+            v.extend(ld_map_value(2, BSS, 0));
+            v.push(atomic(op::DW, op::ATOMIC_ADD, 2, 0, s));
             return v;
         }
         match self.r.below(4) {
             0 => {
                 // A store into .rodata.
-                let mut v = lddw(1, op::PSEUDO_MAP_VALUE, RODATA, 0).to_vec();
-                v.push(stx(op::DW, 1, s, 0));
+                let mut v = ld_map_value(1, RODATA, 0).to_vec();
+                v.push(stx(op::DW, 1, 0, s));
                 v
             }
             1 => {
                 // .rodata looked up through the helper, and written.
                 let mut v = self.key(RODATA);
                 v.push(st(op::W, 10, -136, 0));
-                v.extend(lddw(1, op::PSEUDO_MAP_FD, RODATA, 0));
+                v.extend(ld_map(1, RODATA));
                 v.push(call(1));
-                v.push(i(op::JMP | op::JEQ | op::K, 0, 0, 1, 0));
-                v.push(stx(op::DW, 0, s, 0));
+                v.push(jmp_imm(op::JEQ, 0, 0, 1));
+                v.push(stx(op::DW, 0, 0, s));
                 v
             }
             2 => {
                 // .rodata as the value of an update of itself.
                 let mut v = self.key(RODATA);
                 v.push(st(op::W, 10, -136, 0));
-                v.extend(lddw(3, op::PSEUDO_MAP_VALUE, BSS, 0));
-                v.extend(lddw(1, op::PSEUDO_MAP_FD, RODATA, 0));
-                v.push(mov_k(4, 0));
+                v.extend(ld_map_value(3, BSS, 0));
+                v.extend(ld_map(1, RODATA));
+                v.push(mov64_imm(4, 0));
                 v.push(call(2));
                 v
             }
             _ => {
                 // Past the end of .bss.
-                let mut v = lddw(1, op::PSEUDO_MAP_VALUE, BSS, 4).to_vec();
+                let mut v = ld_map_value(1, BSS, 4).to_vec();
                 v.push(ldx(op::DW, d, 1, 0));
                 v
             }
@@ -528,11 +484,11 @@ impl Gen {
         let mut v = vec![st(op::DW, 10, slot, 1)];
         if self.bent() {
             match self.r.below(2) {
-                0 => v.push(i(op::STX | op::ATOMIC | op::DW, 10, s, slot + 4, o)), // misaligned
-                _ => v.push(i(op::STX | op::ATOMIC | op::DW, 6, s, 0, o)),         // on ctx
+                0 => v.push(atomic(op::DW, o, 10, slot + 4, s)), // misaligned
+                _ => v.push(atomic(op::DW, o, 6, 0, s)),         // on ctx
             }
         } else {
-            v.push(i(op::STX | op::ATOMIC | op::DW, 10, s, slot, o));
+            v.push(atomic(op::DW, o, 10, slot, s));
         }
         v.push(ldx(op::DW, self.scalar(), 10, slot));
         v
@@ -552,26 +508,26 @@ impl Gen {
         } else {
             (op::ALU64, op::JMP)
         };
-        let mut v = vec![i(alu | op::MOV | op::K, 4, 0, 0, 0)];
+        let mut v = vec![insn(alu | op::MOV | op::K, 4, 0, 0, 0)];
         let len = body.len() as i16;
         v.extend(body);
         if bend && self.r.one_in(2) {
             // Counts by two towards an odd bound with !=: never exits.
-            v.push(i(alu | op::ADD | op::K, 4, 0, 0, 2));
-            v.push(i(jmp | op::JNE | op::K, 4, 0, -(len + 2), 2 * n + 1));
+            v.push(insn(alu | op::ADD | op::K, 4, 0, 0, 2));
+            v.push(insn(jmp | op::JNE | op::K, 4, 0, -(len + 2), 2 * n + 1));
         } else if bend {
             // The bound is a context field: nothing bounds the loop.
             v.insert(0, ldx(op::W, 5, 6, 16));
-            v.push(i(alu | op::ADD | op::K, 4, 0, 0, 1));
-            v.push(i(jmp | op::JLT | op::X, 4, 5, -(len + 2), 0));
+            v.push(insn(alu | op::ADD | op::K, 4, 0, 0, 1));
+            v.push(insn(jmp | op::JLT | op::X, 4, 5, -(len + 2), 0));
         } else if self.r.one_in(3) {
             // Counting down with !=.
-            v[0] = i(alu | op::MOV | op::K, 4, 0, 0, n);
-            v.push(i(alu | op::ADD | op::K, 4, 0, 0, -1));
-            v.push(i(jmp | op::JNE | op::K, 4, 0, -(len + 2), 0));
+            v[0] = insn(alu | op::MOV | op::K, 4, 0, 0, n);
+            v.push(insn(alu | op::ADD | op::K, 4, 0, 0, -1));
+            v.push(insn(jmp | op::JNE | op::K, 4, 0, -(len + 2), 0));
         } else {
-            v.push(i(alu | op::ADD | op::K, 4, 0, 0, 1));
-            v.push(i(jmp | op::JLT | op::K, 4, 0, -(len + 2), n));
+            v.push(insn(alu | op::ADD | op::K, 4, 0, 0, 1));
+            v.push(insn(jmp | op::JLT | op::K, 4, 0, -(len + 2), n));
         }
         v
     }
@@ -585,7 +541,7 @@ impl Gen {
             (false, true) => self.r.of(&[4, 6, 9999]), // not ours
             (false, false) => self.r.of(&[5, 8]),
         };
-        vec![call(id), mov_x(d, 0)]
+        vec![call(id), mov64_reg(d, 0)]
     }
 
     fn cond(&mut self) -> Insn {
@@ -605,9 +561,9 @@ impl Gen {
         let class = if self.r.one_in(3) { op::JMP32 } else { op::JMP };
         let d = if self.bent() { 6 } else { self.scalar() }; // a pointer compared
         if self.r.one_in(2) {
-            i(class | o | op::X, d, self.scalar(), 0, 0)
+            insn(class | o | op::X, d, self.scalar(), 0, 0)
         } else {
-            i(class | o | op::K, d, 0, 0, self.r.below(200) as i32 - 50)
+            insn(class | o | op::K, d, 0, 0, self.r.below(200) as i32 - 50)
         }
     }
 
@@ -647,13 +603,13 @@ pub fn program(seed: u64) -> Object {
         tuner: section == "tuner",
         bad,
     };
-    let mut blocks = vec![Block::Code(vec![mov_x(6, 1)])];
+    let mut blocks = vec![Block::Code(vec![mov64_reg(6, 1)])];
     for s in SCALARS {
         blocks.push(Block::Code(if g.r.one_in(2) {
             let (off, size, _) = g.r.of(g.fields());
             vec![ldx(size_of(size), s, 6, off)]
         } else {
-            vec![mov_k(s, g.r.below(1 << 16) as i32)]
+            vec![mov64_imm(s, g.r.below(1 << 16) as i32)]
         }));
     }
     for _ in 0..2 + g.r.below(12) {
@@ -666,9 +622,9 @@ pub fn program(seed: u64) -> Object {
         g.scalar()
     };
     let fall_through = g.bent();
-    let mut tail = vec![mov_x(0, ret)];
+    let mut tail = vec![mov64_reg(0, ret)];
     if !fall_through {
-        tail.push(i(op::JMP | op::EXIT, 0, 0, 0, 0));
+        tail.push(exit());
     }
     blocks.push(Block::Code(tail));
 
@@ -698,15 +654,9 @@ pub fn program(seed: u64) -> Object {
             Block::CallSub => {
                 let s = g.scalar();
                 let here = starts[k] + 1;
-                insns.push(mov_x(1, s));
-                insns.push(i(
-                    op::JMP | op::CALL,
-                    0,
-                    op::PSEUDO_CALL,
-                    0,
-                    (end - here - 1) as i32,
-                ));
-                insns.push(mov_x(s, 0));
+                insns.push(mov64_reg(1, s));
+                insns.push(call_local((end - here - 1) as i32));
+                insns.push(mov64_reg(s, 0));
             }
         }
     }
@@ -714,9 +664,9 @@ pub fn program(seed: u64) -> Object {
     insns.extend([
         st(op::DW, 10, -8, 5),
         ldx(op::DW, 0, 10, -8),
-        i(op::ALU64 | op::MUL | op::K, 1, 0, 0, 3),
-        i(op::ALU64 | op::ADD | op::X, 0, 1, 0, 0),
-        i(op::JMP | op::EXIT, 0, 0, 0, 0),
+        alu64_imm(op::MUL, 1, 3),
+        alu64_reg(op::ADD, 0, 1),
+        exit(),
     ]);
     Object {
         programs: vec![Program {
