@@ -3,71 +3,14 @@
 //! and the ordinary idioms the verifier used to reject. The C corpus (policies/) covers the
 //! same classes as compiled programs.
 
+mod common;
+use common::*;
+
 use policy_object::insn::build::{
     alu64_imm, alu64_reg, atomic, call, call_local, exit, insn, jmp_imm, jmp_reg, jmp32_imm,
     ld_map, ldx, mov32_reg, mov64_imm, mov64_reg, st, stx,
 };
 use policy_object::insn::{self as op, Insn};
-use policy_verifier::platform::{HOOKS, MapInfo};
-use policy_verifier::{Limits, verify_insns};
-
-const ARR: i32 = 0; // array, 4-byte key, 32-byte value
-const RODATA: i32 = 1; // .rodata, read only
-const SMALL: i32 = 2; // 8-byte key, 8-byte value
-
-fn maps() -> Vec<MapInfo> {
-    vec![
-        MapInfo {
-            name: "arr".into(),
-            key_size: 4,
-            value_size: 32,
-            max_entries: 4,
-            read_only: false,
-            global_data: false,
-        },
-        MapInfo {
-            name: ".rodata".into(),
-            key_size: 4,
-            value_size: 16,
-            max_entries: 1,
-            read_only: true,
-            global_data: true,
-        },
-        MapInfo {
-            name: "small".into(),
-            key_size: 8,
-            value_size: 8,
-            max_entries: 16,
-            read_only: false,
-            global_data: false,
-        },
-    ]
-}
-
-/// `r{d} = lookup(arr, key)` with the key at fp-4, null-checked: on NULL the program exits 0.
-fn lookup(d: u8, key: i32) -> Vec<Insn> {
-    let mut v = vec![
-        st(op::W, 10, -4, key),
-        mov64_reg(2, 10),
-        alu64_imm(op::ADD, 2, -4),
-    ];
-    v.extend(ld_map(1, ARR));
-    v.extend([
-        call(1),
-        mov64_reg(d, 0),
-        jmp_imm(op::JNE, d, 0, 2),
-        mov64_imm(0, 0),
-        exit(),
-    ]);
-    v
-}
-
-fn verdict(section: &str, prog: &[Insn]) -> Result<(), String> {
-    let hook = HOOKS.iter().find(|h| h.section == section).unwrap();
-    verify_insns(prog, hook, &maps(), Limits::default())
-        .map(|_| ())
-        .map_err(|e| format!("{} | {e}", e.kind()))
-}
 
 #[track_caller]
 fn rejected(kind: &str, prog: &[Insn]) {
@@ -87,10 +30,6 @@ fn accepted(prog: &[Insn]) {
     if let Err(e) = verdict("tuner", prog) {
         panic!("rejected: {e}");
     }
-}
-
-fn cat(parts: &[&[Insn]]) -> Vec<Insn> {
-    parts.iter().flat_map(|p| p.iter().copied()).collect()
 }
 
 // ---------------------------------------------------------------- 1. atomics on the stack

@@ -1,13 +1,14 @@
 //! Red-team probes against the verifier.
+
+mod common;
+use common::*;
 use policy_object::insn::build::{
     alu32_imm, alu32_reg, alu64_imm, alu64_reg, atomic, bswap, call, call_local, exit, gotol, ja,
     jmp_imm, jmp_reg, jmp32_imm, ld_map, lddw, ldsx, ldx, mov32_reg, mov64_imm, mov64_reg, movsx32,
     movsx64, neg64, st, stx,
 };
 use policy_object::insn::{self as op, Insn};
-use policy_verifier::platform::{HOOKS, MapInfo};
 use policy_verifier::scalar::{Scalar, Tnum};
-use policy_verifier::{Limits, verify_insns};
 
 struct Rng(u64);
 impl Rng {
@@ -84,73 +85,6 @@ fn synced_never_drops_a_member() {
 }
 
 // ------------------------------------------------------------------ maps, lookups, verdicts
-
-const ARR: i32 = 0; // array, 4-byte key, 32-byte value
-
-fn maps() -> Vec<MapInfo> {
-    vec![
-        MapInfo {
-            name: "arr".into(),
-            key_size: 4,
-            value_size: 32,
-            max_entries: 4,
-            read_only: false,
-            global_data: false,
-        },
-        MapInfo {
-            name: ".rodata".into(),
-            key_size: 4,
-            value_size: 16,
-            max_entries: 1,
-            read_only: true,
-            global_data: true,
-        },
-        MapInfo {
-            name: ".data".into(),
-            key_size: 4,
-            value_size: 64,
-            max_entries: 1,
-            read_only: false,
-            global_data: true,
-        },
-    ]
-}
-
-/// `r{d} = lookup(arr, key)`, null-checked (NULL: exit 0). Clobbers r0-r5.
-fn lookup(d: u8, key: i32) -> Vec<Insn> {
-    let mut v = vec![
-        st(op::W, 10, -4, key),
-        mov64_reg(2, 10),
-        alu64_imm(op::ADD, 2, -4),
-    ];
-    v.extend(ld_map(1, ARR));
-    v.extend([
-        call(1),
-        mov64_reg(d, 0),
-        jmp_imm(op::JNE, d, 0, 2),
-        mov64_imm(0, 0),
-        exit(),
-    ]);
-    v
-}
-
-fn verdict(section: &str, prog: &[Insn]) -> Result<(), String> {
-    let hook = HOOKS.iter().find(|h| h.section == section).unwrap();
-    verify_insns(prog, hook, &maps(), Limits::default())
-        .map(|_| ())
-        .map_err(|e| format!("{} | {e}", e.kind()))
-}
-
-fn listing(p: &[Insn]) -> String {
-    (0..p.len())
-        .map(|k| format!("{k:3}: {}", op::disasm(p, k)))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-fn cat(parts: &[&[Insn]]) -> Vec<Insn> {
-    parts.iter().flat_map(|p| p.iter().copied()).collect()
-}
 
 // ------------------------------------------------------------------ pruning: value routes × sinks
 //
