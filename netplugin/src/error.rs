@@ -16,6 +16,9 @@ pub enum NetError {
     BadHandle(String),
     /// NCCL called us in a way the ABI does not allow (`ncclInternalError`).
     Misuse(String),
+    /// An argument no call may carry: a size over `maxP2pBytes`, NULL data with a non-zero
+    /// size (`ncclInvalidArgument`). The comm stays usable.
+    InvalidArgument(String),
     /// No usable device or a bad device index (`ncclSystemError` / `ncclInternalError`).
     NoDevice(String),
     /// The comm failed earlier; every later operation reports the first error.
@@ -44,6 +47,7 @@ impl NetError {
             NetError::PeerClosed { .. } | NetError::Broken(_) => NcclResult::REMOTE_ERROR,
             NetError::Truncated { .. } | NetError::BadHandle(_) => NcclResult::INVALID_USAGE,
             NetError::Misuse(_) | NetError::Panic(_) => NcclResult::INTERNAL_ERROR,
+            NetError::InvalidArgument(_) => NcclResult::INVALID_ARGUMENT,
         }
     }
 
@@ -66,6 +70,7 @@ impl fmt::Display for NetError {
             ),
             NetError::BadHandle(m) => write!(f, "bad connection handle: {m}"),
             NetError::Misuse(m) => write!(f, "invalid call: {m}"),
+            NetError::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
             NetError::NoDevice(m) => write!(f, "{m}"),
             NetError::Broken(m) => write!(f, "{m}"),
             NetError::Panic(m) => write!(f, "internal panic caught at the C ABI: {m}"),

@@ -113,7 +113,7 @@ fn props_v12(dev: c_int) -> NetResult<NetPropertiesV12> {
         net_device_type: NetDeviceType::HOST,
         net_device_version: 0,
         v_props: NetVDevicePropsV12 { ndevs: 1, devs },
-        max_p2p_bytes: MAX_NET_SIZE_BYTES,
+        max_p2p_bytes: MAX_MESSAGE,
         max_coll_bytes: 512 << 20,
         max_multi_request_size: 1,
         rail_id: NET_ID_UNDEF,
@@ -223,8 +223,28 @@ unsafe extern "C" fn dereg_mr(_comm: Vp, _mhandle: Vp) -> NcclResult {
     NcclResult::SUCCESS
 }
 
+/// The largest message: what `test()` can report back in its `int` sizes (advertised as
+/// `maxP2pBytes`).
+pub const MAX_MESSAGE: usize = i32::MAX as usize;
+
+/// Checks a buffer NCCL hands to `isend`/`irecv` before anything is taken for it.
+fn check_buffer(op: &str, data: Vp, size: usize) -> NetResult<()> {
+    if size > MAX_MESSAGE {
+        return Err(NetError::InvalidArgument(format!(
+            "{op} of {size} bytes: over maxP2pBytes ({MAX_MESSAGE})"
+        )));
+    }
+    if data.is_null() && size > 0 {
+        return Err(NetError::InvalidArgument(format!(
+            "{op} of {size} bytes from a NULL buffer"
+        )));
+    }
+    Ok(())
+}
+
 fn isend(comm: Vp, data: Vp, size: usize, request: *mut Vp) -> NetResult<()> {
     let c = comm_ref(comm)?;
+    check_buffer("isend", data, size)?;
     // SAFETY: NCCL lends `data` for `size` bytes until the request completes.
     let buf = unsafe { Buf::new(data.cast(), size) };
     let slot = c.isend(buf)?;
@@ -250,6 +270,8 @@ fn irecv(
     if data.is_null() {
         return Err(NetError::Misuse("NULL data".into()));
     }
+    // SAFETY: a non-null data array holds n = 1 buffer pointers.
+    check_buffer("irecv", unsafe { *data }, size)?;
     // SAFETY: data points to n = 1 buffer pointers; that buffer is lent for `size` bytes.
     let buf = unsafe { Buf::new((*data).cast(), size) };
     let slot = c.irecv(buf)?;
@@ -276,8 +298,8 @@ unsafe extern "C" fn isend_v7(
     request: *mut Vp,
 ) -> NcclResult {
     guard("isend", || {
-        let size =
-            usize::try_from(size).map_err(|_| NetError::Misuse(format!("negative size {size}")))?;
+        let size = usize::try_from(size)
+            .map_err(|_| NetError::InvalidArgument(format!("isend of a negative size {size}")))?;
         isend(comm, data, size, request)
     })
 }
@@ -310,7 +332,13 @@ unsafe extern "C" fn irecv_v7(
     request: *mut Vp,
 ) -> NcclResult {
     guard("irecv", || {
-        let s = first(sizes).map(|s| s.max(0) as usize);
+        let s =
+            match first(sizes) {
+                Some(s) => Some(usize::try_from(s).map_err(|_| {
+                    NetError::InvalidArgument(format!("irecv of a negative size {s}"))
+                })?),
+                None => None,
+            };
         irecv(comm, n, data, s, request)
     })
 }

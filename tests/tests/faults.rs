@@ -142,3 +142,37 @@ fn bad_arguments_are_errors() {
     let mut h = [0u8; 128];
     assert!(n.connect_step(-1, &mut h).is_err());
 }
+
+#[test]
+fn sizes_nccl_cannot_mean_are_invalid_arguments_and_the_comm_carries_on() {
+    for v in [7, 9, 10, 12] {
+        let n = Net::ready(Some(v));
+        let (s, r) = n.connect_pair(0).unwrap();
+        let mut small = vec![0u8; 64];
+        let over = i32::MAX as usize + 1;
+        // SAFETY: every call below is refused before the buffer is touched (the sizes are
+        // checked first); the one buffer passed is 64 bytes and outlives the calls.
+        let refused = unsafe {
+            [
+                n.isend(s, std::ptr::null(), 100).map(|_| ()),
+                n.isend(s, small.as_ptr(), over).map(|_| ()),
+                n.irecv(r, std::ptr::null_mut(), 100, false).map(|_| ()),
+                n.irecv(r, small.as_mut_ptr(), over, false).map(|_| ()),
+            ]
+        };
+        for (k, e) in refused.into_iter().enumerate() {
+            let e = e.expect_err(&format!("v{v}: call {k} accepted"));
+            assert_eq!(e.name(), "ncclInvalidArgument", "v{v}: call {k}");
+        }
+        // (Versions whose sizes are `int` receive the oversized count as a negative one.)
+        let log = ncclbpf_harness::log_text();
+        assert!(log.contains("over maxP2pBytes") || log.contains("negative size"));
+        assert!(ncclbpf_harness::log_text().contains("NULL buffer"));
+        // Nothing was taken: the comm still moves data, and a NULL buffer of 0 bytes is fine.
+        let data = pattern(1000, 3);
+        assert_eq!(n.transfer(s, r, &data, 1000).unwrap(), data);
+        assert_eq!(n.transfer(s, r, &[], 0).unwrap(), Vec::<u8>::new());
+        n.close_send(s).unwrap();
+        n.close_recv(r).unwrap();
+    }
+}
