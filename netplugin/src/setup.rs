@@ -22,6 +22,11 @@ use std::time::{Duration, Instant};
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 /// An accepted stream that has not sent its hello within this time is dropped.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
+/// Streams waiting for their hello, per listener; beyond this the oldest is dropped, so a
+/// flood of silent connections cannot hold every descriptor.
+const MAX_PENDING: usize = 256;
+/// A connection whose streams have not all arrived within this time is dropped.
+const GROUP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A random 64-bit number (nonces, connection ids, connect keys).
 pub fn random_u64() -> u64 {
@@ -66,6 +71,7 @@ struct Incoming {
 struct Group {
     streams: Vec<Option<TcpStream>>,
     count: usize,
+    since: Instant,
 }
 
 /// The device and communicator a connection serves.
@@ -112,6 +118,28 @@ pub fn listen(
     }))
 }
 
+/// Errors of `accept` that pass: no descriptor, buffer or memory right now.
+fn transient_accept_error(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM | libc::EPROTO)
+    )
+}
+
+/// One log line per second at most for transient accept errors.
+fn log_transient(e: &io::Error) {
+    static LAST: Mutex<Option<Instant>> = Mutex::new(None);
+    let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
+    if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+        *last = Some(Instant::now());
+        crate::nlog!(
+            WARN,
+            NET,
+            "accept: {e} (transient: the connection waits in the backlog and is taken later)"
+        );
+    }
+}
+
 impl ListenComm {
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.listener.local_addr().ok()
@@ -136,9 +164,21 @@ impl ListenComm {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if matches!(e.kind(), io::ErrorKind::ConnectionAborted) => {}
+                Err(e) if transient_accept_error(&e) => {
+                    // Out of descriptors or buffers for now: the connection stays in the
+                    // kernel's backlog and is taken on a later call.
+                    log_transient(&e);
+                    break;
+                }
                 Err(e) => return Err(NetError::io("accept", e)),
             }
         }
+        if self.incoming.len() > MAX_PENDING {
+            // Oldest first: a real peer sends its hello at once.
+            self.incoming.sort_by_key(|i| std::cmp::Reverse(i.since));
+            self.incoming.truncate(MAX_PENDING);
+        }
+        self.groups.retain(|_, g| g.since.elapsed() < GROUP_TIMEOUT);
         let mut i = 0;
         while i < self.incoming.len() {
             let inc = &mut self.incoming[i];
@@ -168,9 +208,22 @@ impl ListenComm {
                     let g = self.groups.entry(h.conn_id).or_insert_with(|| Group {
                         streams: (0..=h.nstreams).map(|_| None).collect(),
                         count: 0,
+                        since: Instant::now(),
                     });
-                    if g.streams[h.index as usize].replace(inc.stream).is_none() {
+                    let slot = &mut g.streams[h.index as usize];
+                    if slot.is_none() {
+                        *slot = Some(inc.stream);
                         g.count += 1;
+                    } else {
+                        // First come: a second stream for the same index never replaces the
+                        // one already admitted.
+                        crate::nlog!(
+                            INFO,
+                            NET,
+                            "dropped a duplicate stream {} of connection {:#x}",
+                            h.index,
+                            h.conn_id
+                        );
                     }
                 }
                 _ => crate::nlog!(
