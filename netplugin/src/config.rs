@@ -19,6 +19,10 @@ pub struct Config {
     pub min_chunk: u32,
     /// `NCCL_BPF_SPEED_MBPS`: overrides the port speed reported to NCCL (0 = read from sysfs).
     pub speed_mbps: u32,
+    /// `NCCL_BPF_TIMEOUT`: seconds after which a stream whose peer host or link died fails
+    /// (TCP keepalive and `TCP_USER_TIMEOUT`); 0 turns both off. A live peer, however slow
+    /// or stopped, keeps acknowledging at the TCP level and never trips it.
+    pub timeout_s: u32,
 }
 
 pub const MAX_STREAMS: u32 = 16;
@@ -30,6 +34,7 @@ impl Default for Config {
             inline_bytes: 64 * 1024,
             min_chunk: 64 * 1024,
             speed_mbps: 0,
+            timeout_s: 120,
         }
     }
 }
@@ -122,6 +127,14 @@ impl Config {
             &mut c.speed_mbps,
             &mut bad,
         );
+        parse_u32(
+            get,
+            "NCCL_BPF_TIMEOUT",
+            0,
+            86_400,
+            &mut c.timeout_s,
+            &mut bad,
+        );
         (c, bad)
     }
 
@@ -189,5 +202,9 @@ mod tests {
         let (c, bad) = with(&[("NCCL_BPF_NSTREAMS", "17")]);
         assert_eq!(c.nstreams, 4);
         assert_eq!(bad.len(), 1);
+        let (c, bad) = with(&[("NCCL_BPF_TIMEOUT", "-1")]);
+        assert_eq!((c.timeout_s, bad.len()), (120, 1));
+        let (c, bad) = with(&[("NCCL_BPF_TIMEOUT", "0")]);
+        assert_eq!((c.timeout_s, bad.len()), (0, 0));
     }
 }

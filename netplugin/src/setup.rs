@@ -56,7 +56,33 @@ fn stream_socket(addr: &SocketAddr) -> io::Result<Socket> {
     )?;
     s.set_nonblocking(true)?;
     s.set_nodelay(true)?;
+    dead_peer_timeout(&socket2::SockRef::from(&s));
     Ok(s)
+}
+
+/// Keepalive and `TCP_USER_TIMEOUT` from `NCCL_BPF_TIMEOUT`, so that a peer host that died or
+/// a link that went down fails the stream (and its requests) instead of leaving it pending.
+fn dead_peer_timeout(s: &socket2::SockRef<'_>) {
+    let secs = crate::plugin::get().map_or(120, |p| p.config.timeout_s);
+    if secs == 0 {
+        return;
+    }
+    let total = Duration::from_secs(u64::from(secs));
+    // Probes start after a quarter of the timeout, then every eighth: about 3/4 in all.
+    let ka = socket2::TcpKeepalive::new()
+        .with_time((total / 4).max(Duration::from_secs(1)))
+        .with_interval((total / 8).max(Duration::from_secs(1)))
+        .with_retries(4);
+    if let Err(e) = s
+        .set_tcp_keepalive(&ka)
+        .and_then(|()| s.set_tcp_user_timeout(Some(total)))
+    {
+        crate::nlog!(
+            WARN,
+            NET,
+            "NCCL_BPF_TIMEOUT: cannot set keepalive/TCP_USER_TIMEOUT: {e}"
+        );
+    }
 }
 
 // ---------------------------------------------------------------- listen / accept
@@ -154,6 +180,7 @@ impl ListenComm {
                         .set_nonblocking(true)
                         .map_err(|e| NetError::io("set_nonblocking", e))?;
                     let _ = stream.set_nodelay(true);
+                    dead_peer_timeout(&socket2::SockRef::from(&stream));
                     self.incoming.push(Incoming {
                         stream,
                         hello: [0; HELLO_SIZE],
