@@ -31,12 +31,12 @@ impl NetError {
     pub fn io(op: &'static str, source: io::Error) -> Self {
         use io::ErrorKind::*;
         match source.kind() {
-            ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof => {
-                NetError::PeerClosed {
-                    op,
-                    detail: source.to_string(),
-                }
-            }
+            // A dead peer host or link (keepalive, TCP_USER_TIMEOUT) is the peer's failure.
+            ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof | TimedOut
+            | HostUnreachable | NetworkUnreachable => NetError::PeerClosed {
+                op,
+                detail: source.to_string(),
+            },
             _ => NetError::Io { op, source },
         }
     }
@@ -81,3 +81,24 @@ impl fmt::Display for NetError {
 impl std::error::Error for NetError {}
 
 pub type NetResult<T> = Result<T, NetError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dead_peers_are_remote_errors() {
+        for errno in [
+            libc::ECONNRESET,
+            libc::EPIPE,
+            libc::ETIMEDOUT,
+            libc::EHOSTUNREACH,
+            libc::ENETUNREACH,
+        ] {
+            let e = NetError::io("recv", io::Error::from_raw_os_error(errno));
+            assert_eq!(e.code(), NcclResult::REMOTE_ERROR, "errno {errno}");
+        }
+        let e = NetError::io("socket", io::Error::from_raw_os_error(libc::EMFILE));
+        assert_eq!(e.code(), NcclResult::SYSTEM_ERROR);
+    }
+}
