@@ -215,21 +215,9 @@ impl Checker<'_> {
         let bad = |what: &str| Reject::BadInsn {
             what: what.to_string(),
         };
-        let n = self.insns.len();
+        // The two halves' encoding was checked by `insn_fields`.
         let i = self.insns[pc];
-        if pc + 1 >= n {
-            return Err(self.err(pc, None, bad("incomplete 64-bit immediate load")));
-        }
         let next = self.insns[pc + 1];
-        if next.code != 0 || next.dst != 0 || next.src != 0 || next.off != 0 {
-            return Err(self.err(
-                pc,
-                None,
-                bad(
-                    "second half of a 64-bit immediate load must have code, registers and offset 0",
-                ),
-            ));
-        }
         match i.src {
             0 => {}
             op::PSEUDO_MAP_FD | op::PSEUDO_MAP_VALUE => {
@@ -264,228 +252,44 @@ impl Checker<'_> {
         Ok(())
     }
 
-    /// One instruction's encoding: a defined opcode with its reserved fields zero.
+    /// One instruction's encoding: a defined RFC 9669 encoding with its reserved fields zero
+    /// (`policy_object::insn::encoding_error`, which the JIT applies too), and what the
+    /// verifier adds: r10 is never written, no constant zero divisor, shifts by an immediate
+    /// within the width, no kfunc calls (`lddw` sources: `lddw_fields`).
     fn insn_fields(&self, pc: usize, i: &Insn) -> Result<(), VerifyError> {
         let fail = |what: String| Err(self.err(pc, None, Reject::BadInsn { what }));
-        let reserved = |field: &str| {
-            fail(format!(
-                "reserved field '{field}' is not zero ({})",
-                reserved_text(i)
-            ))
-        };
-        if i.dst > 10 || i.src > 10 {
+        if i.src > 10 || i.dst > 10 {
             return fail("register number above r10".into());
         }
-        let x = i.is_reg_src();
+        if let Some(why) = op::encoding_error(i, self.insns.get(pc + 1)) {
+            return fail(format!(
+                "{why} (code={:#04x} dst=r{} src=r{} off={} imm={})",
+                i.code, i.dst, i.src, i.off, i.imm
+            ));
+        }
+        let writes_dst = matches!(i.class(), op::ALU | op::ALU64 | op::LDX | op::LD);
+        if writes_dst && i.dst == 10 {
+            return fail("frame pointer r10 is read only".into());
+        }
         match i.class() {
             op::ALU | op::ALU64 => {
-                let alu64 = i.class() == op::ALU64;
                 let o = i.op();
-                if o > op::END {
-                    return fail("unknown ALU operation".into());
+                if matches!(o, op::DIV | op::MOD) && !i.is_reg_src() && i.imm == 0 {
+                    return Err(self.err(pc, None, Reject::DivByZero { reg: None }));
                 }
-                if i.dst == 10 {
-                    return fail("frame pointer r10 is read only".into());
-                }
-                match o {
-                    op::END => {
-                        if alu64 && x {
-                            return fail("byte swap (ALU64 END) takes no source register".into());
-                        }
-                        if i.src != 0 {
-                            return reserved("src");
-                        }
-                        if i.off != 0 {
-                            return reserved("off");
-                        }
-                        if ![16, 32, 64].contains(&i.imm) {
-                            return fail("byte swap width must be 16, 32 or 64".into());
-                        }
-                    }
-                    op::NEG => {
-                        if x {
-                            return fail("neg takes no source register".into());
-                        }
-                        if i.src != 0 {
-                            return reserved("src");
-                        }
-                        if i.imm != 0 {
-                            return reserved("imm");
-                        }
-                        if i.off != 0 {
-                            return reserved("off");
-                        }
-                    }
-                    _ => {
-                        if x && i.imm != 0 {
-                            return reserved("imm");
-                        }
-                        if !x && i.src != 0 {
-                            return reserved("src");
-                        }
-                        let off_ok = match o {
-                            op::DIV | op::MOD => i.off == 0 || i.off == 1,
-                            op::MOV if x => {
-                                i.off == 0 || i.off == 8 || i.off == 16 || (alu64 && i.off == 32)
-                            }
-                            _ => i.off == 0,
-                        };
-                        if !off_ok {
-                            return reserved("off");
-                        }
-                        if matches!(o, op::DIV | op::MOD) && !x && i.imm == 0 {
-                            return Err(self.err(pc, None, Reject::DivByZero { reg: None }));
-                        }
-                        let bits = if alu64 { 64 } else { 32 };
-                        if matches!(o, op::LSH | op::RSH | op::ARSH)
-                            && !x
-                            && !(0..bits).contains(&i.imm)
-                        {
-                            return fail("shift by an immediate out of range".into());
-                        }
-                    }
+                let bits = if i.class() == op::ALU64 { 64 } else { 32 };
+                if matches!(o, op::LSH | op::RSH | op::ARSH)
+                    && !i.is_reg_src()
+                    && !(0..bits).contains(&i.imm)
+                {
+                    return fail("shift by an immediate out of range".into());
                 }
             }
-            op::LDX => {
-                match i.mode() {
-                    op::MEM => {}
-                    op::MEMSX if i.size_bits() != op::DW => {}
-                    op::MEMSX => return fail("sign-extending loads are 1, 2 or 4 bytes".into()),
-                    _ => return fail("unsupported load mode".into()),
-                }
-                if i.imm != 0 {
-                    return reserved("imm");
-                }
-                if i.dst == 10 {
-                    return fail("frame pointer r10 is read only".into());
-                }
+            op::JMP if i.op() == op::CALL && i.src == op::PSEUDO_KFUNC_CALL => {
+                return fail("calls of kernel functions (kfuncs) are not supported".into());
             }
-            op::ST => {
-                if i.mode() != op::MEM {
-                    return fail("unsupported store mode".into());
-                }
-                if i.src != 0 {
-                    return reserved("src");
-                }
-            }
-            op::STX => match i.mode() {
-                op::MEM => {
-                    if i.imm != 0 {
-                        return reserved("imm");
-                    }
-                }
-                op::ATOMIC => {
-                    if !matches!(i.size_bits(), op::W | op::DW) {
-                        return fail("atomic operations are 4 or 8 bytes".into());
-                    }
-                    let ok = [
-                        op::ATOMIC_ADD,
-                        op::ATOMIC_OR,
-                        op::ATOMIC_AND,
-                        op::ATOMIC_XOR,
-                        op::ATOMIC_ADD | op::FETCH,
-                        op::ATOMIC_OR | op::FETCH,
-                        op::ATOMIC_AND | op::FETCH,
-                        op::ATOMIC_XOR | op::FETCH,
-                        op::ATOMIC_XCHG,
-                        op::ATOMIC_CMPXCHG,
-                    ];
-                    if !ok.contains(&i.imm) {
-                        return fail(format!("unknown atomic operation {:#x}", i.imm));
-                    }
-                }
-                _ => return fail("unsupported store mode".into()),
-            },
-            op::LD => {
-                if !i.is_lddw() {
-                    return fail("legacy packet loads are not supported".into());
-                }
-                if i.off != 0 {
-                    return reserved("off");
-                }
-                if i.dst == 10 {
-                    return fail("frame pointer r10 is read only".into());
-                }
-            }
-            op::JMP | op::JMP32 => {
-                let jmp32 = i.class() == op::JMP32;
-                match i.op() {
-                    op::CALL | op::EXIT if jmp32 => {
-                        return fail("call/exit in the JMP32 class".into());
-                    }
-                    op::CALL => {
-                        if x {
-                            return fail("callx (call through a register) is not supported".into());
-                        }
-                        if i.dst != 0 {
-                            return reserved("dst");
-                        }
-                        if i.off != 0 {
-                            return reserved("off");
-                        }
-                        match i.src {
-                            0 | op::PSEUDO_CALL => {}
-                            2 => {
-                                return fail(
-                                    "calls of kernel functions (kfuncs) are not supported".into(),
-                                );
-                            }
-                            _ => return reserved("src"),
-                        }
-                    }
-                    op::EXIT => {
-                        if x {
-                            return fail("exit takes no source register".into());
-                        }
-                        if i.dst != 0 || i.src != 0 || i.off != 0 || i.imm != 0 {
-                            return reserved("dst/src/off/imm");
-                        }
-                    }
-                    op::JA => {
-                        if x {
-                            return fail("ja takes no source register".into());
-                        }
-                        if i.dst != 0 || i.src != 0 {
-                            return reserved("dst/src");
-                        }
-                        if jmp32 {
-                            if i.off != 0 {
-                                return reserved("off");
-                            }
-                        } else if i.imm != 0 {
-                            return reserved("imm");
-                        }
-                    }
-                    op::JEQ
-                    | op::JGT
-                    | op::JGE
-                    | op::JSET
-                    | op::JNE
-                    | op::JSGT
-                    | op::JSGE
-                    | op::JLT
-                    | op::JLE
-                    | op::JSLT
-                    | op::JSLE => {
-                        if x && i.imm != 0 {
-                            return reserved("imm");
-                        }
-                        if !x && i.src != 0 {
-                            return reserved("src");
-                        }
-                    }
-                    _ => return fail("unknown jump operation".into()),
-                }
-            }
-            _ => unreachable!("3-bit class"),
+            _ => {}
         }
         Ok(())
     }
-}
-
-fn reserved_text(i: &Insn) -> String {
-    format!(
-        "code={:#04x} dst=r{} src=r{} off={} imm={}",
-        i.code, i.dst, i.src, i.off, i.imm
-    )
 }
