@@ -23,6 +23,10 @@ pub struct Config {
     /// (TCP keepalive and `TCP_USER_TIMEOUT`); 0 turns both off. A live peer, however slow
     /// or stopped, keeps acknowledging at the TCP level and never trips it.
     pub timeout_s: u32,
+    /// `NCCL_BPF_HANDSHAKE_TIMEOUT`: seconds an accepted stream has to prove it belongs (hello,
+    /// then the answer to the listener's challenge), and a connection's streams have to all
+    /// arrive; a stream or connection still incomplete after it is dropped.
+    pub handshake_timeout_s: u32,
 }
 
 pub const MAX_STREAMS: u32 = 16;
@@ -35,6 +39,7 @@ impl Default for Config {
             min_chunk: 64 * 1024,
             speed_mbps: 0,
             timeout_s: 120,
+            handshake_timeout_s: 10,
         }
     }
 }
@@ -135,6 +140,14 @@ impl Config {
             &mut c.timeout_s,
             &mut bad,
         );
+        parse_u32(
+            get,
+            "NCCL_BPF_HANDSHAKE_TIMEOUT",
+            1,
+            3600,
+            &mut c.handshake_timeout_s,
+            &mut bad,
+        );
         (c, bad)
     }
 
@@ -206,5 +219,9 @@ mod tests {
         assert_eq!((c.timeout_s, bad.len()), (120, 1));
         let (c, bad) = with(&[("NCCL_BPF_TIMEOUT", "0")]);
         assert_eq!((c.timeout_s, bad.len()), (0, 0));
+        let (c, bad) = with(&[("NCCL_BPF_HANDSHAKE_TIMEOUT", "0")]);
+        assert_eq!((c.handshake_timeout_s, bad.len()), (10, 1));
+        let (c, bad) = with(&[("NCCL_BPF_HANDSHAKE_TIMEOUT", "3")]);
+        assert_eq!((c.handshake_timeout_s, bad.len()), (3, 0));
     }
 }

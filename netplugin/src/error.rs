@@ -12,6 +12,9 @@ pub enum NetError {
     PeerClosed { op: &'static str, detail: String },
     /// An incoming message is larger than the posted receive buffer (`ncclInvalidUsage`).
     Truncated { incoming: u64, posted: usize },
+    /// The process at the handle's address did not prove it holds the listener's secret
+    /// (`ncclRemoteError`): another process took the port, or the handle is stale.
+    Handshake(String),
     /// The connection handle is not one of ours or is corrupt (`ncclInvalidUsage`).
     BadHandle(String),
     /// NCCL called us in a way the ABI does not allow (`ncclInternalError`).
@@ -44,7 +47,9 @@ impl NetError {
     pub fn code(&self) -> NcclResult {
         match self {
             NetError::Io { .. } | NetError::NoDevice(_) => NcclResult::SYSTEM_ERROR,
-            NetError::PeerClosed { .. } | NetError::Broken(_) => NcclResult::REMOTE_ERROR,
+            NetError::PeerClosed { .. } | NetError::Broken(_) | NetError::Handshake(_) => {
+                NcclResult::REMOTE_ERROR
+            }
             NetError::Truncated { .. } | NetError::BadHandle(_) => NcclResult::INVALID_USAGE,
             NetError::Misuse(_) | NetError::Panic(_) => NcclResult::INTERNAL_ERROR,
             NetError::InvalidArgument(_) => NcclResult::INVALID_ARGUMENT,
@@ -68,6 +73,7 @@ impl fmt::Display for NetError {
                 f,
                 "message truncated: peer sent {incoming} bytes but the receive buffer holds {posted}"
             ),
+            NetError::Handshake(m) => write!(f, "admission handshake failed: {m}"),
             NetError::BadHandle(m) => write!(f, "bad connection handle: {m}"),
             NetError::Misuse(m) => write!(f, "invalid call: {m}"),
             NetError::InvalidArgument(m) => write!(f, "invalid argument: {m}"),

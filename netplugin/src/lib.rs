@@ -21,6 +21,7 @@ pub mod config;
 pub mod devices;
 pub mod error;
 pub mod ffi;
+pub mod handshake;
 pub mod hooks;
 pub mod log;
 pub mod plugin;

@@ -6,7 +6,7 @@
 //! | off | size | field |
 //! |---|---|---|
 //! | 0 | 8 | magic `HANDLE_MAGIC` |
-//! | 8 | 8 | listener nonce (random per listen) |
+//! | 8 | 8 | listener id (random per listen; streams name it in their hello) |
 //! | 16 | 1 | address family: 4 or 6 |
 //! | 18 | 2 | port |
 //! | 20 | 16 | IP address (IPv4 in the first 4 bytes) |
@@ -14,15 +14,22 @@
 //! | 40 | 4 | inline limit in bytes |
 //! | 44 | 4 | minimum chunk in bytes |
 //! | 64 | 8 | connect-progress key, written by `connect` (NCCL reuses the buffer on retries) |
+//! | 72 | 32 | listener secret (random per listen; never sent on a stream, see [`handshake`]) |
+//!
+//! [`handshake`]: crate::handshake
 
 use crate::error::{NetError, NetResult};
+use crate::handshake::{CHALLENGE_SIZE, SECRET_SIZE, Secret};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 pub const HANDLE_SIZE: usize = ncclnet_headers::net::NET_HANDLE_MAXSIZE;
-pub const HANDLE_MAGIC: u64 = 0x3146_5042_4c43_434e; // "NCCLBPF1"
-pub const HELLO_MAGIC: u64 = 0x4f4c_4c45_4846_5042; // "BPFHELLO"
-pub const HELLO_SIZE: usize = 32;
+pub const HANDLE_MAGIC: u64 = 0x3246_5042_4c43_434e; // "NCCLBPF2"
+/// The handle of ncclbpf before admission by secret (no secret in it).
+const HANDLE_MAGIC_V1: u64 = 0x3146_5042_4c43_434e; // "NCCLBPF1"
+pub const HELLO_MAGIC: u64 = 0x324f_4c45_4846_5042; // "BPFHELO2"
+pub const HELLO_SIZE: usize = 48;
 const KEY_OFFSET: usize = 64;
+const SECRET_OFFSET: usize = 72;
 
 /// How a connection carries messages; chosen by the listener.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,9 +41,12 @@ pub struct Shape {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Handle {
+    /// The listener's id, public: a hello names it, so that a stream meant for another
+    /// listener (an earlier job's, say) is told apart from one that fails its proof.
     pub nonce: u64,
     pub addr: SocketAddr,
     pub shape: Shape,
+    pub secret: Secret,
 }
 
 fn u32_at(b: &[u8], off: usize) -> u32 {
@@ -65,9 +75,15 @@ impl Handle {
         out[36..40].copy_from_slice(&self.shape.nstreams.to_le_bytes());
         out[40..44].copy_from_slice(&self.shape.inline_bytes.to_le_bytes());
         out[44..48].copy_from_slice(&self.shape.min_chunk.to_le_bytes());
+        out[SECRET_OFFSET..SECRET_OFFSET + SECRET_SIZE].copy_from_slice(&self.secret.0);
     }
 
     pub fn decode(b: &[u8; HANDLE_SIZE]) -> NetResult<Handle> {
+        if u64_at(b, 0) == HANDLE_MAGIC_V1 {
+            return Err(NetError::BadHandle(
+                "the peer runs an older ncclbpf (handle format 1, no admission secret): every rank must load the same plugin version".into(),
+            ));
+        }
         if u64_at(b, 0) != HANDLE_MAGIC {
             return Err(NetError::BadHandle(format!(
                 "magic {:#018x} is not ncclbpf's (is NCCL_NET set to another plugin on the peer?)",
@@ -101,10 +117,19 @@ impl Handle {
                 "impossible transport shape {shape:?}"
             )));
         }
+        let secret = Secret(
+            b[SECRET_OFFSET..SECRET_OFFSET + SECRET_SIZE]
+                .try_into()
+                .expect("32 bytes"),
+        );
+        if secret.0 == [0; SECRET_SIZE] {
+            return Err(NetError::BadHandle("no admission secret".into()));
+        }
         Ok(Handle {
             nonce: u64_at(b, 8),
             addr: SocketAddr::new(ip, port),
             shape,
+            secret,
         })
     }
 
@@ -118,13 +143,15 @@ impl Handle {
 }
 
 /// First bytes on every TCP stream of a connection: which listener it is for, which
-/// connection it belongs to and its index (`0..nstreams` data, `nstreams` control).
+/// connection it belongs to, its index (`0..nstreams` data, `nstreams` control) and the
+/// connector's challenge for the acceptor (see [`crate::handshake`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hello {
     pub nonce: u64,
     pub conn_id: u64,
     pub index: u32,
     pub nstreams: u32,
+    pub challenge: [u8; CHALLENGE_SIZE],
 }
 
 impl Hello {
@@ -135,6 +162,7 @@ impl Hello {
         b[16..24].copy_from_slice(&self.conn_id.to_le_bytes());
         b[24..28].copy_from_slice(&self.index.to_le_bytes());
         b[28..32].copy_from_slice(&self.nstreams.to_le_bytes());
+        b[32..48].copy_from_slice(&self.challenge);
         b
     }
 
@@ -145,6 +173,7 @@ impl Hello {
             conn_id: u64_at(b, 16),
             index: u32_at(b, 24),
             nstreams: u32_at(b, 28),
+            challenge: b[32..48].try_into().expect("16 bytes"),
         };
         (u64_at(b, 0) == HELLO_MAGIC
             && h.nstreams <= crate::config::MAX_STREAMS
@@ -194,6 +223,7 @@ mod tests {
                 inline_bytes: 16384,
                 min_chunk: 65536,
             },
+            secret: Secret([0x5e; SECRET_SIZE]),
         }
     }
 
@@ -239,6 +269,22 @@ mod tests {
         b[18] = 0;
         b[19] = 0;
         assert!(Handle::decode(&b).is_err());
+        handle().encode(&mut b);
+        b[SECRET_OFFSET..SECRET_OFFSET + SECRET_SIZE].fill(0);
+        assert!(
+            Handle::decode(&b)
+                .unwrap_err()
+                .to_string()
+                .contains("secret")
+        );
+        handle().encode(&mut b);
+        b[0..8].copy_from_slice(&HANDLE_MAGIC_V1.to_le_bytes());
+        assert!(
+            Handle::decode(&b)
+                .unwrap_err()
+                .to_string()
+                .contains("older ncclbpf")
+        );
     }
 
     #[test]
@@ -248,6 +294,7 @@ mod tests {
             conn_id: 2,
             index: 3,
             nstreams: 4,
+            challenge: [9; CHALLENGE_SIZE],
         };
         assert_eq!(Hello::decode(&h.encode()), Some(h));
         let mut bad = h.encode();

@@ -6,6 +6,8 @@
 //! tested, the `0x1` hint stored in `*request` before `irecv`, `sizes == NULL` in `test`.
 //! Every call goes through the version's own table, so each ABI adapter is exercised.
 
+pub mod peer;
+
 use ncclnet_headers::net::*;
 use ncclnet_headers::{DebugLogger, NcclResult};
 use std::ffi::{CStr, CString, c_char, c_int, c_ulong, c_void};

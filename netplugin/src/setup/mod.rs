@@ -1,0 +1,92 @@
+//! Connection setup: `listen`, `connect` and `accept`, none of which ever blocks.
+//!
+//! `connect` opens `nstreams + 1` non-blocking TCP connections to the listener (data streams,
+//! then the control stream); on each, the two ends run the admission handshake of
+//! [`crate::handshake`]. `accept` collects incoming streams, admits those that prove they hold
+//! the listener's secret, turns every other away, and returns a comm once all streams of one
+//! connection are in. The connecting side lives in [`connect`], the listening side in
+//! [`accept`].
+
+mod accept;
+mod connect;
+
+pub use accept::{ListenComm, listen};
+pub use connect::{CONNECT_TIMEOUT, connect, pending_connects};
+
+use socket2::{Domain, Protocol, Socket, Type};
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// The device and communicator a connection serves.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Endpoint {
+    pub dev: u32,
+    /// The communicator's hash (net v11+), 0 when NCCL gives none.
+    pub comm_id: u64,
+}
+
+/// A random 64-bit number (listener and connection ids, connect keys). Not a secret: ids only
+/// need to be distinct (secrets come from [`crate::handshake::Secret::random`]).
+pub fn random_u64() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut b = [0u8; 8];
+    // SAFETY: getrandom writes at most b.len() bytes into b.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), libc::GRND_NONBLOCK) };
+    let mut v = u64::from_le_bytes(b);
+    if n != 8 {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        v = (t.as_nanos() as u64) ^ (u64::from(std::process::id()) << 32);
+    }
+    // Mixing in a counter keeps values distinct even if the random source repeats.
+    (v ^ COUNTER
+        .fetch_add(1, Ordering::Relaxed)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15))
+    .max(1)
+}
+
+fn stream_socket(addr: &SocketAddr) -> io::Result<Socket> {
+    let s = Socket::new(
+        Domain::for_address(*addr),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )?;
+    s.set_nonblocking(true)?;
+    s.set_nodelay(true)?;
+    dead_peer_timeout(&socket2::SockRef::from(&s));
+    Ok(s)
+}
+
+/// Keepalive and `TCP_USER_TIMEOUT` from `NCCL_BPF_TIMEOUT`, so that a peer host that died or
+/// a link that went down fails the stream (and its requests) instead of leaving it pending.
+fn dead_peer_timeout(s: &socket2::SockRef<'_>) {
+    let secs = crate::plugin::get().map_or(120, |p| p.config.timeout_s);
+    if secs == 0 {
+        return;
+    }
+    let total = Duration::from_secs(u64::from(secs));
+    // Probes start after a quarter of the timeout, then every eighth: about 3/4 in all.
+    let ka = socket2::TcpKeepalive::new()
+        .with_time((total / 4).max(Duration::from_secs(1)))
+        .with_interval((total / 8).max(Duration::from_secs(1)))
+        .with_retries(4);
+    if let Err(e) = s
+        .set_tcp_keepalive(&ka)
+        .and_then(|()| s.set_tcp_user_timeout(Some(total)))
+    {
+        crate::nlog!(
+            WARN,
+            NET,
+            "NCCL_BPF_TIMEOUT: cannot set keepalive/TCP_USER_TIMEOUT: {e}"
+        );
+    }
+}
+
+/// `NCCL_BPF_HANDSHAKE_TIMEOUT`, as a duration.
+fn handshake_timeout() -> Duration {
+    let secs = crate::plugin::get().map_or(10, |p| p.config.handshake_timeout_s);
+    Duration::from_secs(u64::from(secs.max(1)))
+}
