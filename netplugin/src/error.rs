@@ -10,6 +10,9 @@ pub enum NetError {
     Io { op: &'static str, source: io::Error },
     /// The peer closed the connection or reset it (`ncclRemoteError`).
     PeerClosed { op: &'static str, detail: String },
+    /// The peer stopped answering at the TCP level: its host died or the link went down
+    /// (keepalive or `TCP_USER_TIMEOUT` from `NCCL_BPF_TIMEOUT`, or no route) (`ncclRemoteError`).
+    PeerUnreachable { op: &'static str, detail: String },
     /// An incoming message is larger than the posted receive buffer (`ncclInvalidUsage`).
     Truncated { incoming: u64, posted: usize },
     /// The process at the handle's address did not prove it holds the listener's secret
@@ -34,9 +37,14 @@ impl NetError {
     pub fn io(op: &'static str, source: io::Error) -> Self {
         use io::ErrorKind::*;
         match source.kind() {
-            // A dead peer host or link (keepalive, TCP_USER_TIMEOUT) is the peer's failure.
-            ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof | TimedOut
-            | HostUnreachable | NetworkUnreachable => NetError::PeerClosed {
+            ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof => {
+                NetError::PeerClosed {
+                    op,
+                    detail: source.to_string(),
+                }
+            }
+            // A dead peer host or link (keepalive, TCP_USER_TIMEOUT) is the peer's failure too.
+            TimedOut | HostUnreachable | NetworkUnreachable => NetError::PeerUnreachable {
                 op,
                 detail: source.to_string(),
             },
@@ -47,9 +55,10 @@ impl NetError {
     pub fn code(&self) -> NcclResult {
         match self {
             NetError::Io { .. } | NetError::NoDevice(_) => NcclResult::SYSTEM_ERROR,
-            NetError::PeerClosed { .. } | NetError::Broken(_) | NetError::Handshake(_) => {
-                NcclResult::REMOTE_ERROR
-            }
+            NetError::PeerClosed { .. }
+            | NetError::PeerUnreachable { .. }
+            | NetError::Broken(_)
+            | NetError::Handshake(_) => NcclResult::REMOTE_ERROR,
             NetError::Truncated { .. } | NetError::BadHandle(_) => NcclResult::INVALID_USAGE,
             NetError::Misuse(_) | NetError::Panic(_) => NcclResult::INTERNAL_ERROR,
             NetError::InvalidArgument(_) => NcclResult::INVALID_ARGUMENT,
@@ -69,6 +78,10 @@ impl fmt::Display for NetError {
             NetError::PeerClosed { op, detail } => {
                 write!(f, "{op}: connection closed by remote peer ({detail})")
             }
+            NetError::PeerUnreachable { op, detail } => write!(
+                f,
+                "{op}: the peer stopped answering: its host is down or the link is lost ({detail}; keepalive and TCP_USER_TIMEOUT come from NCCL_BPF_TIMEOUT)"
+            ),
             NetError::Truncated { incoming, posted } => write!(
                 f,
                 "message truncated: peer sent {incoming} bytes but the receive buffer holds {posted}"

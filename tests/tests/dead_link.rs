@@ -309,6 +309,11 @@ fn case_a(n: &'static Net, ns: &Netns, dir: &Path) {
         new_log_lines(log_from)
     );
     assert_eq!(err, "ncclRemoteError");
+    let said = new_log_lines(log_from);
+    assert!(
+        said.contains("stopped answering"),
+        "the log does not say the peer stopped answering: {said}"
+    );
     bounded("close_recv after the failure", move || n.close_recv(r)).unwrap();
     drop(peer);
 }
@@ -411,6 +416,11 @@ fn case_b(n: &'static Net, ns: &Netns, dir: &Path) {
         new_log_lines(log_from)
     );
     assert_eq!(err, "ncclRemoteError");
+    let said = new_log_lines(log_from);
+    assert!(
+        said.contains("stopped answering"),
+        "the log does not say the peer stopped answering: {said}"
+    );
     bounded("close_send after the failure", move || n.close_send(s)).unwrap();
     drop(peer);
 }
