@@ -11,6 +11,12 @@
 //! request with [`NetError::Truncated`] and the connection with it (its byte stream is then out
 //! of step). A peer that closes or dies fails every pending request as soon as its socket
 //! reports it; later calls on the comm return the first error.
+//!
+//! Helper threads start when a comm first carries a large message. If the OS refuses one
+//! (EAGAIN under a pid or thread limit), the ones already started are stopped and joined, no
+//! request slot is kept, and the comm fails with `ncclSystemError` and a message naming the
+//! limit. A panic inside a helper is caught there: its request fails (`ncclInternalError`,
+//! the panic's message), the comm with it, and the host process carries on.
 
 use crate::buf::Buf;
 use crate::error::{NetError, NetResult};
@@ -18,10 +24,13 @@ use crate::hooks::{ConnHooks, ConnInfo};
 use crate::setup::Endpoint;
 use crate::wire::{self, MSG_HEADER_SIZE, Shape};
 use crossbeam_channel::{Receiver, Sender};
+use ncclnet_headers::NcclResult;
 use shared_maps::ConnDirection;
+use std::any::Any;
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -88,6 +97,19 @@ struct Workers {
     joins: Vec<JoinHandle<()>>,
 }
 
+impl Workers {
+    /// Ends every helper and waits for it. With its sender gone a helper finishes its queue and
+    /// exits, so either the queues are empty or the streams were shut down first (any chunk
+    /// still blocked in I/O then fails at once).
+    fn stop(self) {
+        drop(self.txs);
+        for j in self.joins {
+            // A helper catches its own panics (`WorkerCtx::run`); nothing to report here.
+            let _ = j.join();
+        }
+    }
+}
+
 struct State {
     control: TcpStream,
     data: Vec<Arc<TcpStream>>,
@@ -101,10 +123,25 @@ struct State {
     header: [u8; MSG_HEADER_SIZE],
     next_stream: u32,
     error: Option<NetError>,
+    /// Whether `error` has been returned to NCCL once (later reports say "failed earlier").
+    reported: bool,
 }
 
 impl State {
     /// The fifo head's control-stream part (header and inline payload) is complete.
+    /// The comm's error as the next call reports it: the error itself the first time, then
+    /// "connection failed earlier: …" with the same code.
+    fn report(&mut self) -> Option<NetError> {
+        let e = self.error.as_ref()?;
+        let out = if self.reported {
+            e.as_broken()
+        } else {
+            e.same()
+        };
+        self.reported = true;
+        Some(out)
+    }
+
     fn control_done(&mut self, idx: u32) {
         self.reqs[idx as usize].ctrl_done = true;
         self.fifo.pop_front();
@@ -118,7 +155,9 @@ pub struct Comm {
     pub conn_id: u64,
     shape: Shape,
     slots: Arc<[ReqSlot]>,
-    worker_error: Arc<Mutex<Option<String>>>,
+    /// The first failure of a helper thread (I/O error or caught panic); `test` moves it into
+    /// `State.error` when it finds a request the helper failed.
+    worker_error: Arc<Mutex<Option<NetError>>>,
     state: Mutex<State>,
     hooks: ConnHooks,
 }
@@ -170,6 +209,7 @@ impl Comm {
                 header: [0; MSG_HEADER_SIZE],
                 next_stream: 0,
                 error: None,
+                reported: false,
             }),
             hooks: ConnHooks::on_open(ConnInfo {
                 direction,
@@ -194,14 +234,18 @@ impl Comm {
     /// Posts a send. `Ok(None)` means every slot is busy: NCCL retries later.
     pub fn isend(&self, buf: Buf) -> NetResult<Option<&ReqSlot>> {
         let mut st = lock(&self.state);
-        if let Some(e) = &st.error {
-            return Err(e.as_broken());
+        if let Some(e) = st.report() {
+            return Err(e);
+        }
+        let size = buf.len();
+        let inline = wire::is_inline(&self.shape, size);
+        // Helper threads start before a slot is taken: once one is, nothing below can fail.
+        if !inline {
+            self.ensure_workers(&mut st)?;
         }
         let Some(idx) = st.free.pop() else {
             return Ok(None);
         };
-        let size = buf.len();
-        let inline = wire::is_inline(&self.shape, size);
         st.reqs[idx as usize] = Req {
             in_use: true,
             buf,
@@ -212,7 +256,7 @@ impl Comm {
             posted: self.hooks.wants_time().then(Instant::now),
         };
         if !inline {
-            self.dispatch(&mut st, idx, buf)?;
+            self.dispatch(&mut st, idx, buf);
         }
         st.fifo.push_back(idx);
         self.hooks.on_post(size);
@@ -223,8 +267,8 @@ impl Comm {
     /// Posts a receive into `buf`. `Ok(None)` means every slot is busy.
     pub fn irecv(&self, buf: Buf) -> NetResult<Option<&ReqSlot>> {
         let mut st = lock(&self.state);
-        if let Some(e) = &st.error {
-            return Err(e.as_broken());
+        if let Some(e) = st.report() {
+            return Err(e);
         }
         let Some(idx) = st.free.pop() else {
             return Ok(None);
@@ -258,10 +302,15 @@ impl Comm {
         }
         let slot = &self.slots[idx];
         if slot.failed.load(Ordering::Acquire) && st.error.is_none() {
-            let msg = lock(&self.worker_error)
-                .clone()
-                .unwrap_or_else(|| "data stream failed".into());
-            st.error = Some(NetError::Broken(msg));
+            // The helper records its error before it marks the slot (both under orderings that
+            // make the record visible here); the fallback is for safety only.
+            let e = lock(&self.worker_error)
+                .take()
+                .unwrap_or_else(|| NetError::Broken {
+                    msg: "a data stream failed".into(),
+                    code: NcclResult::REMOTE_ERROR,
+                });
+            st.error = Some(e);
         }
         let r = st.reqs[idx];
         let chunks_done = slot.pending_chunks.load(Ordering::Acquire) == 0;
@@ -276,12 +325,13 @@ impl Comm {
                 let err = if matches!(e, NetError::Truncated { .. })
                     && st.fifo.front() == Some(&(idx as u32))
                 {
+                    st.reported = true;
                     NetError::Truncated {
                         incoming: r.size as u64,
                         posted: r.buf.len(),
                     }
                 } else {
-                    e.as_broken()
+                    st.report().expect("an error is set")
                 };
                 if chunks_done {
                     st.fifo.retain(|&i| i as usize != idx);
@@ -299,11 +349,78 @@ impl Comm {
         st.free.push(idx as u32);
     }
 
-    /// Hands the chunks of a large message to the helper threads.
-    fn dispatch(&self, st: &mut State, idx: u32, buf: Buf) -> NetResult<()> {
-        if st.workers.is_none() {
-            st.workers = Some(self.start_workers(&st.data)?);
+    /// Starts the helper threads on the comm's first large message.
+    ///
+    /// A refusal fails the comm for good rather than asking NCCL to retry (a NULL request).
+    /// NCCL retries a NULL request without limit and without a word in its log, so a limit
+    /// that stays exhausted (the usual case: a container's pids.max or `ulimit -u` shared by
+    /// every rank and thread of the job) would become a silent hang of the whole job; NCCL
+    /// itself treats a failed pthread_create as fatal (ncclSystemError). A failed comm instead
+    /// says at once which limit to raise, and NCCL tears the communicator down.
+    fn ensure_workers(&self, st: &mut State) -> NetResult<()> {
+        if st.workers.is_some() {
+            return Ok(());
         }
+        match self.start_workers(&st.data) {
+            Ok(w) => {
+                st.workers = Some(w);
+                Ok(())
+            }
+            Err(msg) => {
+                st.error = Some(NetError::Spawn(msg.clone()));
+                Err(NetError::Spawn(msg))
+            }
+        }
+    }
+
+    /// One helper thread per data stream. If one cannot be started, those already started are
+    /// stopped and joined (their queues are empty) and the reason comes back as a message.
+    fn start_workers(&self, data: &[Arc<TcpStream>]) -> Result<Workers, String> {
+        let n = data.len();
+        let mut workers = Workers {
+            txs: Vec::with_capacity(n),
+            joins: Vec::with_capacity(n),
+        };
+        let (tag, dir) = match self.direction {
+            ConnDirection::Send => ('S', "send"),
+            ConnDirection::Recv => ('R', "recv"),
+        };
+        for (k, stream) in data.iter().enumerate() {
+            let (tx, rx) = crossbeam_channel::unbounded();
+            let name = format!("ncclbpf {tag}{k}");
+            let ctx = WorkerCtx {
+                direction: self.direction,
+                name: name.clone(),
+                conn_id: self.conn_id,
+                stream: Arc::clone(stream),
+                slots: Arc::clone(&self.slots),
+                error: Arc::clone(&self.worker_error),
+                #[cfg(test)]
+                index: k,
+            };
+            match spawn_helper(name, ctx, rx) {
+                Ok(join) => {
+                    workers.txs.push(tx);
+                    workers.joins.push(join);
+                }
+                Err(e) => {
+                    workers.stop();
+                    return Err(format!(
+                        "cannot start helper thread {} of {n} for connection {:#018x} ({dir}): \
+                         {e}; raise the pid/thread limit (ulimit -u, the container's pids.max) \
+                         or lower NCCL_BPF_NSTREAMS",
+                        k + 1,
+                        self.conn_id
+                    ));
+                }
+            }
+        }
+        Ok(workers)
+    }
+
+    /// Hands the chunks of a large message to the helper threads (started by
+    /// [`Self::ensure_workers`]). Never fails: a chunk no helper can take fails its request.
+    fn dispatch(&self, st: &mut State, idx: u32, buf: Buf) {
         let mut pieces = Vec::new();
         wire::plan_chunks(
             &self.shape,
@@ -314,44 +431,23 @@ impl Comm {
         let slot = &self.slots[idx as usize];
         slot.pending_chunks
             .store(pieces.len() as u32, Ordering::Release);
-        let workers = st.workers.as_ref().expect("started above");
         for (piece, stream) in pieces {
-            if workers.txs[stream as usize]
-                .send(Task { idx, buf: piece })
-                .is_err()
-            {
-                // The helper thread is gone: the connection cannot carry this message.
+            let sent = st
+                .workers
+                .as_ref()
+                .and_then(|w| w.txs.get(stream as usize))
+                .is_some_and(|tx| tx.send(Task { idx, buf: piece }).is_ok());
+            if !sent {
+                // No helper serves this stream (it cannot exit while its sender lives, and it
+                // catches its panics, so this is a bug): the message cannot be carried.
+                lock(&self.worker_error).get_or_insert_with(|| NetError::Broken {
+                    msg: format!("no helper thread serves data stream {stream}"),
+                    code: NcclResult::INTERNAL_ERROR,
+                });
                 slot.failed.store(true, Ordering::Release);
                 slot.pending_chunks.fetch_sub(1, Ordering::AcqRel);
             }
         }
-        Ok(())
-    }
-
-    fn start_workers(&self, data: &[Arc<TcpStream>]) -> NetResult<Workers> {
-        let mut txs = Vec::with_capacity(data.len());
-        let mut joins = Vec::with_capacity(data.len());
-        for (k, stream) in data.iter().enumerate() {
-            let (tx, rx) = crossbeam_channel::unbounded();
-            let ctx = WorkerCtx {
-                direction: self.direction,
-                stream: Arc::clone(stream),
-                slots: Arc::clone(&self.slots),
-                error: Arc::clone(&self.worker_error),
-            };
-            let tag = if self.direction == ConnDirection::Send {
-                'S'
-            } else {
-                'R'
-            };
-            let join = std::thread::Builder::new()
-                .name(format!("ncclbpf {tag}{k}"))
-                .spawn(move || ctx.run(rx))
-                .map_err(|e| NetError::io("spawning a helper thread", e))?;
-            txs.push(tx);
-            joins.push(join);
-        }
-        Ok(Workers { txs, joins })
     }
 
     fn progress_send(&self, st: &mut State) {
@@ -443,10 +539,12 @@ impl Comm {
                 r.inline = wire::is_inline(&self.shape, r.size);
                 if !r.inline {
                     let piece = r.buf.sub(0, r.size);
-                    if let Err(e) = self.dispatch(st, idx, piece) {
-                        st.error = Some(e);
+                    // A refused thread fails the comm (`st.error`); the request is released
+                    // by `test` like any other failed one.
+                    if self.ensure_workers(st).is_err() {
                         return;
                     }
+                    self.dispatch(st, idx, piece);
                     st.control_done(idx);
                     continue;
                 }
@@ -469,21 +567,26 @@ impl Comm {
         }
     }
 
-    /// Stops the helper threads and closes every stream. Pending requests are abandoned.
+    /// Stops the helper threads and closes every stream (see `Drop`). Pending requests are
+    /// abandoned.
     pub fn close(self: Box<Self>) {
         self.hooks.on_close();
-        let mut st = lock(&self.state);
-        let workers = st.workers.take();
+        drop(self);
+    }
+}
+
+impl Drop for Comm {
+    /// Whether closed by NCCL or dropped on an error path: shut every stream (so a helper
+    /// blocked in I/O returns at once), then stop and join the helpers. A comm whose helpers
+    /// failed to start has none (`start_workers` joined the ones it had started).
+    fn drop(&mut self) {
+        let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         for s in &st.data {
             let _ = s.shutdown(Shutdown::Both);
         }
         let _ = st.control.shutdown(Shutdown::Both);
-        drop(st);
-        if let Some(w) = workers {
-            drop(w.txs);
-            for j in w.joins {
-                let _ = j.join();
-            }
+        if let Some(w) = st.workers.take() {
+            w.stop();
         }
     }
 }
@@ -506,37 +609,49 @@ fn read_some(s: &mut TcpStream, buf: &mut [u8]) -> NetResult<usize> {
 
 struct WorkerCtx {
     direction: ConnDirection,
+    /// The thread's name, `ncclbpf S<k>` or `ncclbpf R<k>`.
+    name: String,
+    conn_id: u64,
     stream: Arc<TcpStream>,
     slots: Arc<[ReqSlot]>,
-    error: Arc<Mutex<Option<String>>>,
+    error: Arc<Mutex<Option<NetError>>>,
+    #[cfg(test)]
+    index: usize,
 }
 
 impl WorkerCtx {
     /// Serves one data stream until its comm closes the channel.
+    ///
+    /// Every task's pending count goes down exactly once, whatever happens to its I/O: an
+    /// error or a panic (caught here; the release profile unwinds) fails the request and the
+    /// stream, whose byte sequence is out of step from then on. The stream is shut down so the
+    /// peer fails at once instead of waiting for the rest of a chunk; later tasks are failed
+    /// without I/O.
     fn run(self, rx: Receiver<Task>) {
         let mut broken = false;
         for task in rx {
             let slot = &self.slots[task.idx as usize];
             if !broken {
-                let mut s = &*self.stream;
-                // SAFETY: this chunk of the lent buffer is handed to this thread alone, and the
-                // request cannot complete (freeing the buffer) until pending_chunks drops below.
-                let res = unsafe {
-                    match self.direction {
-                        ConnDirection::Send => s.write_all(task.buf.bytes()),
-                        ConnDirection::Recv => s.read_exact(task.buf.bytes_mut()),
-                    }
+                let failure = match catch_unwind(AssertUnwindSafe(|| self.transfer(task.buf))) {
+                    Ok(Ok(())) => None,
+                    Ok(Err(e)) => Some(NetError::io(
+                        match self.direction {
+                            ConnDirection::Send => "send on data stream",
+                            ConnDirection::Recv => "receive on data stream",
+                        },
+                        e,
+                    )),
+                    Err(payload) => Some(NetError::HelperPanic(format!(
+                        "helper thread '{}' of connection {:#018x} panicked: {}",
+                        self.name,
+                        self.conn_id,
+                        panic_message(&*payload)
+                    ))),
                 };
-                if let Err(e) = res {
+                if let Some(e) = failure {
                     broken = true;
-                    let what = if self.direction == ConnDirection::Send {
-                        "send"
-                    } else {
-                        "receive"
-                    };
-                    let err = NetError::io("data stream", e);
-                    lock(&self.error)
-                        .get_or_insert_with(|| format!("{what} on data stream: {err}"));
+                    let _ = self.stream.shutdown(Shutdown::Both);
+                    lock(&self.error).get_or_insert(e);
                 }
             }
             if broken {
@@ -544,5 +659,230 @@ impl WorkerCtx {
             }
             slot.pending_chunks.fetch_sub(1, Ordering::AcqRel);
         }
+    }
+
+    /// Moves one chunk over this helper's stream (blocking).
+    fn transfer(&self, buf: Buf) -> io::Result<()> {
+        #[cfg(test)]
+        if inject::helper_panics(self.conn_id, self.index) {
+            panic!("injected test panic in {}", self.name);
+        }
+        let mut s = &*self.stream;
+        // SAFETY: this chunk of the lent buffer is handed to this thread alone, and the request
+        // cannot complete (freeing the buffer) until `run` lowers pending_chunks after this.
+        unsafe {
+            match self.direction {
+                ConnDirection::Send => s.write_all(buf.bytes()),
+                ConnDirection::Recv => s.read_exact(buf.bytes_mut()),
+            }
+        }
+    }
+}
+
+fn spawn_helper(name: String, ctx: WorkerCtx, rx: Receiver<Task>) -> io::Result<JoinHandle<()>> {
+    #[cfg(test)]
+    if inject::spawn_fails(ctx.conn_id, ctx.index) {
+        return Err(io::Error::from_raw_os_error(libc::EAGAIN));
+    }
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(move || ctx.run(rx))
+}
+
+/// The message of a caught panic.
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+/// Test-only faults, keyed by connection id so tests running in parallel do not meet: the
+/// shipped library has no such switch.
+#[cfg(test)]
+mod inject {
+    use std::sync::Mutex;
+
+    /// (connection id, helper index) whose thread "the OS refuses" (EAGAIN).
+    static SPAWN_FAILS: Mutex<Vec<(u64, usize)>> = Mutex::new(Vec::new());
+    /// (connection id, helper index) whose helper panics on every chunk.
+    static HELPER_PANICS: Mutex<Vec<(u64, usize)>> = Mutex::new(Vec::new());
+
+    fn has(list: &Mutex<Vec<(u64, usize)>>, conn: u64, k: usize) -> bool {
+        super::lock(list).contains(&(conn, k))
+    }
+
+    pub fn spawn_fails(conn: u64, k: usize) -> bool {
+        has(&SPAWN_FAILS, conn, k)
+    }
+
+    pub fn helper_panics(conn: u64, k: usize) -> bool {
+        has(&HELPER_PANICS, conn, k)
+    }
+
+    pub fn fail_spawn(conn: u64, k: usize) {
+        super::lock(&SPAWN_FAILS).push((conn, k));
+    }
+
+    pub fn panic_in_helper(conn: u64, k: usize) {
+        super::lock(&HELPER_PANICS).push((conn, k));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::time::Duration;
+
+    const STREAMS: u32 = 4;
+    const BIG: usize = 1 << 20;
+
+    /// A connected (send, recv) pair of comms over loopback, 4 data streams, 64 KiB inline.
+    fn pair(send_id: u64, recv_id: u64) -> (Box<Comm>, Box<Comm>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for _ in 0..=STREAMS {
+            a.push(TcpStream::connect(addr).unwrap());
+            b.push(l.accept().unwrap().0);
+        }
+        let shape = Shape {
+            nstreams: STREAMS,
+            inline_bytes: 64 * 1024,
+            min_chunk: 64 * 1024,
+        };
+        let ep = || Endpoint { dev: 0, comm_id: 0 };
+        let (ac, bc) = (a.remove(0), b.remove(0));
+        let s = Comm::new(ConnDirection::Send, send_id, ep(), shape, ac, a).unwrap();
+        let r = Comm::new(ConnDirection::Recv, recv_id, ep(), shape, bc, b).unwrap();
+        (s, r)
+    }
+
+    fn buf(v: &mut [u8]) -> Buf {
+        // SAFETY: every test keeps its vectors alive until the comms are closed.
+        unsafe { Buf::new(v.as_mut_ptr(), v.len()) }
+    }
+
+    /// Tests `slot` until it completes or fails; panics if neither happens within 10 s.
+    fn wait(c: &Comm, slot: &ReqSlot) -> NetResult<usize> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(n) = c.test(slot.idx as usize)? {
+                return Ok(n);
+            }
+            assert!(Instant::now() < deadline, "request neither done nor failed");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn a_panicking_send_helper_fails_its_request_and_the_comm() {
+        let (sid, rid) = (0x9a11_0001, 0x9a11_0002);
+        inject::panic_in_helper(sid, 1);
+        let (s, r) = pair(sid, rid);
+        let mut data = vec![7u8; BIG];
+        let mut into = vec![0u8; BIG];
+        let rq = r.irecv(buf(&mut into)).unwrap().unwrap();
+        let sq = s.isend(buf(&mut data)).unwrap().unwrap();
+        let e = wait(&s, sq).unwrap_err();
+        assert_eq!(e.code(), NcclResult::INTERNAL_ERROR, "{e}");
+        let text = e.to_string();
+        assert!(text.contains("panicked"), "{text}");
+        assert!(text.contains("injected test panic in ncclbpf S1"), "{text}");
+        assert!(text.contains("connection 0x000000009a110001"), "{text}");
+        // The comm stays failed, naming the panic, with the same code.
+        let later = s.isend(buf(&mut data)).map(|_| ()).unwrap_err();
+        assert!(later.to_string().contains("panicked"), "{later}");
+        assert_eq!(later.code(), NcclResult::INTERNAL_ERROR);
+        // The helper shut its stream: the peer's receive fails instead of waiting forever.
+        assert!(wait(&r, rq).is_err());
+        s.close();
+        r.close();
+    }
+
+    #[test]
+    fn a_panicking_recv_helper_fails_its_request_and_the_comm() {
+        let (sid, rid) = (0x9a11_0003, 0x9a11_0004);
+        inject::panic_in_helper(rid, 2);
+        let (s, r) = pair(sid, rid);
+        let mut data = vec![7u8; BIG];
+        let mut into = vec![0u8; BIG];
+        let rq = r.irecv(buf(&mut into)).unwrap().unwrap();
+        let _sq = s.isend(buf(&mut data)).unwrap().unwrap();
+        let e = wait(&r, rq).unwrap_err();
+        assert_eq!(e.code(), NcclResult::INTERNAL_ERROR, "{e}");
+        assert!(
+            e.to_string().contains("injected test panic in ncclbpf R2"),
+            "{e}"
+        );
+        assert!(r.irecv(buf(&mut into)).is_err());
+        // Closing with the sender's request possibly still pending does not hang.
+        s.close();
+        r.close();
+    }
+
+    #[test]
+    fn a_refused_helper_thread_fails_the_comm_and_keeps_no_slot() {
+        let (sid, rid) = (0x9a11_0005, 0x9a11_0006);
+        inject::fail_spawn(sid, 2);
+        let (s, r) = pair(sid, rid);
+        let mut data = vec![7u8; BIG];
+        let e = s.isend(buf(&mut data)).map(|_| ()).unwrap_err();
+        assert_eq!(e.code(), NcclResult::SYSTEM_ERROR, "{e}");
+        let text = e.to_string();
+        assert!(
+            text.contains(
+                "cannot start helper thread 3 of 4 for connection 0x000000009a110005 (send)"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("NCCL_BPF_NSTREAMS"), "{text}");
+        // The two helpers started before the refusal were stopped and joined.
+        assert!(lock(&s.state).workers.is_none());
+        // No slot was kept: every later call reports the error, none says "busy".
+        for k in 0..2 * SLOTS {
+            let size = if k % 2 == 0 { BIG } else { 100 };
+            match s.isend(buf(&mut data[..size])) {
+                Err(e) => {
+                    assert_eq!(e.code(), NcclResult::SYSTEM_ERROR);
+                    assert!(e.to_string().contains("cannot start helper thread 3 of 4"));
+                }
+                Ok(q) => panic!("isend {k} after the failure: {:?}", q.map(|q| q.idx)),
+            }
+        }
+        assert_eq!(lock(&s.state).free.len(), SLOTS);
+        s.close();
+        r.close();
+    }
+
+    #[test]
+    fn a_refused_recv_helper_fails_the_receive_with_a_system_error() {
+        let (sid, rid) = (0x9a11_0007, 0x9a11_0008);
+        inject::fail_spawn(rid, 0);
+        let (s, r) = pair(sid, rid);
+        let mut data = vec![7u8; BIG];
+        let mut into = vec![0u8; BIG];
+        let rq = r.irecv(buf(&mut into)).unwrap().unwrap();
+        let _sq = s.isend(buf(&mut data)).unwrap().unwrap();
+        let e = wait(&r, rq).unwrap_err();
+        assert_eq!(e.code(), NcclResult::SYSTEM_ERROR, "{e}");
+        assert!(
+            e.to_string().contains(
+                "cannot start helper thread 1 of 4 for connection 0x000000009a110008 (recv)"
+            ),
+            "{e}"
+        );
+        assert_eq!(
+            lock(&r.state).free.len(),
+            SLOTS,
+            "the failed receive kept its slot"
+        );
+        for _ in 0..2 * SLOTS {
+            assert!(r.irecv(buf(&mut into)).is_err());
+        }
+        s.close();
+        r.close();
     }
 }

@@ -27,8 +27,14 @@ pub enum NetError {
     InvalidArgument(String),
     /// No usable device or a bad device index (`ncclSystemError` / `ncclInternalError`).
     NoDevice(String),
-    /// The comm failed earlier; every later operation reports the first error.
-    Broken(String),
+    /// The comm failed earlier; every later operation reports the first error, with its code.
+    Broken { msg: String, code: NcclResult },
+    /// The OS refused a helper thread (`ncclSystemError`): EAGAIN under a pid or thread limit,
+    /// ENOMEM. The message says which thread, of which connection, and what to change.
+    Spawn(String),
+    /// A helper thread panicked while moving a chunk (`ncclInternalError`); the panic was
+    /// caught in that thread, which carries on failing its requests.
+    HelperPanic(String),
     /// A panic was caught at the C ABI (`ncclInternalError`).
     Panic(String),
 }
@@ -54,20 +60,37 @@ impl NetError {
 
     pub fn code(&self) -> NcclResult {
         match self {
-            NetError::Io { .. } | NetError::NoDevice(_) => NcclResult::SYSTEM_ERROR,
+            NetError::Io { .. } | NetError::NoDevice(_) | NetError::Spawn(_) => {
+                NcclResult::SYSTEM_ERROR
+            }
             NetError::PeerClosed { .. }
             | NetError::PeerUnreachable { .. }
-            | NetError::Broken(_)
             | NetError::Handshake(_) => NcclResult::REMOTE_ERROR,
+            NetError::Broken { code, .. } => *code,
             NetError::Truncated { .. } | NetError::BadHandle(_) => NcclResult::INVALID_USAGE,
-            NetError::Misuse(_) | NetError::Panic(_) => NcclResult::INTERNAL_ERROR,
+            NetError::Misuse(_) | NetError::Panic(_) | NetError::HelperPanic(_) => {
+                NcclResult::INTERNAL_ERROR
+            }
             NetError::InvalidArgument(_) => NcclResult::INVALID_ARGUMENT,
         }
     }
 
-    /// The same error for a later operation on a comm that already failed.
+    /// A copy of this error (message and code) to report.
+    pub fn same(&self) -> NetError {
+        NetError::Broken {
+            msg: self.to_string(),
+            code: self.code(),
+        }
+    }
+
+    /// The same error for a later operation on a comm that already failed: its message and
+    /// its code (a local failure such as a refused thread stays `ncclSystemError`, it does not
+    /// turn into the peer's fault).
     pub fn as_broken(&self) -> NetError {
-        NetError::Broken(format!("connection failed earlier: {self}"))
+        NetError::Broken {
+            msg: format!("connection failed earlier: {self}"),
+            code: self.code(),
+        }
     }
 }
 
@@ -91,7 +114,9 @@ impl fmt::Display for NetError {
             NetError::Misuse(m) => write!(f, "invalid call: {m}"),
             NetError::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
             NetError::NoDevice(m) => write!(f, "{m}"),
-            NetError::Broken(m) => write!(f, "{m}"),
+            NetError::Broken { msg, .. } => write!(f, "{msg}"),
+            NetError::Spawn(m) => write!(f, "{m}"),
+            NetError::HelperPanic(m) => write!(f, "{m}"),
             NetError::Panic(m) => write!(f, "internal panic caught at the C ABI: {m}"),
         }
     }
@@ -119,5 +144,22 @@ mod tests {
         }
         let e = NetError::io("socket", io::Error::from_raw_os_error(libc::EMFILE));
         assert_eq!(e.code(), NcclResult::SYSTEM_ERROR);
+    }
+
+    #[test]
+    fn later_calls_keep_the_first_errors_code() {
+        let first = NetError::Spawn("cannot start helper thread 2 of 4".into());
+        let later = first.as_broken();
+        assert_eq!(later.code(), NcclResult::SYSTEM_ERROR);
+        assert!(
+            later
+                .to_string()
+                .contains("cannot start helper thread 2 of 4")
+        );
+        assert_eq!(later.as_broken().code(), NcclResult::SYSTEM_ERROR);
+        let peer = NetError::io("recv", io::Error::from_raw_os_error(libc::ECONNRESET));
+        assert_eq!(peer.as_broken().code(), NcclResult::REMOTE_ERROR);
+        let panic = NetError::HelperPanic("helper thread panicked".into());
+        assert_eq!(panic.as_broken().code(), NcclResult::INTERNAL_ERROR);
     }
 }
