@@ -11,7 +11,7 @@ echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "== build the plugin library"
 scripts/build.sh
-lib=target/release/libnccl-net-bpf.so
+lib=$(realpath -m "${CARGO_TARGET_DIR:-target}/release/libnccl-net-bpf.so")
 echo "== exported symbols ($lib)"
 syms=$(nm -D --defined-only "$lib" | awk '{print $3}' | grep -E '^nccl' | sort)
 echo "$syms"
@@ -24,8 +24,9 @@ done
 echo "== policies (clang -target bpf)"
 policies/build.sh
 echo "== tests (unit, harness against $lib)"
-NCCLBPF_PLUGIN=$PWD/$lib cargo test --workspace --release
 # The dead-link test needs root, iproute2 and tc; what it could not run, it says here.
 skipped=${CARGO_TARGET_DIR:-target}/dead_link.skipped
+rm -f "$skipped"
+NCCLBPF_PLUGIN=$lib cargo test --workspace --release
 if [ -f "$skipped" ]; then cat "$skipped"; fi
 echo "== all checks passed"
