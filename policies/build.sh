@@ -18,13 +18,26 @@
 #   cpu-v4              clang-19 -mcpu=v4: every program, v4 idioms wherever clang picks them
 set -euo pipefail
 cd "$(dirname "$0")"
+# NCCLBPF_NO_INSTALL=1 (set by the build script of the `ncclbpf-policies` crate, i.e. by
+# `cargo test`): install nothing; without clang fail, without clang-19 skip what needs it.
+no_install=${NCCLBPF_NO_INSTALL:-0}
 if ! command -v clang >/dev/null; then
+  if [ "$no_install" = 1 ]; then
+    echo "clang not found: install it (apt-get install -y clang clang-19) or run policies/build.sh, which does" >&2
+    exit 3
+  fi
   echo "clang not found: installing it (apt-get install -y clang)" >&2
   apt-get update -qq && apt-get install -y -qq clang >/dev/null
 fi
+have19=1
 if ! command -v clang-19 >/dev/null; then
-  echo "clang-19 not found: installing it (apt-get install -y clang-19)" >&2
-  apt-get update -qq && apt-get install -y -qq clang-19 >/dev/null
+  if [ "$no_install" = 1 ]; then
+    echo "clang-19 not found: v4 programs and the clang-19 builds are skipped (apt-get install -y clang-19)" >&2
+    have19=0
+  else
+    echo "clang-19 not found: installing it (apt-get install -y clang-19)" >&2
+    apt-get update -qq && apt-get install -y -qq clang-19 >/dev/null
+  fi
 fi
 flags=(-O2 -g -target bpf -Wall -Wno-unused-function -I include)
 needs_v4() { grep -q '^// requires: v4' "$1"; }
@@ -37,6 +50,7 @@ for dir in src safe unsafe; do
     o="$out/$dir/$(basename "${c%.c}").o"
     if stale "$c" "$o"; then
       if needs_v4 "$c"; then
+        [ "$have19" = 1 ] || continue
         clang-19 "${flags[@]}" -mcpu=v4 -c "$c" -o "$o"
       else
         clang "${flags[@]}" -mcpu=v3 -c "$c" -o "$o"
@@ -44,7 +58,9 @@ for dir in src safe unsafe; do
     fi
   done
 done
-for build in cpu-v1 cpu-v2 cpu-v3-clang19 cpu-v4; do
+builds="cpu-v1 cpu-v2"
+[ "$have19" = 1 ] && builds="$builds cpu-v3-clang19 cpu-v4"
+for build in $builds; do
   mkdir -p "$out/$build"
   for c in src/*.c safe/*.c; do
     o="$out/$build/$(basename "$(dirname "$c")")-$(basename "${c%.c}").o"

@@ -5,10 +5,11 @@
 //! point updates the per-connection counters in [`shared_maps::ConnTable`] and runs the
 //! verified BPF program attached to that hook, if any.
 //!
-//! Programs come from the object named by `NCCL_BPF_NET_POLICY` (every program in a `net/*`
-//! section is attached to its hook). A policy that fails to load or verify is reported in
+//! Programs come from the objects named by `NCCL_BPF_POLICY` (or its alias
+//! `NCCL_BPF_NET_POLICY`): every program in a `net/*` section is attached to its hook. A policy that fails to load or verify is reported in
 //! NCCL's log and the plugin carries on without it: traffic never depends on a policy.
 
+use policy_runtime::setting::{self, Scope, Source};
 use policy_runtime::{LoadOptions, LoadedProgram, NetCtx};
 use shared_maps::{ConnDirection, ConnSlotGuard, ConnTable, Registry};
 use std::sync::{LazyLock, OnceLock};
@@ -44,6 +45,9 @@ pub const HOOK_SECTIONS: [&str; 6] = [
     "net/close",
 ];
 
+/// The tuner's sections, which the net side leaves to it.
+const TUNER_SECTIONS: [&str; 2] = ["tuner", "tuner/init"];
+
 // `op` values of `struct ncclbpf_net_ctx`.
 const OP_CONNECT: u32 = 1;
 const OP_ACCEPT: u32 = 2;
@@ -68,40 +72,46 @@ impl NetPolicies {
         self.by_hook.iter().all(Option::is_none)
     }
 
-    /// Loads every `net/*` program of the object at `path`. Problems are returned as log lines;
-    /// the programs that loaded are kept.
-    pub fn load(path: &str, registry: &Registry) -> (NetPolicies, Vec<String>) {
+    /// Loads every `net/*` program of the objects `sources` name, first come per hook.
+    /// Problems are returned as log lines; the programs that loaded are kept.
+    pub fn load(sources: &[Source], registry: &Registry) -> (NetPolicies, Vec<String>) {
         let mut out = NetPolicies::default();
         let mut problems = vec![];
-        let bytes = match std::fs::read(path) {
-            Ok(b) => b,
-            Err(e) => return (out, vec![format!("NCCL_BPF_NET_POLICY={path}: {e}")]),
-        };
-        let obj = match policy_object::Object::parse(&bytes) {
-            Ok(o) => o,
-            Err(e) => return (out, vec![format!("NCCL_BPF_NET_POLICY={path}: {e}")]),
-        };
         let opts = LoadOptions::default();
-        for p in &obj.programs {
-            let Some(h) = HOOK_SECTIONS.iter().position(|s| *s == p.section) else {
-                if !p.section.starts_with("tuner") {
+        for src in sources.iter().filter(|s| s.scope != Scope::Tuner) {
+            let path = &src.path;
+            let obj = match std::fs::read(path)
+                .map_err(|e| e.to_string())
+                .and_then(|b| policy_object::Object::parse(&b).map_err(|e| e.to_string()))
+            {
+                Ok(o) => o,
+                Err(e) => {
+                    problems.push(format!("{}={path}: {e}", src.var));
+                    continue;
+                }
+            };
+            for p in &obj.programs {
+                let net = HOOK_SECTIONS.iter().position(|s| *s == p.section);
+                if net.is_none() && !TUNER_SECTIONS.contains(&p.section.as_str()) {
                     problems.push(format!(
-                        "{path}: program '{}' in section '{}' attaches to no net hook; ignored",
+                        "{path}: program '{}' in section '{}' attaches to no hook; ignored",
                         p.name, p.section
                     ));
                 }
-                continue;
-            };
-            if out.by_hook[h].is_some() {
-                problems.push(format!(
-                    "{path}: a second program for {} ('{}') ignored",
-                    p.section, p.name
-                ));
-                continue;
-            }
-            match LoadedProgram::load(&obj, Some(&p.name), registry, &opts) {
-                Ok(lp) => out.by_hook[h] = Some(lp),
-                Err(e) => problems.push(format!("{path}: {e}")),
+                let Some(h) = net.filter(|_| src.scope.wants(&p.section)) else {
+                    continue;
+                };
+                if out.by_hook[h].is_some() {
+                    problems.push(format!(
+                        "{path}: a second program for {} ('{}') ignored",
+                        p.section, p.name
+                    ));
+                    continue;
+                }
+                match LoadedProgram::load(&obj, Some(&p.name), registry, &opts) {
+                    Ok(lp) => out.by_hook[h] = Some(lp),
+                    Err(e) => problems.push(format!("{path}: {e}")),
+                }
             }
         }
         (out, problems)
@@ -110,16 +120,15 @@ impl NetPolicies {
 
 static POLICIES: OnceLock<NetPolicies> = OnceLock::new();
 
-/// Loads `NCCL_BPF_NET_POLICY` once per process (later calls keep the first result).
+/// Loads the `net/*` programs of `NCCL_BPF_POLICY` (and `NCCL_BPF_NET_POLICY`) once per
+/// process (later calls keep the first result).
 pub fn init_policies() {
     POLICIES.get_or_init(|| {
-        let Some(path) = std::env::var("NCCL_BPF_NET_POLICY")
-            .ok()
-            .filter(|p| !p.trim().is_empty())
-        else {
+        let sources = setting::sources();
+        if sources.is_empty() {
             return NetPolicies::default();
-        };
-        let (p, problems) = NetPolicies::load(path.trim(), Registry::global());
+        }
+        let (p, problems) = NetPolicies::load(&sources, Registry::global());
         for m in problems {
             crate::nlog!(WARN, NET, "net policy: {m}");
         }

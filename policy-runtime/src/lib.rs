@@ -7,6 +7,7 @@
 //! * [`raw`]: both engines on unverified instruction sequences (conformance vectors);
 //! * [`helpers`]: the helpers programs call;
 //! * [`swap`]: hot swap of a running program;
+//! * [`setting`]: which objects a process loads (`NCCL_BPF_POLICY` and its aliases);
 //! * [`ctx`]: the contexts of each hook.
 
 #![allow(clippy::result_large_err)]
@@ -17,6 +18,7 @@ pub mod interp;
 pub mod jit;
 pub mod program;
 pub mod raw;
+pub mod setting;
 pub mod swap;
 
 pub use ctx::{NetCtx, TunerCtx};

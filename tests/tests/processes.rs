@@ -295,6 +295,24 @@ fn net_policy_counts_what_the_plugin_moved() {
     );
 }
 
+/// `NCCL_BPF_POLICY` takes a list: an object that cannot be read is logged and the next one's
+/// net programs still attach (its tuner program, if any, is the tuner's business).
+#[test]
+fn one_policy_setting_takes_a_list() {
+    let good = policy("src/net_stats.o");
+    let list = format!("/nonexistent/first.o, {}", good.display());
+    let text = probe(&[("NCCL_BPF_POLICY", std::ffi::OsStr::new(&list))]);
+    let want = format!(
+        "conn_stats send_bytes={n} recv_bytes={n} sends=3 recvs=3 errors=0 timed=6",
+        n = 100 + (2 << 20)
+    );
+    assert!(text.contains(&want), "{text}");
+    assert!(
+        text.contains("NCCL_BPF_POLICY=/nonexistent/first.o"),
+        "{text}"
+    );
+}
+
 #[test]
 fn rejected_net_policy_is_logged_and_traffic_flows() {
     let text = probe_with_policy(&policy("unsafe/null_deref_wrong_branch.o"));

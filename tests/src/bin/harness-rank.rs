@@ -245,7 +245,10 @@ fn probe() {
         assert!(n.transfer(s, r, &data, data.len()).unwrap() == data);
     }
     println!("transfer ok");
-    if std::env::var_os("NCCL_BPF_NET_POLICY").is_some() {
+    if ["NCCL_BPF_NET_POLICY", "NCCL_BPF_POLICY"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some())
+    {
         // Read what the net policy counted before closing (its close hook forgets the conn).
         match ncclbpf_harness::read_conn_stats(std::process::id()) {
             Ok(stats) => {
