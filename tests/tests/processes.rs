@@ -313,6 +313,19 @@ fn one_policy_setting_takes_a_list() {
     );
 }
 
+/// `conn_counter` keeps bytes and operations per connection and per communicator; the probe
+/// moves 100 B, 2 MiB and 0 B over one connection of communicator 0x1234, both ends in one
+/// process, so each record holds both directions.
+#[test]
+fn conn_counter_counts_per_connection_and_per_communicator() {
+    let text = probe_with_policy(&policy("src/conn_counter.o"));
+    let n = 100 + (2 << 20);
+    for map in ["conn_traffic", "comm_traffic"] {
+        let want = format!("map {map} [0] = {n} {n} 3 3 0");
+        assert!(text.contains(&want), "{want}:\n{text}");
+    }
+}
+
 #[test]
 fn rejected_net_policy_is_logged_and_traffic_flows() {
     let text = probe_with_policy(&policy("unsafe/null_deref_wrong_branch.o"));

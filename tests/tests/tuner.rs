@@ -106,3 +106,30 @@ fn rejected_policy_leaves_nccl_in_charge() {
     assert!(rows.iter().all(|r| r.4 == 0));
     assert!(text.contains("no program in a 'tuner' section"), "{text}");
 }
+
+#[test]
+fn noop_policy_runs_and_leaves_every_choice_to_nccl() {
+    for v in [6, 5, 4, 3, 2] {
+        let (rows, text) = tune(v, Some(policy("src/noop.o")));
+        assert_eq!(rows.len(), 5);
+        assert!(
+            rows.iter().all(|r| (r.1, r.2, r.3, r.4) == (0, 2, 0, 0)),
+            "v{v}: NCCL's own choice everywhere:\n{text}"
+        );
+        assert!(text.contains("policy 'noop'"), "{text}");
+        // It did run: every call is counted as "no choice" in the summary.
+        assert!(text.contains("algo -1 proto -1 (not applied): 5"), "{text}");
+    }
+}
+
+#[test]
+fn bad_channels_policy_forces_one_channel_in_every_version() {
+    for v in [6, 5, 4, 3, 2] {
+        let (rows, text) = tune(v, Some(policy("src/bad_channels.o")));
+        assert_eq!(rows.len(), 5);
+        assert!(
+            rows.iter().all(|r| (r.1, r.2, r.3, r.4) == (0, 2, 1, 0)),
+            "v{v}: one channel, NCCL's algorithm and protocol:\n{text}"
+        );
+    }
+}
