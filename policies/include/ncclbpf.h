@@ -51,11 +51,64 @@ struct ncclbpf_tuner_ctx {
   __u32 nnodes;       /* read */
   __u32 num_pipe_ops; /* read */
   __u32 reg_buff;     /* read */
-  __u32 max_channels; /* read:  0 today (NCCL gives tuners no channel count; reserved) */
+  __u32 max_channels; /* read:  what NCCL passes in *nChannels (0 in NCCL 2.28-2.30) */
   __s32 algo;         /* write: NCCL_ALGO_* or -1 */
   __s32 proto;        /* write: NCCL_PROTO_* or -1 */
-  __u32 nchannels;    /* write: channel count, 0 = NCCL's */
+  __u32 nchannels;    /* write: 0 keeps NCCL's channel count for this collective; n replaces
+                       * it, and NCCL's scheduler caps it at the communicator's channels */
   __u32 reserved;
+};
+
+/* SEC("tuner/chunk"): NCCL >= 2.30 (tuner ABI v6) asks for the chunk size once the algorithm,
+ * protocol and channels are fixed. Write chunk_size to change NCCL's (0 keeps it); NCCL clamps
+ * it to its buffer's maximum and rounds it down to the protocol's grain (LL 16 B, LL128 3840 B,
+ * Simple 512 B), and the runtime keeps NCCL's value for anything below that grain. Every rank
+ * of the communicator must compute the same chunk size for the same collective (sender and
+ * receiver step through the buffer in chunks): decide from these fields only. */
+struct ncclbpf_tuner_chunk_ctx {
+  __u64 msg_size;   /* read:  bytes of the collective */
+  __u64 comm_id;    /* read */
+  __u32 coll_type;  /* read:  NCCL_FUNC_* */
+  __s32 algo;       /* read:  NCCL_ALGO_* chosen */
+  __s32 proto;      /* read:  NCCL_PROTO_* chosen */
+  __u32 nchannels;  /* read:  channels of this collective */
+  __u32 nranks;     /* read */
+  __u32 nnodes;     /* read */
+  __u64 chunk_size; /* read/write: NCCL's chunk size in bytes */
+};
+
+/* SEC("tuner/init"): runs once per communicator at init (tuner ABI v5+, NCCL >= 2.28) on
+ * NCCL's cost-model constants, before NCCL builds its tuning model from them. The tables are
+ * IEEE-754 doubles, which BPF cannot compute with: read and write their bit patterns, written
+ * as NCCLBPF_F64(4.0) (clang folds it to a constant). Latencies are in µs, bandwidths in GB/s.
+ * The runtime keeps NCCL's value for any written entry that is not a finite number in
+ * [0, 1e6]. NCCL computes these per rank: a policy must write the same values on every rank
+ * (constants, or values from these read-only fields, which are the same on every rank). */
+#define NCCLBPF_NUM_ALGOS 7
+#define NCCLBPF_NUM_PROTOS 3
+#define NCCLBPF_NUM_HW 3       /* NCCL_HW_NVLINK 0, NCCL_HW_PCI 1, NCCL_HW_NET 2 */
+#define NCCLBPF_NUM_COMPCAPS 4 /* Volta 0, Ampere 1, Hopper 2, Blackwell 3 */
+#define NCCLBPF_NUM_SCALES 3   /* 1 node 0, 2 nodes 1, 4+ nodes 2 */
+#define NCCL_HW_NVLINK 0
+#define NCCL_HW_PCI 1
+#define NCCL_HW_NET 2
+#define NCCLBPF_F64(x) (((union { double d; __u64 u; }){.d = (x)}).u)
+struct ncclbpf_tuner_init_ctx {
+  __u64 comm_id;                  /* read */
+  __u32 nranks;                   /* read */
+  __u32 nnodes;                   /* read */
+  __s32 nvl_domains;              /* read: NVL domain info (0 when NCCL gives none) */
+  __s32 min_ranks_per_nvl_domain; /* read */
+  __s32 max_ranks_per_nvl_domain; /* read */
+  __u32 reserved;
+  /* read/write: ncclTunerConstants_v5_t, in NCCL's order */
+  __u64 base_latencies[NCCLBPF_NUM_ALGOS][NCCLBPF_NUM_PROTOS];
+  __u64 hw_latencies[NCCLBPF_NUM_HW][NCCLBPF_NUM_ALGOS][NCCLBPF_NUM_PROTOS];
+  __u64 ll_max_bws[NCCLBPF_NUM_COMPCAPS][NCCLBPF_NUM_SCALES];
+  __u64 per_ch_max_ring_ll128_bws[NCCLBPF_NUM_COMPCAPS][NCCLBPF_NUM_SCALES];
+  __u64 per_ch_max_tree_ll128_bws[NCCLBPF_NUM_COMPCAPS][NCCLBPF_NUM_SCALES];
+  __u64 per_ch_max_tree_bws[NCCLBPF_NUM_COMPCAPS][NCCLBPF_NUM_SCALES];
+  __u64 per_ch_max_nvls_tree_bws[NCCLBPF_NUM_COMPCAPS][NCCLBPF_NUM_SCALES];
 };
 
 /* SEC("net/connect"), SEC("net/accept"), SEC("net/isend"), SEC("net/irecv"),

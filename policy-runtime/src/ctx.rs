@@ -34,6 +34,54 @@ pub struct NetCtx {
     pub reserved: u32,
 }
 
+/// `struct ncclbpf_tuner_chunk_ctx` (`tuner/chunk`, tuner ABI v6 `getChunkSize`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TunerChunkCtx {
+    pub msg_size: u64,
+    pub comm_id: u64,
+    pub coll_type: u32,
+    pub algo: i32,
+    pub proto: i32,
+    pub nchannels: u32,
+    pub nranks: u32,
+    pub nnodes: u32,
+    pub chunk_size: u64,
+}
+
+/// Entries of `ncclTunerConstants_v5_t` (all `double`), in NCCL's order.
+pub const TUNER_CONSTANTS: usize = 144;
+
+/// `struct ncclbpf_tuner_init_ctx` (`tuner/init`, tuner ABI v5+ `init`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TunerInitCtx {
+    pub comm_id: u64,
+    pub nranks: u32,
+    pub nnodes: u32,
+    pub nvl_domains: i32,
+    pub min_ranks_per_nvl_domain: i32,
+    pub max_ranks_per_nvl_domain: i32,
+    pub reserved: u32,
+    /// `ncclTunerConstants_v5_t` as NCCL lays it out.
+    pub constants: [f64; TUNER_CONSTANTS],
+}
+
+impl Default for TunerInitCtx {
+    fn default() -> Self {
+        TunerInitCtx {
+            comm_id: 0,
+            nranks: 0,
+            nnodes: 0,
+            nvl_domains: 0,
+            min_ranks_per_nvl_domain: 0,
+            max_ranks_per_nvl_domain: 0,
+            reserved: 0,
+            constants: [0.0; TUNER_CONSTANTS],
+        }
+    }
+}
+
 /// A context a program can run on.
 pub trait Context {
     /// The hooks (section names) whose programs take this context.
@@ -50,6 +98,24 @@ impl Context for TunerCtx {
     }
 }
 
+impl Context for TunerChunkCtx {
+    fn accepts(section: &str) -> bool {
+        section == "tuner/chunk"
+    }
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        self as *mut TunerChunkCtx as *mut u8
+    }
+}
+
+impl Context for TunerInitCtx {
+    fn accepts(section: &str) -> bool {
+        section == "tuner/init"
+    }
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        self as *mut TunerInitCtx as *mut u8
+    }
+}
+
 impl Context for NetCtx {
     fn accepts(section: &str) -> bool {
         section.starts_with("net/")
@@ -62,7 +128,9 @@ impl Context for NetCtx {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use policy_verifier::platform::{NET_FIELDS, TUNER_FIELDS, hook};
+    use policy_verifier::platform::{
+        NET_FIELDS, TUNER_CHUNK_FIELDS, TUNER_FIELDS, TUNER_INIT_TABLES_AT, hook,
+    };
     use std::mem::{offset_of, size_of};
 
     #[test]
@@ -106,5 +174,47 @@ mod tests {
         for (o, f) in n.iter().zip(NET_FIELDS) {
             assert_eq!(*o as u32, f.offset, "{}", f.name);
         }
+        assert_eq!(
+            size_of::<TunerChunkCtx>() as u32,
+            hook("tuner/chunk").unwrap().ctx_size
+        );
+        let c = [
+            offset_of!(TunerChunkCtx, msg_size),
+            offset_of!(TunerChunkCtx, comm_id),
+            offset_of!(TunerChunkCtx, coll_type),
+            offset_of!(TunerChunkCtx, algo),
+            offset_of!(TunerChunkCtx, proto),
+            offset_of!(TunerChunkCtx, nchannels),
+            offset_of!(TunerChunkCtx, nranks),
+            offset_of!(TunerChunkCtx, nnodes),
+            offset_of!(TunerChunkCtx, chunk_size),
+        ];
+        assert_eq!(c.len(), TUNER_CHUNK_FIELDS.len());
+        for (o, f) in c.iter().zip(TUNER_CHUNK_FIELDS) {
+            assert_eq!(*o as u32, f.offset, "{}", f.name);
+        }
+        let init = hook("tuner/init").unwrap();
+        assert_eq!(size_of::<TunerInitCtx>() as u32, init.ctx_size);
+        assert_eq!(
+            size_of::<TunerInitCtx>(),
+            32 + 1152,
+            "NCCL's constants are 1152 bytes"
+        );
+        assert_eq!(
+            offset_of!(TunerInitCtx, constants) as u32,
+            TUNER_INIT_TABLES_AT
+        );
+        // Every constant is one writable 8-byte field, in order.
+        let writable: Vec<_> = init
+            .fields
+            .iter()
+            .filter(|f| f.perm == policy_verifier::platform::Perm::ReadWrite)
+            .collect();
+        assert_eq!(writable.len(), TUNER_CONSTANTS);
+        for (i, f) in writable.iter().enumerate() {
+            assert_eq!((f.offset, f.size), (TUNER_INIT_TABLES_AT + 8 * i as u32, 8));
+        }
+        assert_eq!(writable[21].name, "hw_latencies");
+        assert_eq!(writable[84].name, "ll_max_bws");
     }
 }

@@ -154,6 +154,66 @@ pub const NET_FIELDS: &[Field] = &[
     f("status", 48, 4, R),
 ];
 
+/// `struct ncclbpf_tuner_chunk_ctx` (`tuner/chunk`).
+pub const TUNER_CHUNK_FIELDS: &[Field] = &[
+    f("msg_size", 0, 8, R),
+    f("comm_id", 8, 8, R),
+    f("coll_type", 16, 4, R),
+    f("algo", 20, 4, R),
+    f("proto", 24, 4, R),
+    f("nchannels", 28, 4, R),
+    f("nranks", 32, 4, R),
+    f("nnodes", 36, 4, R),
+    f("chunk_size", 40, 8, RW),
+];
+
+/// The tables of `ncclTunerConstants_v5_t` in `struct ncclbpf_tuner_init_ctx`: name and number
+/// of 8-byte entries, in order from [`TUNER_INIT_TABLES_AT`].
+pub const TUNER_INIT_TABLES: [(&str, u32); 7] = [
+    ("base_latencies", 7 * 3),
+    ("hw_latencies", 3 * 7 * 3),
+    ("ll_max_bws", 4 * 3),
+    ("per_ch_max_ring_ll128_bws", 4 * 3),
+    ("per_ch_max_tree_ll128_bws", 4 * 3),
+    ("per_ch_max_tree_bws", 4 * 3),
+    ("per_ch_max_nvls_tree_bws", 4 * 3),
+];
+/// Where the constants start in the init context.
+pub const TUNER_INIT_TABLES_AT: u32 = 32;
+const TUNER_INIT_ENTRIES: usize = 21 + 63 + 5 * 12;
+/// Size of `struct ncclbpf_tuner_init_ctx`: the header and NCCL's 1152 bytes of constants.
+pub const TUNER_INIT_CTX_SIZE: u32 = TUNER_INIT_TABLES_AT + 8 * TUNER_INIT_ENTRIES as u32;
+
+/// `struct ncclbpf_tuner_init_ctx` (`tuner/init`): a read-only header, then every constant as
+/// its own writable 8-byte field (so a write is always one whole entry).
+pub const TUNER_INIT_FIELDS: &[Field] = &tuner_init_fields();
+
+const fn tuner_init_fields() -> [Field; 7 + TUNER_INIT_ENTRIES] {
+    let mut out = [f("", 0, 0, R); 7 + TUNER_INIT_ENTRIES];
+    out[0] = f("comm_id", 0, 8, R);
+    out[1] = f("nranks", 8, 4, R);
+    out[2] = f("nnodes", 12, 4, R);
+    out[3] = f("nvl_domains", 16, 4, R);
+    out[4] = f("min_ranks_per_nvl_domain", 20, 4, R);
+    out[5] = f("max_ranks_per_nvl_domain", 24, 4, R);
+    out[6] = f("reserved", 28, 4, R);
+    let mut i = 7;
+    let mut off = TUNER_INIT_TABLES_AT;
+    let mut t = 0;
+    while t < TUNER_INIT_TABLES.len() {
+        let (name, n) = TUNER_INIT_TABLES[t];
+        let mut k = 0;
+        while k < n {
+            out[i] = f(name, off, 8, RW);
+            i += 1;
+            off += 8;
+            k += 1;
+        }
+        t += 1;
+    }
+    out
+}
+
 const MAP_HELPERS: &[i32] = &[HELPER_MAP_LOOKUP, HELPER_MAP_UPDATE, HELPER_MAP_DELETE];
 const NET_HELPERS: &[i32] = &[
     HELPER_MAP_LOOKUP,
@@ -181,6 +241,20 @@ pub const HOOKS: &[Hook] = &[
         fields: TUNER_FIELDS,
         helpers: MAP_HELPERS,
         helper_note: "tuner decisions must be identical on every rank, so clocks and CPU ids are not available",
+    },
+    Hook {
+        section: "tuner/chunk",
+        ctx_size: 48,
+        fields: TUNER_CHUNK_FIELDS,
+        helpers: MAP_HELPERS,
+        helper_note: "every rank must compute the same chunk size, so clocks and CPU ids are not available",
+    },
+    Hook {
+        section: "tuner/init",
+        ctx_size: TUNER_INIT_CTX_SIZE,
+        fields: TUNER_INIT_FIELDS,
+        helpers: MAP_HELPERS,
+        helper_note: "every rank must write the same constants, so clocks and CPU ids are not available",
     },
     net("net/connect"),
     net("net/accept"),

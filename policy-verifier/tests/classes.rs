@@ -516,3 +516,42 @@ fn pointers_are_ordered_only_within_one_object() {
         exit(),
     ]);
 }
+
+// ---------------------------------------------------------------- tuner/init and tuner/chunk
+
+/// `tuner/init` writes whole 8-byte constants and nothing else; `tuner/chunk` writes only the
+/// chunk size.
+#[test]
+fn tuner_init_and_chunk_fields_are_written_whole_and_only_where_allowed() {
+    let store = |off: i16, size: u8| {
+        vec![
+            mov64_imm(2, 7),
+            stx(size, 1, off, 2),
+            mov64_imm(0, 0),
+            exit(),
+        ]
+    };
+    // Every constant, first and last of NCCL's 144, whole.
+    for off in [32, 32 + 8 * 21, 32 + 8 * 143] {
+        assert_eq!(verdict("tuner/init", &store(off, op::DW)), Ok(()), "{off}");
+    }
+    let refused = |section: &str, prog: &[Insn], kind: &str| {
+        let e = verdict(section, prog).expect_err("accepted");
+        assert!(e.starts_with(&format!("{kind} |")), "{section}: {e}");
+    };
+    // The header (comm id, shape, NVL domains) is read-only; half a constant is no write;
+    // past the last constant is outside the context.
+    refused("tuner/init", &store(0, op::DW), "ctx_read_only");
+    refused("tuner/init", &store(16, op::W), "ctx_read_only");
+    refused("tuner/init", &store(36, op::W), "ctx_out_of_bounds");
+    refused("tuner/init", &store(32 + 8 * 144, op::DW), "ctx_out_of_bounds");
+    assert_eq!(verdict("tuner/chunk", &store(40, op::DW)), Ok(()));
+    for off in [0i16, 20, 24, 28] {
+        let size = if off == 0 { op::DW } else { op::W };
+        refused("tuner/chunk", &store(off, size), "ctx_read_only");
+    }
+    // Clocks stay out of every tuner hook.
+    let clock = [call(5), mov64_imm(0, 0), exit()];
+    refused("tuner/init", &clock, "helper_not_allowed");
+    refused("tuner/chunk", &clock, "helper_not_allowed");
+}

@@ -21,25 +21,34 @@ use prevail::spec::type_descriptors::{
 use prevail::spec::vm_isa::EbpfInst;
 
 /// `sizeof(struct ncclbpf_tuner_ctx)` and `sizeof(struct ncclbpf_net_ctx)`: both 56 bytes,
-/// trailing `reserved` word included. No packet pointers in either (data/end/meta = -1).
+/// trailing `reserved` word included. No packet pointers in any context (data/end/meta = -1).
 pub const CTX_SIZE: i32 = 56;
-static CTX: EbpfCtxDescriptor = EbpfCtxDescriptor {
-    size: CTX_SIZE,
-    data: -1,
-    end: -1,
-    meta: -1,
-};
+const fn ctx(size: i32) -> EbpfCtxDescriptor {
+    EbpfCtxDescriptor {
+        size,
+        data: -1,
+        end: -1,
+        meta: -1,
+    }
+}
+static CTX: EbpfCtxDescriptor = ctx(CTX_SIZE);
+/// `sizeof(struct ncclbpf_tuner_chunk_ctx)`: 48 bytes.
+static CHUNK_CTX: EbpfCtxDescriptor = ctx(48);
+/// `sizeof(struct ncclbpf_tuner_init_ctx)`: a 32-byte header and NCCL's 1152 bytes of constants.
+static INIT_CTX: EbpfCtxDescriptor = ctx(32 + 1152);
 
-/// The hooks ncclbpf.h names, with the helpers each may call (tuner: map helpers only; net
-/// hooks: also clocks and CPU ids).
-pub const SECTIONS: &[(&str, &[i32])] = &[
-    ("tuner", &[1, 2, 3]),
-    ("net/connect", NET_HELPERS),
-    ("net/accept", NET_HELPERS),
-    ("net/isend", NET_HELPERS),
-    ("net/irecv", NET_HELPERS),
-    ("net/complete", NET_HELPERS),
-    ("net/close", NET_HELPERS),
+/// The hooks ncclbpf.h names, with the helpers each may call (tuner hooks: map helpers only;
+/// net hooks: also clocks and CPU ids) and their context.
+pub const SECTIONS: &[(&str, &[i32], &EbpfCtxDescriptor)] = &[
+    ("tuner", &[1, 2, 3], &CTX),
+    ("tuner/chunk", &[1, 2, 3], &CHUNK_CTX),
+    ("tuner/init", &[1, 2, 3], &INIT_CTX),
+    ("net/connect", NET_HELPERS, &CTX),
+    ("net/accept", NET_HELPERS, &CTX),
+    ("net/isend", NET_HELPERS, &CTX),
+    ("net/irecv", NET_HELPERS, &CTX),
+    ("net/complete", NET_HELPERS, &CTX),
+    ("net/close", NET_HELPERS, &CTX),
 ];
 const NET_HELPERS: &[i32] = &[1, 2, 3, 5, 8];
 
@@ -116,15 +125,17 @@ fn map_type_number(k: MapKind) -> u32 {
 pub struct NcclPlatform {
     section: String,
     helpers: &'static [i32],
+    ctx: &'static EbpfCtxDescriptor,
     maps: Vec<EbpfMapDescriptor>,
 }
 
 impl NcclPlatform {
     pub fn new(section: &str, maps: &[MapDef]) -> Option<NcclPlatform> {
-        let &(_, helpers) = SECTIONS.iter().find(|(s, _)| *s == section)?;
+        let &(_, helpers, ctx) = SECTIONS.iter().find(|(s, _, _)| *s == section)?;
         Some(NcclPlatform {
             section: section.to_string(),
             helpers,
+            ctx,
             maps: maps
                 .iter()
                 .enumerate()
@@ -145,7 +156,7 @@ impl NcclPlatform {
     fn program_type(&self) -> EbpfProgramType {
         EbpfProgramType {
             name: self.section.clone(),
-            ctx_descriptor: Some(&CTX),
+            ctx_descriptor: Some(self.ctx),
             platform_specific_data: 0,
             section_prefixes: vec![self.section.clone()],
             // Unprivileged: pointers may not leak into maps, helper scalars or r0, and
