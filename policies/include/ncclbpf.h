@@ -61,7 +61,7 @@ struct ncclbpf_tuner_ctx {
 
 /* SEC("tuner/chunk"): NCCL >= 2.30 (tuner ABI v6) asks for the chunk size once the algorithm,
  * protocol and channels are fixed. Write chunk_size to change NCCL's (0 keeps it); NCCL clamps
- * it to its buffer's maximum and rounds it down to the protocol's grain (LL 16 B, LL128 3840 B,
+ * it to its buffer's maximum and rounds it down to the protocol's grain (LL 16 B, LL128 1920 B,
  * Simple 512 B), and the runtime keeps NCCL's value for anything below that grain. Every rank
  * of the communicator must compute the same chunk size for the same collective (sender and
  * receiver step through the buffer in chunks): decide from these fields only. */

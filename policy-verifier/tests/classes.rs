@@ -544,7 +544,11 @@ fn tuner_init_and_chunk_fields_are_written_whole_and_only_where_allowed() {
     refused("tuner/init", &store(0, op::DW), "ctx_read_only");
     refused("tuner/init", &store(16, op::W), "ctx_read_only");
     refused("tuner/init", &store(36, op::W), "ctx_out_of_bounds");
-    refused("tuner/init", &store(32 + 8 * 144, op::DW), "ctx_out_of_bounds");
+    refused(
+        "tuner/init",
+        &store(32 + 8 * 144, op::DW),
+        "ctx_out_of_bounds",
+    );
     assert_eq!(verdict("tuner/chunk", &store(40, op::DW)), Ok(()));
     for off in [0i16, 20, 24, 28] {
         let size = if off == 0 { op::DW } else { op::W };

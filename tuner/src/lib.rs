@@ -5,8 +5,12 @@
 //! * [`ffi`]: `ncclTunerPlugin_v2` … `v6` (exported by the plugin library, which links this
 //!   crate), panic guards; a tuner never returns an error to NCCL;
 //! * [`decide`]: building the program's context and writing its answer into NCCL's cost table;
-//! * [`policy`]: the process-wide policy (`NCCL_BPF_TUNER_POLICY`).
+//! * [`policy`]: the process-wide policy (`NCCL_BPF_TUNER_POLICY`);
+//! * [`constants`]: `tuner/init`, a policy's corrections to NCCL's cost-model constants;
+//! * [`chunk`]: `tuner/chunk`, a policy's chunk size (`getChunkSize`).
 
+pub mod chunk;
+pub mod constants;
 pub mod decide;
 pub mod ffi;
 pub mod policy;
