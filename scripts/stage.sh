@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh
 policies/build.sh
-cargo build --release -p ncclbpf-bench -p ncclbpf-harness
+cargo build --release -p ncclbpf-bench -p ncclbpf-harness -p ncclbpf-cli
 mkdir -p build
-cp -f target/release/libnccl-net-bpf.so target/release/ncclbpf-bench target/release/harness-rank target/policies/src/net_stats.o target/policies/src/size_aware.o build/
+cp -f target/release/libnccl-net-bpf.so target/release/ncclbpf-bench target/release/harness-rank target/release/ncclbpf target/policies/src/*.o build/
 ls -la build

@@ -12,6 +12,8 @@ import torch
 import torch.distributed as dist
 
 SIZES = [8, 1024, 65536, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
+if os.environ.get("SIZES"):
+    SIZES = [int(v) for v in os.environ["SIZES"].split(",")]
 
 
 def iters_for(nbytes):
@@ -35,6 +37,7 @@ def main():
     torch.cuda.set_device(dev)
     label = sys.argv[1] if len(sys.argv) > 1 else "?"
     bad = 0
+    calls = {}
     for nbytes in SIZES:
         n = max(1, nbytes // 4)
         expected = sum(values(r, n, dev) for r in range(world))
@@ -55,8 +58,23 @@ def main():
         torch.cuda.synchronize()
         us = (time.perf_counter() - t0) / iters * 1e6
         busbw = 2 * (world - 1) / world * nbytes / us / 1e3
+        calls[nbytes] = 1 + warm + iters
         if rank == 0:
             print(f"RESULT {label} ranks={world} bytes={nbytes} us={us:.1f} busbw={busbw:.3f} correct={'yes' if ok else 'NO'}", flush=True)
+    torch.cuda.synchronize()
+    dist.barrier()
+    torch.cuda.synchronize()
+    if os.environ.get("MAPS_CMD"):
+        # What the net policy counted in this process, read through its maps from another
+        # process (the command is `ncclbpf maps PID`), next to what this rank's all_reduces had
+        # to send: with Ring and Simple forced, an all_reduce of S bytes sends exactly
+        # 2 (n - 1) / n * S bytes from every rank. The only other traffic is torch's barriers
+        # (one tiny all_reduce each: len(SIZES) + 2 of them).
+        sent = sum(2 * (world - 1) * max(1, b // 4) * 4 // world * c for b, c in calls.items())
+        print(f"MOVED rank={rank} allreduce_send_bytes={sent} calls={sum(calls.values())}", flush=True)
+        import subprocess
+        out = subprocess.run(os.environ["MAPS_CMD"].split() + [str(os.getpid())], capture_output=True, text=True)
+        print(f"MAPS rank={rank} rc={out.returncode}\n{out.stdout}{out.stderr}", flush=True)
     dist.destroy_process_group()
     sys.exit(1 if bad else 0)
 
