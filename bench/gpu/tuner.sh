@@ -9,7 +9,7 @@
 #   3. conn_counter: its maps, read with `ncclbpf maps PID` from outside each rank, against the
 #      bytes the all_reduces had to move (Ring/Simple forced so the count is exact).
 # Expects build/ from scripts/stage.sh. Usage: bench/gpu/tuner.sh [outdir]
-# Knobs: RANKS ("2 4"), SWEEP (1), SWEEP_RANKS ("2 4").
+# Knobs: RANKS ("2 4"), SWEEP (1), SWEEP_RANKS ("2 4"), ONLY_SWEEP (0).
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${1:-${OUT:-/tmp/ncclbpf-tuner}}
@@ -77,6 +77,10 @@ PY
   cat "$OUT/sweep.md"
 fi
 
+if [ "${ONLY_SWEEP:-0}" = 1 ]; then
+  tar -C "$OUT" -czf "$OUT/logs.tar.gz" $(cd "$OUT" && ls *-r*.log) && rm -f "$OUT"/*-r*.log
+  exit 0
+fi
 for n in ${RANKS:-2 4}; do
   run "nopolicy" "$n"
   run "size_aware" "$n" NCCL_BPF_POLICY=$B/size_aware.o
