@@ -1,20 +1,42 @@
-//! The `ncclbpf` command against real policy objects and a real process's maps.
+//! The `ncclbpf` command against real policy objects and a real process's maps: help texts,
+//! exit statuses, JSON output, a tuner policy's decisions, a closed standard output.
 
-use std::path::PathBuf;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ncclbpf");
 
+/// A policy object built by policies/build.sh.
 fn policy(rel: &str) -> PathBuf {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../target/policies")
         .join(rel);
-    assert!(p.exists(), "{} missing: run policies/build.sh", p.display());
+    assert!(
+        p.exists(),
+        "{} missing: run policies/build.sh (it compiles the policies with clang)",
+        p.display()
+    );
     p
 }
 
+fn source(rel: &str) -> String {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../policies")
+        .join(rel);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
 fn run(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN).args(args).output().unwrap();
+    run_env(args, &[])
+}
+
+fn run_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = Command::new(BIN)
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -22,10 +44,112 @@ fn run(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+fn json(args: &[&str]) -> Value {
+    let (code, out, err) = run(args);
+    assert_eq!(code, 0, "{args:?}: {err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {out}"))
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn every_subcommand_has_help_with_examples_and_exit_statuses() {
+    let (code, out, _) = run(&["--help"]);
+    assert_eq!(code, 0);
+    for word in [
+        "verify",
+        "inspect",
+        "disasm",
+        "decisions",
+        "maps",
+        "Exit status:",
+    ] {
+        assert!(out.contains(word), "{word}: {out}");
+    }
+    for cmd in ["verify", "inspect", "disasm", "decisions", "maps"] {
+        let (code, out, err) = run(&[cmd, "--help"]);
+        assert_eq!(code, 0, "{cmd}: {err}");
+        let example = format!("  ncclbpf {cmd} ");
+        assert!(
+            out.contains("Usage: ncclbpf")
+                && out.contains("Examples:")
+                && out.contains(&example)
+                && out.contains("Exit status:")
+                && out.contains("  0  ")
+                && out.contains("  2  ")
+                && out.contains("--json"),
+            "{cmd} --help: {out}"
+        );
+        let (code, again, _) = run(&["help", cmd]);
+        assert_eq!((code, &again), (0, &out), "help {cmd}");
+    }
+    let (code, out, _) = run(&["decisions", "--help"]);
+    assert_eq!(code, 0);
+    for word in [
+        "--coll",
+        "--ranks",
+        "--nodes",
+        "--sizes",
+        "--program",
+        "NCCL's choice",
+    ] {
+        assert!(out.contains(word), "{word}: {out}");
+    }
+}
+
+#[test]
+fn exit_statuses() {
+    let good = policy("src/net_stats.o");
+    let bad = policy("unsafe/null_deref.o");
+    let garbage =
+        std::env::temp_dir().join(format!("ncclbpf-cli-{}-garbage.o", std::process::id()));
+    std::fs::write(&garbage, b"not an ELF object").unwrap();
+    let cases: &[(&[&str], i32)] = &[
+        (&["verify", s(&good)], 0),
+        (&["inspect", s(&good)], 0),
+        (&["disasm", s(&good)], 0),
+        (&["verify", s(&bad)], 1),
+        (&["verify", "--json", s(&bad)], 1),
+        // An object that is not one is bad, as a rejected program is.
+        (&["verify", s(&garbage)], 1),
+        (&["inspect", s(&garbage)], 1),
+        (&["decisions", s(&garbage)], 1),
+        (&["decisions", s(&bad)], 1),
+        // Missing files, programs, processes; bad arguments.
+        (&["verify", "/nonexistent.o"], 2),
+        (&["inspect", "/nonexistent.o"], 2),
+        (&["decisions", "/nonexistent.o"], 2),
+        (&["verify", s(&good), "--program", "nope"], 2),
+        (&["decisions", s(&good)], 2),
+        (&["decisions", s(&good), "--program", "on_close"], 2),
+        (&["maps", "999999999"], 2),
+        (&[], 2),
+        (&["verify"], 2),
+        (&["frobnicate"], 2),
+        (&["verify", s(&good), "--bogus"], 2),
+        (&["maps", "not-a-pid"], 2),
+        (&["decisions", s(&good), "--sizes", "4KB"], 2),
+        (&["decisions", s(&good), "--sizes", "4G..8"], 2),
+        (&["decisions", s(&good), "--coll", "allreduce,alltoall"], 2),
+        (&["decisions", s(&good), "--ranks", "2", "--nodes", "4"], 2),
+    ];
+    for (args, want) in cases {
+        let (code, out, err) = run(args);
+        assert_eq!(code, *want, "{args:?}\nstdout: {out}\nstderr: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        if *want == 2 && !args.is_empty() {
+            assert!(!err.is_empty(), "{args:?}: a usage error says why");
+        }
+    }
+    std::fs::remove_file(&garbage).unwrap();
+}
+
 #[test]
 fn verify_accepts_and_rejects_with_the_reason() {
     let p = policy("src/net_stats.o");
-    let (code, out, _) = run(&["verify", p.to_str().unwrap()]);
+    let (code, out, _) = run(&["verify", s(&p)]);
     assert_eq!(code, 0, "{out}");
     assert!(
         out.contains("on_complete (net/complete): accepted")
@@ -33,39 +157,303 @@ fn verify_accepts_and_rejects_with_the_reason() {
         "{out}"
     );
     let bad = policy("unsafe/null_deref.o");
-    let (code, out, _) = run(&["verify", bad.to_str().unwrap()]);
+    let (code, out, _) = run(&["verify", s(&bad)]);
     assert_eq!(code, 1);
     assert!(
-        out.contains("rejected [null_deref]") && out.contains("null_deref.c:7"),
+        out.contains("rejected [null_deref]")
+            && out.contains("insn 7: r0 = *(u64 *)(r0 +0)")
+            && out.contains("at null_deref.c:7")
+            && out.contains("state: R0=map_value_or_null"),
         "{out}"
     );
     let (code, _, err) = run(&["verify", "/nonexistent.o"]);
     assert_eq!(code, 2);
     assert!(err.contains("/nonexistent.o"), "{err}");
-    let (code, _, err) = run(&["verify", p.to_str().unwrap(), "--program", "nope"]);
+    let (code, _, err) = run(&["verify", s(&p), "--program", "nope"]);
     assert_eq!(code, 2);
     assert!(err.contains("on_complete"), "{err}");
 }
 
 #[test]
-fn disasm_shows_maps_instructions_and_source() {
-    let p = policy("src/size_aware.o");
-    let (code, out, _) = run(&["disasm", p.to_str().unwrap()]);
-    assert_eq!(code, 0);
+fn verify_json_holds_verdicts_and_the_log() {
+    let v = json(&["verify", "--json", s(&policy("src/net_stats.o"))]);
+    assert_eq!(v["accepted"], true);
+    let progs = v["programs"].as_array().unwrap();
+    assert_eq!(progs.len(), 2);
+    assert_eq!(progs[0]["name"], "on_complete");
+    assert_eq!(progs[0]["section"], "net/complete");
+    assert_eq!(progs[0]["accepted"], true);
+    assert!(progs[0]["insns"].as_u64().unwrap() > 0);
+    assert!(progs[0]["processed"].as_u64().unwrap() > 0);
+
+    let (code, out, _) = run(&["verify", "--json", s(&policy("unsafe/null_deref.o"))]);
+    assert_eq!(code, 1);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["accepted"], false);
+    let p = &v["programs"][0];
+    assert_eq!(p["accepted"], false);
+    assert_eq!(p["kind"], "null_deref");
+    assert_eq!(p["insn"], 7);
+    assert_eq!(p["register"], 0);
+    assert_eq!(p["line"]["file"], "null_deref.c");
+    assert_eq!(p["line"]["line"], 7);
     assert!(
-        out.contains("map[0] tuner_thresholds: array key 4 B, value 8 B, 4 entries"),
-        "{out}"
+        p["state"].as_str().unwrap().contains("map_value_or_null"),
+        "{p}"
     );
     assert!(
-        out.contains("size_aware (tuner):")
-            && out.contains("call 1")
-            && out.contains("; size_aware.c:"),
-        "{out}"
+        p["log"].as_str().unwrap().contains("at null_deref.c:7"),
+        "{p}"
     );
 }
 
 #[test]
-fn maps_of_a_running_process_and_help() {
+fn inspect_shows_hooks_maps_instructions_and_source() {
+    let p = policy("src/size_aware.o");
+    for cmd in ["inspect", "disasm"] {
+        let (code, out, _) = run(&[cmd, s(&p)]);
+        assert_eq!(code, 0);
+        assert!(
+            out.contains("size_aware: section tuner (hook: the tuner"),
+            "{out}"
+        );
+        assert!(
+            out.contains("map[0] tuner_thresholds: array key 4 B, value 8 B, 4 entries")
+                && out.contains("map[1] tuner_decisions: hash key 4 B, value 16 B, 64 entries"),
+            "{out}"
+        );
+        assert!(
+            out.contains("size_aware (tuner):")
+                && out.contains("call 1")
+                && out.contains("; size_aware.c:37: if (n <= small) {"),
+            "{out}"
+        );
+    }
+    let v = json(&["inspect", "--json", s(&p)]);
+    let prog = &v["programs"][0];
+    assert_eq!(prog["name"], "size_aware");
+    assert_eq!(prog["section"], "tuner");
+    assert!(prog["hook"].as_str().unwrap().contains("tuner"));
+    let insns = prog["instructions"].as_array().unwrap();
+    assert!(!insns.is_empty() && insns[0]["pc"] == 0);
+    assert!(
+        insns.iter().any(|i| i["line"]["line"] == 37
+            && i["line"]["file"] == "size_aware.c"
+            && i["line"]["text"] == "if (n <= small) {"),
+        "{prog}"
+    );
+    assert!(insns.iter().any(|i| i["text"] == "call 1"));
+    let maps = v["maps"].as_array().unwrap();
+    assert_eq!(maps[0]["name"], "tuner_thresholds");
+    assert_eq!(maps[0]["type"], "array");
+    assert_eq!(
+        (
+            &maps[0]["key_size"],
+            &maps[0]["value_size"],
+            &maps[0]["max_entries"]
+        ),
+        (&Value::from(4), &Value::from(8), &Value::from(4))
+    );
+}
+
+/// What `policies/src/size_aware.c` decides, from its constants (the test fails if they
+/// change): LL up to `default_small`, LL128 up to `large`, then RING/SIMPLE, with 8 channels
+/// on more than one node.
+fn size_aware_model(n: u64, nodes: u32) -> (i32, i32, u32) {
+    let c = source("src/size_aware.c");
+    assert!(
+        c.contains("default_small = 64 * 1024;") && c.contains("large = 4 << 20;"),
+        "size_aware.c's thresholds changed: update this test"
+    );
+    const SMALL: u64 = 64 * 1024;
+    const LARGE: u64 = 4 << 20;
+    const LL: i32 = 0;
+    const LL128: i32 = 1;
+    const SIMPLE: i32 = 2;
+    const RING: i32 = 1;
+    if n <= SMALL {
+        (-1, LL, 0)
+    } else if n <= LARGE {
+        (-1, LL128, 0)
+    } else {
+        (RING, SIMPLE, if nodes > 1 { 8 } else { 0 })
+    }
+}
+
+/// The model's ranges over the powers of two `lo..=hi`.
+fn expected_ranges(lo: u64, hi: u64, nodes: u32) -> Vec<(u64, u64, (i32, i32, u32))> {
+    let mut rows: Vec<(u64, u64, (i32, i32, u32))> = Vec::new();
+    for k in 0..63 {
+        let n = 1u64 << k;
+        if n < lo || n > hi {
+            continue;
+        }
+        let d = size_aware_model(n, nodes);
+        match rows.last_mut() {
+            Some(r) if r.2 == d => r.1 = n,
+            _ => rows.push((n, n, d)),
+        }
+    }
+    rows
+}
+
+fn ranges_of(coll: &Value) -> Vec<(u64, u64, (i32, i32, u32))> {
+    coll["ranges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["min_bytes"].as_u64().unwrap(),
+                r["max_bytes"].as_u64().unwrap(),
+                (
+                    r["algo"].as_i64().unwrap() as i32,
+                    r["proto"].as_i64().unwrap() as i32,
+                    r["nchannels"].as_u64().unwrap() as u32,
+                ),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn decisions_of_size_aware_switch_where_its_source_does() {
+    let p = policy("src/size_aware.o");
+    let want = expected_ranges(8, 4 << 30, 2);
+    assert_eq!(want.len(), 3);
+    assert_eq!((want[0].1, want[1].1), (64 << 10, 4 << 20));
+
+    let (code, out, err) = run(&["decisions", s(&p)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("size_aware (")
+            && out.contains("8 ranks on 2 nodes, 8 B to 4 GiB (30 sizes")
+            && out.contains("broadcast, reduce, allgather, reducescatter, allreduce:"),
+        "{out}"
+    );
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .filter(|l| l.starts_with("  ") && !l.trim_start().starts_with("size"))
+        .map(|l| {
+            l.split("  ")
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            vec!["8 B .. 64 KiB", "NCCL's choice", "LL", "NCCL's choice"],
+            vec![
+                "128 KiB .. 4 MiB",
+                "NCCL's choice",
+                "LL128",
+                "NCCL's choice"
+            ],
+            vec!["8 MiB .. 4 GiB", "RING", "SIMPLE", "8"],
+        ],
+        "{out}"
+    );
+
+    let v = json(&["decisions", "--json", s(&p)]);
+    assert_eq!(v["program"], "size_aware");
+    assert_eq!(
+        (&v["ranks"], &v["nodes"]),
+        (&Value::from(8), &Value::from(2))
+    );
+    assert_eq!(v["sizes"]["min_bytes"], 8);
+    assert_eq!(v["sizes"]["max_bytes"], 4u64 << 30);
+    let colls = v["collectives"].as_array().unwrap();
+    let names: Vec<&str> = colls.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "broadcast",
+            "reduce",
+            "allgather",
+            "reducescatter",
+            "allreduce"
+        ]
+    );
+    for c in colls {
+        assert_eq!(ranges_of(c), want, "{c}");
+    }
+    let first = &colls[0]["ranges"][0];
+    assert_eq!(first["algorithm"], Value::Null, "NCCL's choice is null");
+    assert_eq!(first["protocol"], "LL");
+    assert_eq!(colls[0]["ranges"][2]["algorithm"], "RING");
+    assert_eq!(colls[0]["ranges"][2]["protocol"], "SIMPLE");
+    assert_eq!(colls[4]["coll_type"], 4);
+
+    // One node: no channel count; a narrower range, one collective (given twice), the
+    // interpreter instead of the JIT.
+    for jit in ["1", "0"] {
+        let (code, out, err) = run_env(
+            &[
+                "decisions",
+                "--json",
+                s(&p),
+                "--coll",
+                "all_reduce,allreduce",
+                "--ranks",
+                "4",
+                "--nodes",
+                "1",
+                "--sizes",
+                "100..64MiB",
+            ],
+            &[("NCCL_BPF_JIT", jit)],
+        );
+        assert_eq!(code, 0, "{err}");
+        let v: Value = serde_json::from_str(&out).unwrap();
+        let colls = v["collectives"].as_array().unwrap();
+        assert_eq!(colls.len(), 1);
+        assert_eq!(colls[0]["name"], "allreduce");
+        assert_eq!(ranges_of(&colls[0]), expected_ranges(128, 64 << 20, 1));
+    }
+}
+
+#[test]
+fn decisions_of_a_rejected_policy_print_the_verifier_message() {
+    let bad = policy("unsafe/null_deref.o");
+    for args in [
+        vec!["decisions", s(&bad)],
+        vec!["decisions", "--json", s(&bad)],
+    ] {
+        let (code, out, err) = run(&args);
+        assert_eq!(code, 1, "{args:?}: {out} {err}");
+        assert!(out.is_empty(), "{out}");
+        assert!(
+            err.contains("rejected by the verifier")
+                && err.contains("insn 7")
+                && err.contains("null_deref.c:7"),
+            "{err}"
+        );
+    }
+    let (code, _, err) = run(&["decisions", s(&policy("src/net_stats.o"))]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no program in a 'tuner' section"), "{err}");
+}
+
+#[test]
+fn decisions_publish_no_maps() {
+    let dir = std::env::temp_dir().join(format!("ncclbpf-cli-{}-shm", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (code, _, err) = run_env(
+        &["decisions", s(&policy("src/size_aware.o")), "--sizes", "1M"],
+        &[("NCCL_BPF_SHM_DIR", dir.to_str().unwrap())],
+    );
+    assert_eq!(code, 0, "{err}");
+    let listed: Vec<_> = std::fs::read_dir(&dir)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(listed.is_empty(), "registry files written: {listed:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn maps_of_a_running_process() {
     // This test process plays the job: it creates maps, and the command reads them by pid.
     use shared_maps::{MapSpec, MapType, Registry};
     let reg = Registry::global();
@@ -95,17 +483,39 @@ fn maps_of_a_running_process_and_help() {
         "{out}"
     );
     assert!(out.contains("  42 => 7 9"), "{out}");
+
+    let v = json(&["maps", "--json", &pid, "--map", "cli_counts"]);
+    assert_eq!(v["pid"], std::process::id());
+    let maps = v["maps"].as_array().unwrap();
+    assert_eq!(maps.len(), 1);
+    let c = &maps[0];
+    assert_eq!(c["name"], "cli_counts");
+    assert_eq!(c["type"], "hash");
+    assert_eq!(
+        (
+            &c["key_size"],
+            &c["value_size"],
+            &c["max_entries"],
+            &c["nonzero"]
+        ),
+        (
+            &Value::from(8),
+            &Value::from(16),
+            &Value::from(8),
+            &Value::from(1)
+        )
+    );
+    let e = &c["entries"][0];
+    assert_eq!(e["key"], "2a00000000000000");
+    assert_eq!(e["value"], "07000000000000000900000000000000");
+    assert_eq!(e["key_words"], serde_json::json!([42]));
+    assert_eq!(e["value_words"], serde_json::json!([7, 9]));
+
     let (code, _, err) = run(&["maps", &pid, "--map", "nope"]);
     assert_eq!(code, 2, "{err}");
     let (code, _, err) = run(&["maps", "999999999"]);
     assert_eq!(code, 2);
     assert!(err.contains("999999999"), "{err}");
-    let (code, out, _) = run(&["--help"]);
-    assert_eq!(code, 0);
-    assert!(
-        out.contains("verify") && out.contains("disasm") && out.contains("maps"),
-        "{out}"
-    );
 }
 
 /// Runs the command with standard output a pipe whose reader is already gone (as after
@@ -129,11 +539,17 @@ fn run_closed_stdout(args: &[&str]) -> (i32, String) {
 fn a_closed_stdout_is_a_quiet_exit() {
     let ok = policy("src/net_stats.o");
     let bad = policy("unsafe/null_deref.o");
+    let tuner = policy("src/size_aware.o");
     for (args, code) in [
-        (vec!["disasm", ok.to_str().unwrap()], 0),
-        (vec!["verify", ok.to_str().unwrap()], 0),
+        (vec!["inspect", s(&ok)], 0),
+        (vec!["inspect", "--json", s(&ok)], 0),
+        (vec!["verify", s(&ok)], 0),
+        (vec!["decisions", s(&tuner)], 0),
+        (vec!["decisions", "--json", s(&tuner)], 0),
+        (vec!["--help"], 0),
         // The verdict still decides the status when nobody reads the output.
-        (vec!["verify", bad.to_str().unwrap()], 1),
+        (vec!["verify", s(&bad)], 1),
+        (vec!["verify", "--json", s(&bad)], 1),
     ] {
         let (got, err) = run_closed_stdout(&args);
         assert!(
@@ -173,7 +589,13 @@ fn maps_with_a_closed_stdout_is_a_quiet_exit() {
             .unwrap();
     }
     let pid = std::process::id().to_string();
-    let (code, err) = run_closed_stdout(&["maps", &pid, "--limit", "64"]);
-    assert!(!err.contains("panicked"), "{err}");
-    assert_eq!(code, 0, "{err}");
+    for json in [false, true] {
+        let mut args = vec!["maps", &pid, "--limit", "64"];
+        if json {
+            args.push("--json");
+        }
+        let (code, err) = run_closed_stdout(&args);
+        assert!(!err.contains("panicked"), "{err}");
+        assert_eq!(code, 0, "{err}");
+    }
 }
