@@ -225,7 +225,7 @@ fn inspect_shows_hooks_maps_instructions_and_source() {
         assert!(
             out.contains("size_aware (tuner):")
                 && out.contains("call 1")
-                && out.contains("; size_aware.c:37: if (n <= small) {"),
+                && out.contains("; size_aware.c:43: if (n <= small && ctx->nnodes >= 4) {"),
             "{out}"
         );
     }
@@ -237,9 +237,9 @@ fn inspect_shows_hooks_maps_instructions_and_source() {
     let insns = prog["instructions"].as_array().unwrap();
     assert!(!insns.is_empty() && insns[0]["pc"] == 0);
     assert!(
-        insns.iter().any(|i| i["line"]["line"] == 37
+        insns.iter().any(|i| i["line"]["line"] == 43
             && i["line"]["file"] == "size_aware.c"
-            && i["line"]["text"] == "if (n <= small) {"),
+            && i["line"]["text"] == "if (n <= small && ctx->nnodes >= 4) {"),
         "{prog}"
     );
     assert!(insns.iter().any(|i| i["text"] == "call 1"));
@@ -257,26 +257,26 @@ fn inspect_shows_hooks_maps_instructions_and_source() {
 }
 
 /// What `policies/src/size_aware.c` decides, from its constants (the test fails if they
-/// change): LL up to `default_small`, LL128 up to `large`, then RING/SIMPLE, with 8 channels
-/// on more than one node.
+/// change): TREE/LL up to `default_small` from 4 nodes on, TREE/SIMPLE up to `default_large`,
+/// then RING/SIMPLE; channels always NCCL's.
 fn size_aware_model(n: u64, nodes: u32) -> (i32, i32, u32) {
     let c = source("src/size_aware.c");
     assert!(
-        c.contains("default_small = 64 * 1024;") && c.contains("large = 4 << 20;"),
+        c.contains("default_small = 16 * 1024;") && c.contains("default_large = 4 << 20;"),
         "size_aware.c's thresholds changed: update this test"
     );
-    const SMALL: u64 = 64 * 1024;
+    const SMALL: u64 = 16 * 1024;
     const LARGE: u64 = 4 << 20;
     const LL: i32 = 0;
-    const LL128: i32 = 1;
     const SIMPLE: i32 = 2;
+    const TREE: i32 = 0;
     const RING: i32 = 1;
-    if n <= SMALL {
-        (-1, LL, 0)
+    if n <= SMALL && nodes >= 4 {
+        (TREE, LL, 0)
     } else if n <= LARGE {
-        (-1, LL128, 0)
+        (TREE, SIMPLE, 0)
     } else {
-        (RING, SIMPLE, if nodes > 1 { 8 } else { 0 })
+        (RING, SIMPLE, 0)
     }
 }
 
@@ -320,8 +320,15 @@ fn ranges_of(coll: &Value) -> Vec<(u64, u64, (i32, i32, u32))> {
 fn decisions_of_size_aware_switch_where_its_source_does() {
     let p = policy("src/size_aware.o");
     let want = expected_ranges(8, 4 << 30, 2);
-    assert_eq!(want.len(), 3);
-    assert_eq!((want[0].1, want[1].1), (64 << 10, 4 << 20));
+    assert_eq!(want.len(), 2);
+    assert_eq!((want[0].1, want[1].1), (4 << 20, 4 << 30));
+    let four_nodes = expected_ranges(8, 4 << 30, 4);
+    assert_eq!(four_nodes.len(), 3);
+    assert_eq!(
+        four_nodes[0],
+        (8, 16 << 10, (0, 0, 0)),
+        "TREE/LL up to 16 KiB"
+    );
 
     let (code, out, err) = run(&["decisions", s(&p)]);
     assert_eq!(code, 0, "{err}");
@@ -344,14 +351,8 @@ fn decisions_of_size_aware_switch_where_its_source_does() {
     assert_eq!(
         rows,
         [
-            vec!["8 B .. 64 KiB", "NCCL's choice", "LL", "NCCL's choice"],
-            vec![
-                "128 KiB .. 4 MiB",
-                "NCCL's choice",
-                "LL128",
-                "NCCL's choice"
-            ],
-            vec!["8 MiB .. 4 GiB", "RING", "SIMPLE", "8"],
+            vec!["8 B .. 4 MiB", "TREE", "SIMPLE", "NCCL's choice"],
+            vec!["8 MiB .. 4 GiB", "RING", "SIMPLE", "NCCL's choice"],
         ],
         "{out}"
     );
@@ -380,10 +381,16 @@ fn decisions_of_size_aware_switch_where_its_source_does() {
         assert_eq!(ranges_of(c), want, "{c}");
     }
     let first = &colls[0]["ranges"][0];
-    assert_eq!(first["algorithm"], Value::Null, "NCCL's choice is null");
-    assert_eq!(first["protocol"], "LL");
-    assert_eq!(colls[0]["ranges"][2]["algorithm"], "RING");
-    assert_eq!(colls[0]["ranges"][2]["protocol"], "SIMPLE");
+    assert_eq!(first["algorithm"], "TREE");
+    assert_eq!(first["protocol"], "SIMPLE");
+    assert_eq!(first["channels"], Value::Null, "NCCL's choice is null");
+    assert_eq!(colls[0]["ranges"][1]["algorithm"], "RING");
+    assert_eq!(colls[0]["ranges"][1]["protocol"], "SIMPLE");
+    // From 4 nodes on, the smallest messages take LL.
+    let v = json(&["decisions", "--json", s(&p), "--nodes", "4"]);
+    for c in v["collectives"].as_array().unwrap() {
+        assert_eq!(ranges_of(c), four_nodes, "{c}");
+    }
     assert_eq!(colls[4]["coll_type"], 4);
 
     // One node: no channel count; a narrower range, one collective (given twice), the

@@ -1,5 +1,10 @@
-/* A size-aware tuner: LL for small messages, LL128 for medium, Simple with more channels for
- * large ones; thresholds come from a map operators can change while the job runs. */
+/* A size-aware tuner for NCCL over this plugin's TCP transport. The defaults come from the
+ * sweep in bench/results/gpu-2026-12-01-sweep.md (every algorithm x protocol forced, 2 and 4
+ * ranks each on its own host): Tree/Simple wins from 1 KiB to 4 MiB, Ring/Simple above; LL only
+ * pays for the smallest messages from 4 nodes on. LL128 is never chosen: NCCL cannot use it
+ * over NET here (its cost entry is disabled and the tuner never revives one). Thresholds come
+ * from a map operators can change while the job runs (the same on every rank: change them on
+ * all ranks at once); 0 keeps the default. Channels are left to NCCL. */
 #include "ncclbpf.h"
 
 struct {
@@ -21,12 +26,13 @@ struct {
   __uint(max_entries, 64);
 } tuner_decisions SEC(".maps");
 
-static const volatile __u64 default_small = 64 * 1024;
+static const volatile __u64 default_small = 16 * 1024;
+static const volatile __u64 default_large = 4 << 20;
 
 SEC("tuner")
 int size_aware(struct ncclbpf_tuner_ctx *ctx) {
   __u32 k0 = 0, k1 = 1;
-  __u64 small = default_small, large = 4 << 20;
+  __u64 small = default_small, large = default_large;
   __u64 *v = bpf_map_lookup_elem(&tuner_thresholds, &k0);
   if (v && *v) small = *v;
   v = bpf_map_lookup_elem(&tuner_thresholds, &k1);
@@ -34,16 +40,17 @@ int size_aware(struct ncclbpf_tuner_ctx *ctx) {
 
   __u64 n = ctx->msg_size;
   __u32 key;
-  if (n <= small) {
+  if (n <= small && ctx->nnodes >= 4) {
+    ctx->algo = NCCL_ALGO_TREE;
     ctx->proto = NCCL_PROTO_LL;
     key = 0;
   } else if (n <= large) {
-    ctx->proto = NCCL_PROTO_LL128;
+    ctx->algo = NCCL_ALGO_TREE;
+    ctx->proto = NCCL_PROTO_SIMPLE;
     key = 1;
   } else {
     ctx->algo = NCCL_ALGO_RING;
     ctx->proto = NCCL_PROTO_SIMPLE;
-    if (ctx->max_channels < 8 && ctx->nnodes > 1) ctx->nchannels = 8;
     key = 2;
   }
   struct decision_counts *c = bpf_map_lookup_elem(&tuner_decisions, &key);

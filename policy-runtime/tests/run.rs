@@ -123,35 +123,29 @@ fn jit_and_interpreter_agree_on_every_accepted_program() {
 
 #[test]
 fn size_aware_decides_by_size_and_counts() {
+    const TREE: i32 = 0;
+    const RING: i32 = 1;
+    const LL: i32 = 0;
+    const SIMPLE: i32 = 2;
     let (_, obj) = object("src/size_aware.o");
     let reg = registry();
     let p = LoadedProgram::load(&obj, None, &reg, &LoadOptions::default()).unwrap();
-    let mut small = TunerCtx {
-        msg_size: 1024,
-        nnodes: 2,
-        max_channels: 2,
-        algo: -1,
-        proto: -1,
-        ..Default::default()
+    let decide = |msg_size: u64, nnodes: u32| {
+        let mut c = TunerCtx {
+            msg_size,
+            nnodes,
+            algo: -1,
+            proto: -1,
+            ..Default::default()
+        };
+        p.run(&mut c);
+        (c.algo, c.proto, c.nchannels)
     };
-    p.run(&mut small);
-    assert_eq!((small.algo, small.proto, small.nchannels), (-1, 0, 0));
-    let mut mid = TunerCtx {
-        msg_size: 1 << 20,
-        algo: -1,
-        proto: -1,
-        ..small
-    };
-    p.run(&mut mid);
-    assert_eq!(mid.proto, 1);
-    let mut big = TunerCtx {
-        msg_size: 64 << 20,
-        algo: -1,
-        proto: -1,
-        ..small
-    };
-    p.run(&mut big);
-    assert_eq!((big.algo, big.proto, big.nchannels), (1, 2, 8));
+    // The sweep's defaults: Tree/LL for <= 16 KiB from 4 nodes, Tree/Simple to 4 MiB, then Ring.
+    assert_eq!(decide(1024, 2), (TREE, SIMPLE, 0));
+    assert_eq!(decide(1024, 4), (TREE, LL, 0));
+    assert_eq!(decide(1 << 20, 4), (TREE, SIMPLE, 0));
+    assert_eq!(decide(64 << 20, 2), (RING, SIMPLE, 0));
     // Thresholds come from the map, so operators can move them while the job runs.
     let th = p
         .maps()
@@ -160,14 +154,7 @@ fn size_aware_decides_by_size_and_counts() {
         .unwrap();
     th.update(&0u32.to_le_bytes(), &(4u64 << 20).to_le_bytes(), 0)
         .unwrap();
-    let mut mid2 = TunerCtx {
-        msg_size: 1 << 20,
-        algo: -1,
-        proto: -1,
-        ..small
-    };
-    p.run(&mut mid2);
-    assert_eq!(mid2.proto, 0, "new threshold applies");
+    assert_eq!(decide(1 << 20, 4), (TREE, LL, 0), "new threshold applies");
     let dec = p
         .maps()
         .iter()
@@ -178,7 +165,7 @@ fn size_aware_decides_by_size_and_counts() {
         .iter()
         .map(|(_, v)| u64::from_le_bytes(v[0][..8].try_into().unwrap()))
         .sum();
-    assert_eq!(calls, 4);
+    assert_eq!(calls, 5);
 }
 
 #[test]
