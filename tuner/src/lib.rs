@@ -5,11 +5,14 @@
 //! * [`ffi`]: `ncclTunerPlugin_v2` … `v6` (exported by the plugin library, which links this
 //!   crate), panic guards; a tuner never returns an error to NCCL;
 //! * [`decide`]: building the program's context and writing its answer into NCCL's cost table;
-//! * [`policy`]: the process-wide policy (`NCCL_BPF_TUNER_POLICY`).
+//! * [`policy`]: the process-wide policy (`NCCL_BPF_TUNER_POLICY`);
+//! * [`rules`]: NCCL's tuner rules files (`NCCL_TUNER_CONFIG_FILE`), parsed strictly and
+//!   installed into the `tuner_rules` map of a policy that has one (`policies/src/rules.c`).
 
 pub mod decide;
 pub mod ffi;
 pub mod policy;
+pub mod rules;
 
 /// `tlog!(INFO, TUNING, "format", args...)`: a line prefixed `TUNER/BPF` in NCCL's log.
 #[macro_export]
