@@ -155,6 +155,30 @@ struct ncclbpf_net_ctx {
 #define NCCL_PROTO_LL128 1
 #define NCCL_PROTO_SIMPLE 2
 
+/* ---------------------------------------------------------------- tables the tuner fills */
+
+/* One rule of a rules table (policies/src/rules.c): the tuner fills an ARRAY map named
+ * `tuner_rules` with these from NCCL_TUNER_CONFIG_FILE (the CSV format of NCCL's example tuner,
+ * see tuner/src/rules.rs) before the first decision. Rules sit in entries 0, 1, ... in file
+ * order; the first entry with valid == 0 ends the table. Layout pinned by tests on both sides
+ * (56 bytes: min_bytes 0, max_bytes 8, valid 16, coll 20, algo 24, proto 28, channels 32,
+ * nnodes 36, nranks 40, num_pipe_ops 44, reg_buff 48, reserved 52). */
+#define NCCLBPF_TUNER_RULES_MAX 512
+struct ncclbpf_tuner_rule {
+  __u64 min_bytes;    /* the rule applies to min_bytes <= msg_size <= max_bytes */
+  __u64 max_bytes;
+  __u32 valid;        /* 1: a rule; 0: the end of the table */
+  __u32 coll;         /* NCCL_FUNC_* */
+  __s32 algo;         /* NCCL_ALGO_* */
+  __s32 proto;        /* NCCL_PROTO_* */
+  __s32 channels;     /* 1..64, or -1: NCCL's channel count */
+  __s32 nnodes;       /* -1: any */
+  __s32 nranks;       /* -1: any */
+  __s32 num_pipe_ops; /* -1: any */
+  __s32 reg_buff;     /* 0, 1, or -1: any */
+  __u32 reserved;     /* 0 */
+};
+
 /* ---------------------------------------------------------------- helpers
  * Allowed at every hook: map_lookup_elem, map_update_elem, map_delete_elem.
  * Net hooks only: ktime_get_ns, get_smp_processor_id (a tuner must decide the same on every

@@ -765,29 +765,45 @@ impl Tuner {
         num_algo: usize,
         num_proto: usize,
     ) -> R<TunerCall> {
+        let f = ncclnet_headers::NcclFunc::ALL_REDUCE;
+        self.coll_info_for(f, bytes, 1, 0, costs, num_algo, num_proto)
+    }
+
+    /// One getCollInfo for collective `f` of `bytes` with NCCL's `numPipeOps` and `regBuff`
+    /// (v2 and v3 take no regBuff).
+    #[allow(clippy::too_many_arguments)]
+    pub fn coll_info_for(
+        &self,
+        f: ncclnet_headers::NcclFunc,
+        bytes: usize,
+        pipe: c_int,
+        reg: c_int,
+        costs: &[f32],
+        num_algo: usize,
+        num_proto: usize,
+    ) -> R<TunerCall> {
         let mut table = costs.to_vec();
         let tp = table.as_mut_ptr() as *mut *mut f32;
         let mut nch: c_int = 0;
         let (mut algo, mut proto) = (-1, -1);
-        let f = ncclnet_headers::NcclFunc::ALL_REDUCE;
         let (na, np) = (num_algo as c_int, num_proto as c_int);
         // SAFETY: the table outlives the call and has num_algo x num_proto floats.
         ok(unsafe {
             match self.table {
                 TunerTable::V2(x) => x.get_coll_info.unwrap()(
-                    self.ctx, f, bytes, 0, 0, 1, &mut algo, &mut proto, &mut nch,
+                    self.ctx, f, bytes, 0, 0, pipe, &mut algo, &mut proto, &mut nch,
                 ),
                 TunerTable::V3(x) => {
-                    x.get_coll_info.unwrap()(self.ctx, f, bytes, 1, tp, na, np, &mut nch)
+                    x.get_coll_info.unwrap()(self.ctx, f, bytes, pipe, tp, na, np, &mut nch)
                 }
                 TunerTable::V4(x) => {
-                    x.get_coll_info.unwrap()(self.ctx, f, bytes, 1, tp, na, np, 0, &mut nch)
+                    x.get_coll_info.unwrap()(self.ctx, f, bytes, pipe, tp, na, np, reg, &mut nch)
                 }
                 TunerTable::V5(x) => {
-                    x.get_coll_info.unwrap()(self.ctx, f, bytes, 1, tp, na, np, 0, &mut nch)
+                    x.get_coll_info.unwrap()(self.ctx, f, bytes, pipe, tp, na, np, reg, &mut nch)
                 }
                 TunerTable::V6(x) => {
-                    x.get_coll_info.unwrap()(self.ctx, f, bytes, 1, tp, na, np, 0, &mut nch)
+                    x.get_coll_info.unwrap()(self.ctx, f, bytes, pipe, tp, na, np, reg, &mut nch)
                 }
             }
         })?;

@@ -7,13 +7,16 @@
 //! * [`decide`]: building the program's context and writing its answer into NCCL's cost table;
 //! * [`policy`]: the process-wide policy (`NCCL_BPF_TUNER_POLICY`);
 //! * [`constants`]: `tuner/init`, a policy's corrections to NCCL's cost-model constants;
-//! * [`chunk`]: `tuner/chunk`, a policy's chunk size (`getChunkSize`).
+//! * [`chunk`]: `tuner/chunk`, a policy's chunk size (`getChunkSize`);
+//! * [`rules`]: NCCL's tuner rules files (`NCCL_TUNER_CONFIG_FILE`), parsed strictly and
+//!   installed into the `tuner_rules` map of a policy that has one (`policies/src/rules.c`).
 
 pub mod chunk;
 pub mod constants;
 pub mod decide;
 pub mod ffi;
 pub mod policy;
+pub mod rules;
 
 /// `tlog!(INFO, TUNING, "format", args...)`: a line prefixed `TUNER/BPF` in NCCL's log.
 #[macro_export]

@@ -38,7 +38,10 @@ pub fn slot() -> Option<&'static ProgramSlot> {
         let program = std::env::var("NCCL_BPF_TUNER_PROGRAM")
             .ok()
             .filter(|p| !p.trim().is_empty());
-        match load(path.trim(), program.as_deref(), Registry::global()) {
+        // A policy with a `tuner_rules` map gets its rules before its first decision.
+        match load(path.trim(), program.as_deref(), Registry::global())
+            .and_then(|p| crate::rules::install(&p).map(|_| p))
+        {
             Ok(p) => {
                 crate::tlog!(
                     INFO,
