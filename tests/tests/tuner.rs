@@ -19,11 +19,18 @@ type Row = (u64, u64, u64, i64, u64);
 
 /// The decision lines and the whole output of `harness-rank tune`.
 fn tune(version: u32, policy: Option<PathBuf>) -> (Vec<Row>, String) {
+    let env: Vec<(&str, std::ffi::OsString)> = policy
+        .map(|p| ("NCCL_BPF_TUNER_POLICY", p.into_os_string()))
+        .into_iter()
+        .collect();
+    tune_env(version, &env)
+}
+
+/// `harness-rank tune` with these settings.
+fn tune_env(version: u32, env: &[(&str, std::ffi::OsString)]) -> (Vec<Row>, String) {
     let mut cmd = Command::new(RANK_BIN);
     cmd.args(["tune", &version.to_string(), "4", "2"]);
-    if let Some(p) = policy {
-        cmd.env("NCCL_BPF_TUNER_POLICY", p);
-    }
+    cmd.envs(env.iter().map(|(k, v)| (*k, v)));
     let out = cmd.output().unwrap();
     assert!(
         out.status.success(),
@@ -129,4 +136,38 @@ fn bad_channels_policy_forces_one_channel_in_every_version() {
             "v{v}: one channel, NCCL's algorithm and protocol:\n{text}"
         );
     }
+}
+
+/// `NCCL_BPF_POLICY` lists objects: the tuner takes the `tuner` program of whichever has one
+/// (net_stats has none, and is not an error there), the first listed wins.
+#[test]
+fn one_policy_setting_feeds_the_tuner_too() {
+    let list = format!(
+        "{},{},{}",
+        policy("src/net_stats.o").display(),
+        policy("src/size_aware.o").display(),
+        policy("src/bad_channels.o").display()
+    );
+    let (rows, text) = tune_env(6, &[("NCCL_BPF_POLICY", list.into())]);
+    assert!(text.contains("policy 'size_aware'"), "{text}");
+    assert!(!text.contains("no program in a 'tuner' section"), "{text}");
+    assert_eq!(rows[4].1, 1, "size_aware's ring for 256 MiB:\n{text}");
+    assert!(
+        rows.iter().all(|r| r.3 == 0),
+        "bad_channels, listed later, is not used"
+    );
+    // NCCL_BPF_TUNER_PROGRAM picks by name across the list.
+    let list = format!(
+        "{},{}",
+        policy("src/size_aware.o").display(),
+        policy("src/bad_channels.o").display()
+    );
+    let (rows, text) = tune_env(
+        6,
+        &[
+            ("NCCL_BPF_POLICY", list.into()),
+            ("NCCL_BPF_TUNER_PROGRAM", "bad_channels".into()),
+        ],
+    );
+    assert!(rows.iter().all(|r| r.3 == 1), "{text}");
 }

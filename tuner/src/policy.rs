@@ -1,21 +1,56 @@
-//! The tuner policy of this process: loaded once from `NCCL_BPF_TUNER_POLICY` (the first
-//! `tuner` program of the object, or the one named by `NCCL_BPF_TUNER_PROGRAM`). A policy that
-//! fails to load or verify is logged and NCCL keeps its own choices.
+//! The tuner programs of this process, loaded once from the objects `NCCL_BPF_POLICY` (or its
+//! alias `NCCL_BPF_TUNER_POLICY`) lists: the `tuner` program (the first, or the one named by
+//! `NCCL_BPF_TUNER_PROGRAM`), and the first `tuner/init` and `tuner/chunk` programs. A program
+//! that fails to load or verify is logged with the verifier's message and NCCL keeps its own
+//! choices for that hook.
 
+use policy_object::Object;
+use policy_runtime::setting::{self, Scope, Source};
 use policy_runtime::{LoadOptions, LoadedProgram, ProgramSlot};
 use shared_maps::Registry;
 use std::sync::OnceLock;
 
-static SLOT: OnceLock<Option<ProgramSlot>> = OnceLock::new();
+/// The tuner side's programs.
+#[derive(Default)]
+pub struct TunerPrograms {
+    pub tuner: Option<ProgramSlot>,
+    pub init: Option<LoadedProgram>,
+    pub chunk: Option<LoadedProgram>,
+}
 
-/// Loads the policy named by `path` (and optionally `program`) for the tuner hook.
+static PROGRAMS: OnceLock<TunerPrograms> = OnceLock::new();
+
+const NOT_LOADED: &str = "tuner policy not loaded, NCCL keeps its own choices";
+
+fn read_object(src: &Source) -> Result<Object, String> {
+    let bytes = std::fs::read(&src.path).map_err(|e| format!("{}={}: {e}", src.var, src.path))?;
+    Object::parse(&bytes).map_err(|e| format!("{}: {e}", src.path))
+}
+
+/// Loads `name` of `obj` (a policy with a `tuner_rules` map gets its rules first).
+fn load_one(
+    obj: &Object,
+    name: &str,
+    path: &str,
+    registry: &Registry,
+) -> Result<LoadedProgram, String> {
+    let p = LoadedProgram::load(obj, Some(name), registry, &LoadOptions::default())
+        .map_err(|e| format!("{path}: {e}"))?;
+    crate::rules::install(&p).map(|_| p)
+}
+
+/// Loads the policy named by `path` (and optionally `program`) for the `tuner` hook.
 pub fn load(
     path: &str,
     program: Option<&str>,
     registry: &Registry,
 ) -> Result<LoadedProgram, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("NCCL_BPF_TUNER_POLICY={path}: {e}"))?;
-    let obj = policy_object::Object::parse(&bytes).map_err(|e| format!("{path}: {e}"))?;
+    let src = Source {
+        path: path.to_string(),
+        var: setting::TUNER_ALIAS,
+        scope: Scope::Tuner,
+    };
+    let obj = read_object(&src)?;
     let name = match program {
         Some(p) => p.to_string(),
         None => obj
@@ -25,45 +60,130 @@ pub fn load(
             .map(|p| p.name.clone())
             .ok_or_else(|| format!("{path}: no program in a 'tuner' section"))?,
     };
-    LoadedProgram::load(&obj, Some(&name), registry, &LoadOptions::default())
-        .map_err(|e| format!("{path}: {e}"))
+    load_one(&obj, &name, path, registry)
 }
 
-/// The process's tuner policy slot, if a policy loaded.
-pub fn slot() -> Option<&'static ProgramSlot> {
-    SLOT.get_or_init(|| {
-        let path = std::env::var("NCCL_BPF_TUNER_POLICY")
-            .ok()
-            .filter(|p| !p.trim().is_empty())?;
-        let program = std::env::var("NCCL_BPF_TUNER_PROGRAM")
-            .ok()
-            .filter(|p| !p.trim().is_empty());
-        // A policy with a `tuner_rules` map gets its rules before its first decision.
-        match load(path.trim(), program.as_deref(), Registry::global())
-            .and_then(|p| crate::rules::install(&p).map(|_| p))
-        {
-            Ok(p) => {
-                crate::tlog!(
-                    INFO,
-                    TUNING,
-                    "policy '{}' from {} ({} insns, verified in {:?}, {:?})",
-                    p.name,
-                    path.trim(),
-                    p.stats.insns,
-                    p.times.verify,
-                    p.tier()
-                );
-                Some(ProgramSlot::new(p))
-            }
+/// Loads the tuner programs the settings name (`get` reads them: the environment in
+/// production). Every problem is returned as a log line.
+pub fn load_from(
+    get: &dyn Fn(&str) -> Option<String>,
+    registry: &Registry,
+) -> (TunerPrograms, Vec<String>) {
+    let mut out = TunerPrograms::default();
+    let mut problems = Vec::new();
+    let wanted = get("NCCL_BPF_TUNER_PROGRAM").filter(|p| !p.trim().is_empty());
+    let wanted = wanted.as_deref().map(str::trim);
+    let sources: Vec<Source> = setting::sources_from(get)
+        .into_iter()
+        .filter(|s| s.scope != Scope::Net)
+        .collect();
+    let mut tuner_seen = false;
+    for src in &sources {
+        let obj = match read_object(src) {
+            Ok(o) => o,
             Err(e) => {
-                crate::tlog!(
-                    WARN,
-                    TUNING,
-                    "tuner policy not loaded, NCCL keeps its own choices: {e}"
-                );
-                None
+                problems.push(e);
+                continue;
+            }
+        };
+        let mut has_tuner = false;
+        for p in obj.programs.iter().filter(|p| src.scope.wants(&p.section)) {
+            match p.section.as_str() {
+                "tuner" => {
+                    has_tuner = true;
+                    if out.tuner.is_some() || wanted.is_some_and(|w| w != p.name) {
+                        continue;
+                    }
+                    tuner_seen = true;
+                    match load_one(&obj, &p.name, &src.path, registry) {
+                        Ok(lp) => {
+                            problems.push(format!(
+                                "INFO policy '{}' from {} ({} insns, verified in {:?}, {:?})",
+                                lp.name,
+                                src.path,
+                                lp.stats.insns,
+                                lp.times.verify,
+                                lp.tier()
+                            ));
+                            out.tuner = Some(ProgramSlot::new(lp));
+                        }
+                        Err(e) => problems.push(e),
+                    }
+                }
+                "tuner/init" | "tuner/chunk" => {
+                    let slot = if p.section == "tuner/init" {
+                        &mut out.init
+                    } else {
+                        &mut out.chunk
+                    };
+                    if slot.is_some() {
+                        problems.push(format!(
+                            "{}: a second program for {} ('{}') ignored",
+                            src.path, p.section, p.name
+                        ));
+                        continue;
+                    }
+                    match load_one(&obj, &p.name, &src.path, registry) {
+                        Ok(lp) => {
+                            problems.push(format!(
+                                "INFO {} program '{}' from {} ({} insns, {:?})",
+                                p.section,
+                                lp.name,
+                                src.path,
+                                lp.stats.insns,
+                                lp.tier()
+                            ));
+                            *slot = Some(lp);
+                        }
+                        Err(e) => problems.push(e),
+                    }
+                }
+                _ => {}
             }
         }
+        // Named as a tuner policy, yet nothing for the tuner in it: say so.
+        if src.scope == Scope::Tuner
+            && !has_tuner
+            && obj.programs.iter().all(|p| !p.section.starts_with("tuner"))
+        {
+            problems.push(format!("{}: no program in a 'tuner' section", src.path));
+        }
+    }
+    if let Some(w) = wanted
+        && !tuner_seen
+        && !sources.is_empty()
+    {
+        problems.push(format!(
+            "NCCL_BPF_TUNER_PROGRAM={w}: no 'tuner' program of that name in the listed objects"
+        ));
+    }
+    (out, problems)
+}
+
+fn programs() -> &'static TunerPrograms {
+    PROGRAMS.get_or_init(|| {
+        let (p, lines) = load_from(&|k| std::env::var(k).ok(), Registry::global());
+        for l in lines {
+            match l.strip_prefix("INFO ") {
+                Some(info) => crate::tlog!(INFO, TUNING, "{info}"),
+                None => crate::tlog!(WARN, TUNING, "{NOT_LOADED}: {l}"),
+            }
+        }
+        p
     })
-    .as_ref()
+}
+
+/// The process's `tuner` program slot, if one loaded.
+pub fn slot() -> Option<&'static ProgramSlot> {
+    programs().tuner.as_ref()
+}
+
+/// The `tuner/init` program, if one loaded.
+pub fn init_program() -> Option<&'static LoadedProgram> {
+    programs().init.as_ref()
+}
+
+/// The `tuner/chunk` program, if one loaded.
+pub fn chunk_program() -> Option<&'static LoadedProgram> {
+    programs().chunk.as_ref()
 }
