@@ -15,6 +15,7 @@ mod maps;
 mod nccl;
 mod object;
 mod out;
+mod rules;
 mod sizes;
 mod verify;
 
@@ -34,6 +35,7 @@ use std::process::ExitCode;
   ncclbpf inspect target/policies/src/size_aware.o
   ncclbpf decisions target/policies/src/size_aware.o --coll allreduce
   ncclbpf maps $(pgrep -n python)
+  ncclbpf rules check nccl_tuner.conf
 
 `ncclbpf help <command>` or `ncclbpf <command> --help` for each command's options, examples and
 exit statuses; --json on verify, inspect, decisions and maps prints one JSON document.
@@ -63,6 +65,11 @@ enum Cmd {
     Decisions(decisions::Args),
     /// Show the maps of a running process and their non-zero entries (read-only).
     Maps(maps::Args),
+    /// Tuner rules files (NCCL's nccl_tuner.conf format): `rules check FILE`.
+    Rules {
+        #[command(subcommand)]
+        cmd: rules::Cmd,
+    },
 }
 
 fn main() -> ExitCode {
@@ -73,6 +80,7 @@ fn main() -> ExitCode {
         Cmd::Inspect(a) => inspect::run(&mut out, a),
         Cmd::Decisions(a) => decisions::run(&mut out, a),
         Cmd::Maps(a) => maps::run(&mut out, a),
+        Cmd::Rules { cmd } => rules::run(&mut out, cmd),
     };
     // What was printed goes out before an error message; a write error is itself one.
     let r = match (out.finish(), r) {

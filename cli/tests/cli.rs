@@ -606,3 +606,48 @@ fn maps_with_a_closed_stdout_is_a_quiet_exit() {
         assert_eq!(code, 0, "{err}");
     }
 }
+
+/// `rules check`: NCCL's example format loads, every malformed line is reported with its field
+/// (exit 1), a missing file is exit 2; JSON for scripts.
+#[test]
+fn rules_check_validates_files_without_a_job() {
+    let (code, out, err) = run(&["rules", "check", "--help"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("ncclbpf rules check nccl_tuner.conf") && out.contains("Exit status:"));
+    let example =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/nccl_tuner_example.conf");
+    let (code, out, err) = run(&["rules", "check", s(&example)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("rules (the table holds 512)"), "{out}");
+    let v = json(&["rules", "check", "--json", s(&example)]);
+    assert_eq!(v["valid"], true);
+    assert!(!v["rules"].as_array().unwrap().is_empty());
+    assert!(v["rules"][0]["collective"].is_string());
+
+    let dir = std::env::temp_dir().join(format!("ncclbpf-cli-rules-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.conf");
+    std::fs::write(
+        &bad,
+        "# a comment\nallreduce,0,65536,rng,simple,-1,-1,-1\nallreduce,0,x,ring,ll,2,1,1\nallgather,0,-1,ring,simple,-1,1,1\n",
+    )
+    .unwrap();
+    let (code, _, err) = run(&["rules", "check", s(&bad)]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("bad.conf:2: field 4 (algorithm)")
+            && err.contains("bad.conf:3: field 3 (max_bytes)"),
+        "{err}"
+    );
+    assert!(!err.contains("bad.conf:4"), "line 4 is fine: {err}");
+    let (code, out, _) = run(&["rules", "check", "--json", s(&bad)]);
+    assert_eq!(code, 1);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["valid"], false);
+    assert_eq!(v["errors"].as_array().unwrap().len(), 2);
+    assert_eq!(v["errors"][0]["line"], 2);
+    assert_eq!(v["errors"][0]["field"]["name"], "algorithm");
+    let (code, _, err) = run(&["rules", "check", "/nonexistent/nccl_tuner.conf"]);
+    assert_eq!(code, 2, "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
