@@ -11,26 +11,13 @@ mkdir -p "$OUT"
 LIB=$PWD/build/libnccl-net-bpf.so
 [ -f "$LIB" ] || { echo "missing $LIB: run scripts/stage.sh on a build machine"; exit 1; }
 
-export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps_log
-mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
-nvidia-cuda-mps-control -d 2>/dev/null || true
-trap 'echo quit | nvidia-cuda-mps-control 2>/dev/null' EXIT
+. bench/gpu/lib.sh
+start_mps
 
 port=29500
 run() { # label nranks extra-env...
-  local label=$1 n=$2; shift 2
-  port=$((port + 1))
-  local pids=()
-  for r in $(seq 0 $((n - 1))); do
-    env "$@" RANK=$r WORLD_SIZE=$n LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      NCCL_HOSTID=host$r NCCL_SOCKET_IFNAME=lo NCCL_NVLS_ENABLE=0 \
-      NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,TUNING \
-      timeout 240 python3 bench/gpu/allreduce.py "$label" >"$OUT/$label-n$n-r$r.log" 2>&1 &
-    pids+=($!)
-  done
-  local rc=0
-  for p in "${pids[@]}"; do wait $p || rc=1; done
-  grep -h RESULT "$OUT/$label-n$n-r0.log" >>"$OUT/results.txt"
+  local label=$1 n=$2 rc=0
+  run_ranks "$@" || rc=1
   echo "$label n=$n exit=$rc via-NET-lines=$(cat "$OUT"/$label-n$n-r*.log | grep -c 'via NET/')" | tee -a "$OUT/runs.txt"
   grep -h -m2 'via NET/' "$OUT/$label-n$n-r0.log" | sed 's/^/    /' | tee -a "$OUT/runs.txt"
   grep -h -m1 -E 'Using network|Initialized NET plugin' "$OUT/$label-n$n-r0.log" | sed 's/^/    /' | tee -a "$OUT/runs.txt"
@@ -68,5 +55,4 @@ if [ -x build/ncclbpf-bench ] && [ "${LOOPBACK:-1}" = 1 ]; then
   done
 fi
 python3 bench/gpu/summarize.py "$OUT/results.txt" | tee "$OUT/summary.md"
-# Few files come back from the GPU machine: pack the per-rank logs.
-tar -C "$OUT" -czf "$OUT/logs.tar.gz" $(cd "$OUT" && ls *-r*.log) && rm -f "$OUT"/*-r*.log
+pack_logs

@@ -19,27 +19,14 @@ LIB=$B/libnccl-net-bpf.so
 for f in "$LIB" "$B/size_aware.o" "$B/bad_channels.o" "$B/conn_counter.o" "$B/ncclbpf"; do
   [ -e "$f" ] || { echo "missing $f: run scripts/stage.sh on a build machine"; exit 1; }
 done
-export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps_log
-mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
-nvidia-cuda-mps-control -d 2>/dev/null || true
-trap 'echo quit | nvidia-cuda-mps-control 2>/dev/null' EXIT
+. bench/gpu/lib.sh
+start_mps
 
 port=29700
-run() { # label nranks extra-env...
-  local label=$1 n=$2; shift 2
-  port=$((port + 1))
-  local pids=()
-  for r in $(seq 0 $((n - 1))); do
-    env NCCL_NET_PLUGIN=$LIB NCCL_NET=BPF NCCL_TUNER_PLUGIN=$LIB "$@" \
-      RANK=$r WORLD_SIZE=$n LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      NCCL_HOSTID=host$r NCCL_SOCKET_IFNAME=lo NCCL_NVLS_ENABLE=0 \
-      NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,TUNING \
-      timeout 240 python3 bench/gpu/allreduce.py "$label" >"$OUT/$label-n$n-r$r.log" 2>&1 &
-    pids+=($!)
-  done
-  local rc=0
-  for p in "${pids[@]}"; do wait $p || rc=1; done
-  grep -h RESULT "$OUT/$label-n$n-r0.log" >>"$OUT/results.txt"
+run() { # label nranks extra-env...: the plugin as both net and tuner plugin
+  local label=$1 n=$2 rc=0
+  shift 2
+  run_ranks "$label" "$n" NCCL_NET_PLUGIN=$LIB NCCL_NET=BPF NCCL_TUNER_PLUGIN=$LIB "$@" || rc=1
   echo "$label n=$n exit=$rc" | tee -a "$OUT/runs.txt"
   grep -h -E 'TUNER/BPF' "$OUT/$label-n$n-r0.log" | head -3 | sed 's/^/    /' | tee -a "$OUT/runs.txt"
 }
@@ -78,7 +65,7 @@ PY
 fi
 
 if [ "${ONLY_SWEEP:-0}" = 1 ]; then
-  tar -C "$OUT" -czf "$OUT/logs.tar.gz" $(cd "$OUT" && ls *-r*.log) && rm -f "$OUT"/*-r*.log
+  pack_logs
   exit 0
 fi
 for n in ${RANKS:-2 4}; do
@@ -126,4 +113,4 @@ for (n, b), r in sorted(rows.items()):
     print(f"| {n} | {b} | {fmt(none)} | {fmt(sa)} | {fmt(bc)} | {ratio} | {bw} | {'yes' if ok[(n, b)] else 'NO'} |")
 PY
 cat "$OUT/summary.md"
-tar -C "$OUT" -czf "$OUT/logs.tar.gz" $(cd "$OUT" && ls *-r*.log) && rm -f "$OUT"/*-r*.log
+pack_logs
