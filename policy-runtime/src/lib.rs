@@ -23,4 +23,4 @@ pub mod swap;
 
 pub use ctx::{NetCtx, TunerCtx};
 pub use program::{LoadError, LoadOptions, LoadedProgram, Tier};
-pub use swap::{ProgramSlot, SlotHandle};
+pub use swap::{Handle, ProgramSlot, SlotHandle, Swappable};
