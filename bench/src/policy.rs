@@ -186,7 +186,6 @@ fn main() {
         )
     };
     nccl_net_bpf::hooks::init_policies();
-    #[allow(unused_mut)] // `&self` methods before live reload, `&mut self` since
     let mut hooks = ConnHooks::on_open(ConnInfo {
         direction: shared_maps::ConnDirection::Send,
         conn_id: 7,
