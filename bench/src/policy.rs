@@ -6,6 +6,7 @@
 //! policies/build.sh && cargo run --release -p ncclbpf-bench --bin policy-bench
 //! ```
 
+use nccl_net_bpf::hooks::{ConnHooks, ConnInfo};
 use policy_object::Object;
 use policy_runtime::{LoadOptions, LoadedProgram, NetCtx, ProgramSlot, Tier, TunerCtx};
 use shared_maps::{Map, Registry};
@@ -174,6 +175,32 @@ fn main() {
         black_box(ns.run(black_box(&mut c)));
     });
     println!("| net_stats completion hook (per operation) | | {per_op:.2} | | |");
+
+    // The same program as the plugin calls it in `test`: through a connection's hooks (its
+    // counters, then the program attached to the hook), and a hook with no program.
+    // SAFETY: set before anything reads the environment (the plugin reads it next).
+    unsafe {
+        std::env::set_var(
+            "NCCL_BPF_POLICY",
+            root().join("target/policies/src/net_stats.o"),
+        )
+    };
+    nccl_net_bpf::hooks::init_policies();
+    let mut hooks = ConnHooks::on_open(ConnInfo {
+        direction: shared_maps::ConnDirection::Send,
+        conn_id: 7,
+        peer_port: 1,
+        dev: 0,
+        comm_id: 0,
+        nstreams: 4,
+    });
+    let posted = Instant::now();
+    let through = ns_per_call(|i| hooks.on_complete(1 << 20 | (i & 1) as usize, Some(posted)));
+    println!(
+        "| net_stats completion through the plugin's hooks (per operation) | | {through:.2} | | |"
+    );
+    let empty = ns_per_call(|i| hooks.on_post(4096 + (i & 1) as usize));
+    println!("| a hook with no program (isend: counters only) | | {empty:.2} | | |");
 
     // Through a hot-swap handle.
     let slot = ProgramSlot::new(load("safe/bench_trivial.o", &jit));

@@ -125,6 +125,8 @@ struct State {
     error: Option<NetError>,
     /// Whether `error` has been returned to NCCL once (later reports say "failed earlier").
     reported: bool,
+    /// The connection's hooks: here, so that every hook call runs under this lock.
+    hooks: ConnHooks,
 }
 
 impl State {
@@ -159,7 +161,6 @@ pub struct Comm {
     /// `State.error` when it finds a request the helper failed.
     worker_error: Arc<Mutex<Option<NetError>>>,
     state: Mutex<State>,
-    hooks: ConnHooks,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -210,14 +211,14 @@ impl Comm {
                 next_stream: 0,
                 error: None,
                 reported: false,
-            }),
-            hooks: ConnHooks::on_open(ConnInfo {
-                direction,
-                conn_id,
-                peer_port,
-                dev: endpoint.dev,
-                comm_id: endpoint.comm_id,
-                nstreams: shape.nstreams,
+                hooks: ConnHooks::on_open(ConnInfo {
+                    direction,
+                    conn_id,
+                    peer_port,
+                    dev: endpoint.dev,
+                    comm_id: endpoint.comm_id,
+                    nstreams: shape.nstreams,
+                }),
             }),
         });
         let ptr = &*comm as *const Comm as *mut Comm;
@@ -246,6 +247,7 @@ impl Comm {
         let Some(idx) = st.free.pop() else {
             return Ok(None);
         };
+        let posted = st.hooks.wants_time().then(Instant::now);
         st.reqs[idx as usize] = Req {
             in_use: true,
             buf,
@@ -253,13 +255,13 @@ impl Comm {
             inline,
             header_done: true,
             ctrl_done: false,
-            posted: self.hooks.wants_time().then(Instant::now),
+            posted,
         };
         if !inline {
             self.dispatch(&mut st, idx, buf);
         }
         st.fifo.push_back(idx);
-        self.hooks.on_post(size);
+        st.hooks.on_post(size);
         self.progress_send(&mut st);
         Ok(Some(&self.slots[idx as usize]))
     }
@@ -273,6 +275,7 @@ impl Comm {
         let Some(idx) = st.free.pop() else {
             return Ok(None);
         };
+        let posted = st.hooks.wants_time().then(Instant::now);
         st.reqs[idx as usize] = Req {
             in_use: true,
             buf,
@@ -280,10 +283,10 @@ impl Comm {
             inline: true,
             header_done: false,
             ctrl_done: false,
-            posted: self.hooks.wants_time().then(Instant::now),
+            posted,
         };
         st.fifo.push_back(idx);
-        self.hooks.on_post(buf.len());
+        st.hooks.on_post(buf.len());
         self.progress_recv(&mut st);
         Ok(Some(&self.slots[idx as usize]))
     }
@@ -316,7 +319,7 @@ impl Comm {
         let chunks_done = slot.pending_chunks.load(Ordering::Acquire) == 0;
         if r.ctrl_done && chunks_done && !slot.failed.load(Ordering::Acquire) {
             self.release(&mut st, idx);
-            self.hooks.on_complete(r.size, r.posted);
+            st.hooks.on_complete(r.size, r.posted);
             return Ok(Some(r.size));
         }
         match &st.error {
@@ -337,7 +340,7 @@ impl Comm {
                     st.fifo.retain(|&i| i as usize != idx);
                     self.release(&mut st, idx);
                 }
-                self.hooks.on_error(err.code().0);
+                st.hooks.on_error(err.code().0);
                 Err(err)
             }
         }
@@ -569,8 +572,12 @@ impl Comm {
 
     /// Stops the helper threads and closes every stream (see `Drop`). Pending requests are
     /// abandoned.
-    pub fn close(self: Box<Self>) {
-        self.hooks.on_close();
+    pub fn close(mut self: Box<Self>) {
+        self.state
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .hooks
+            .on_close();
         drop(self);
     }
 }

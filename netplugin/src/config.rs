@@ -27,6 +27,9 @@ pub struct Config {
     /// then the answer to the listener's challenge), and a connection's streams have to all
     /// arrive; a stream or connection still incomplete after it is dropped.
     pub handshake_timeout_s: u32,
+    /// `NCCL_BPF_CONTROL`: whether the process listens on its control socket
+    /// (`<registry dir>/<pid>.ctl`, for `ncclbpf reload` and `ncclbpf status`); `0` turns it off.
+    pub control: bool,
 }
 
 pub const MAX_STREAMS: u32 = 16;
@@ -40,6 +43,7 @@ impl Default for Config {
             speed_mbps: 0,
             timeout_s: 120,
             handshake_timeout_s: 10,
+            control: true,
         }
     }
 }
@@ -148,6 +152,9 @@ impl Config {
             &mut c.handshake_timeout_s,
             &mut bad,
         );
+        let mut control = u32::from(c.control);
+        parse_u32(get, "NCCL_BPF_CONTROL", 0, 1, &mut control, &mut bad);
+        c.control = control == 1;
         (c, bad)
     }
 
@@ -223,5 +230,9 @@ mod tests {
         assert_eq!((c.handshake_timeout_s, bad.len()), (10, 1));
         let (c, bad) = with(&[("NCCL_BPF_HANDSHAKE_TIMEOUT", "3")]);
         assert_eq!((c.handshake_timeout_s, bad.len()), (3, 0));
+        let (c, bad) = with(&[("NCCL_BPF_CONTROL", "0")]);
+        assert_eq!((c.control, bad.len()), (false, 0));
+        let (c, bad) = with(&[("NCCL_BPF_CONTROL", "off")]);
+        assert_eq!((c.control, bad.len()), (true, 1));
     }
 }

@@ -8,11 +8,17 @@
 //! Programs come from the objects named by `NCCL_BPF_POLICY` (or its alias
 //! `NCCL_BPF_NET_POLICY`): every program in a `net/*` section is attached to its hook. A policy that fails to load or verify is reported in
 //! NCCL's log and the plugin carries on without it: traffic never depends on a policy.
+//!
+//! The six hooks' programs form one [`NetSet`], replaced as a whole by a reload (the control
+//! socket, [`crate::control`]): each connection end holds a [`Handle`] on it, so a hook call
+//! costs one atomic load to learn that nothing changed, runs one whole version of the set, and
+//! an old set (its JIT code, its map references) is freed once every connection end has moved
+//! on from it. A hook with no program at start can get one by reload.
 
 use policy_runtime::setting::{self, Scope, Source};
-use policy_runtime::{LoadOptions, LoadedProgram, NetCtx};
+use policy_runtime::{Handle, LoadOptions, LoadedProgram, NetCtx, Swappable};
 use shared_maps::{ConnDirection, ConnSlotGuard, ConnTable, Registry};
-use std::sync::{LazyLock, OnceLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Instant;
 
 /// Connections tracked per process; more still work but are not counted.
@@ -45,8 +51,15 @@ pub const HOOK_SECTIONS: [&str; 6] = [
     "net/close",
 ];
 
-/// The tuner's sections, which the net side leaves to it.
-const TUNER_SECTIONS: [&str; 2] = ["tuner", "tuner/init"];
+/// The hook a section names, if it is a net hook.
+pub fn hook_of(section: &str) -> Option<usize> {
+    HOOK_SECTIONS.iter().position(|s| *s == section)
+}
+
+/// Whether a section is the tuner's, which the net side leaves to it.
+pub fn is_tuner_section(section: &str) -> bool {
+    section == "tuner" || section.starts_with("tuner/")
+}
 
 // `op` values of `struct ncclbpf_net_ctx`.
 const OP_CONNECT: u32 = 1;
@@ -57,25 +70,66 @@ const OP_COMPLETE_SEND: u32 = 5;
 const OP_COMPLETE_RECV: u32 = 6;
 const OP_CLOSE: u32 = 7;
 
-/// Programs attached to net hooks.
-#[derive(Default)]
-pub struct NetPolicies {
-    by_hook: [Option<LoadedProgram>; 6],
+/// A program attached to a hook, and where it came from.
+pub struct Attached {
+    pub prog: LoadedProgram,
+    /// The object it was loaded from.
+    pub source: String,
+    /// The [`NetSet`] generation that attached it (1: at start).
+    pub generation: u64,
+    /// A hash of its section and instructions as in the object (before map binding): the same
+    /// program has the same tag, whatever process loaded it.
+    pub tag: u64,
 }
 
-impl NetPolicies {
-    fn get(&self, h: NetHook) -> Option<&LoadedProgram> {
-        self.by_hook[h as usize].as_ref()
+impl Attached {
+    pub fn new(
+        prog: LoadedProgram,
+        obj: &policy_object::Object,
+        source: &str,
+        generation: u64,
+    ) -> Attached {
+        let tag = obj
+            .program(&prog.name)
+            .map_or(0, |p| program_tag(&p.section, &p.insns));
+        let mut prog = prog;
+        prog.tag = generation;
+        Attached {
+            prog,
+            source: source.to_string(),
+            generation,
+            tag,
+        }
     }
+}
 
+/// 64 bits of BLAKE3 over the section name and the encoded instructions.
+pub fn program_tag(section: &str, insns: &[policy_object::insn::Insn]) -> u64 {
+    let mut h = blake3::Hasher::new();
+    h.update(section.as_bytes());
+    h.update(&[0]);
+    for i in insns {
+        h.update(&i.encode());
+    }
+    let b = h.finalize();
+    u64::from_be_bytes(b.as_bytes()[..8].try_into().expect("32-byte hash"))
+}
+
+/// The programs of the six net hooks; a reload replaces the whole set at once.
+#[derive(Clone, Default)]
+pub struct NetSet {
+    pub by_hook: [Option<Arc<Attached>>; 6],
+}
+
+impl NetSet {
     pub fn is_empty(&self) -> bool {
         self.by_hook.iter().all(Option::is_none)
     }
 
-    /// Loads every `net/*` program of the objects `sources` name, first come per hook.
-    /// Problems are returned as log lines; the programs that loaded are kept.
-    pub fn load(sources: &[Source], registry: &Registry) -> (NetPolicies, Vec<String>) {
-        let mut out = NetPolicies::default();
+    /// Loads every `net/*` program of the objects `sources` name, first come per hook, as
+    /// generation 1. Problems are returned as log lines; the programs that loaded are kept.
+    pub fn load(sources: &[Source], registry: &Registry) -> (NetSet, Vec<String>) {
+        let mut out = NetSet::default();
         let mut problems = vec![];
         let opts = LoadOptions::default();
         for src in sources.iter().filter(|s| s.scope != Scope::Tuner) {
@@ -91,8 +145,8 @@ impl NetPolicies {
                 }
             };
             for p in &obj.programs {
-                let net = HOOK_SECTIONS.iter().position(|s| *s == p.section);
-                if net.is_none() && !TUNER_SECTIONS.contains(&p.section.as_str()) {
+                let net = hook_of(&p.section);
+                if net.is_none() && !is_tuner_section(&p.section) {
                     problems.push(format!(
                         "{path}: program '{}' in section '{}' attaches to no hook; ignored",
                         p.name, p.section
@@ -109,7 +163,7 @@ impl NetPolicies {
                     continue;
                 }
                 match LoadedProgram::load(&obj, Some(&p.name), registry, &opts) {
-                    Ok(lp) => out.by_hook[h] = Some(lp),
+                    Ok(lp) => out.by_hook[h] = Some(Arc::new(Attached::new(lp, &obj, path, 1))),
                     Err(e) => problems.push(format!("{path}: {e}")),
                 }
             }
@@ -118,40 +172,42 @@ impl NetPolicies {
     }
 }
 
-static POLICIES: OnceLock<NetPolicies> = OnceLock::new();
+static NET: OnceLock<Swappable<NetSet>> = OnceLock::new();
 
-/// Loads the `net/*` programs of `NCCL_BPF_POLICY` (and `NCCL_BPF_NET_POLICY`) once per
-/// process (later calls keep the first result).
-pub fn init_policies() {
-    POLICIES.get_or_init(|| {
+/// The process's net programs: on first use, the `net/*` programs of `NCCL_BPF_POLICY` (and
+/// `NCCL_BPF_NET_POLICY`), problems logged.
+pub fn net() -> &'static Swappable<NetSet> {
+    NET.get_or_init(|| {
         let sources = setting::sources();
         if sources.is_empty() {
-            return NetPolicies::default();
+            return Swappable::new(NetSet::default());
         }
-        let (p, problems) = NetPolicies::load(&sources, Registry::global());
+        let (set, problems) = NetSet::load(&sources, Registry::global());
         for m in problems {
             crate::nlog!(WARN, NET, "net policy: {m}");
         }
-        for (h, prog) in p.by_hook.iter().enumerate() {
-            if let Some(prog) = prog {
+        for (h, a) in set.by_hook.iter().enumerate() {
+            if let Some(a) = a {
                 crate::nlog!(
                     INFO,
                     NET,
                     "net policy: '{}' attached to {} ({} insns, verified in {:?}, {:?})",
-                    prog.name,
+                    a.prog.name,
                     HOOK_SECTIONS[h],
-                    prog.stats.insns,
-                    prog.times.verify,
-                    prog.tier()
+                    a.prog.stats.insns,
+                    a.prog.times.verify,
+                    a.prog.tier()
                 );
             }
         }
-        p
-    });
+        Swappable::new(set)
+    })
 }
 
-fn policies() -> Option<&'static NetPolicies> {
-    POLICIES.get().filter(|p| !p.is_empty())
+/// Loads the `net/*` programs of `NCCL_BPF_POLICY` (and `NCCL_BPF_NET_POLICY`) once per
+/// process (later calls keep the first result; reloads replace it).
+pub fn init_policies() {
+    net();
 }
 
 /// What a connection end tells its hooks about itself.
@@ -166,19 +222,20 @@ pub struct ConnInfo {
     pub nstreams: u32,
 }
 
-/// The hooks of one connection end.
+/// The hooks of one connection end. Its methods take `&mut self`: the comm calls them under
+/// its state lock (or owning the comm), which is what lets the handle cache the set.
 pub struct ConnHooks {
     slot: Option<ConnSlotGuard<'static>>,
     info: ConnInfo,
-    policies: Option<&'static NetPolicies>,
+    net: Handle<NetSet>,
 }
 
 impl ConnHooks {
     pub fn on_open(info: ConnInfo) -> ConnHooks {
-        let h = ConnHooks {
+        let mut h = ConnHooks {
             slot: CONNS.register(info.direction, info.conn_id, info.peer_port),
             info,
-            policies: policies(),
+            net: net().handle(),
         };
         let (hook, op) = match info.direction {
             ConnDirection::Send => (NetHook::Connect, OP_CONNECT),
@@ -188,13 +245,15 @@ impl ConnHooks {
         h
     }
 
-    /// Whether completions need post times (a policy may read latencies).
-    pub fn wants_time(&self) -> bool {
-        self.policies.is_some()
+    /// Whether completions need post times (a completion program may read latencies).
+    #[inline]
+    pub fn wants_time(&mut self) -> bool {
+        self.net.get().by_hook[NetHook::Complete as usize].is_some()
     }
 
-    fn run(&self, hook: NetHook, op: u32, bytes: u64, latency_ns: u64, status: i32) {
-        let Some(prog) = self.policies.and_then(|p| p.get(hook)) else {
+    #[inline]
+    fn run(&mut self, hook: NetHook, op: u32, bytes: u64, latency_ns: u64, status: i32) {
+        let Some(a) = &self.net.get().by_hook[hook as usize] else {
             return;
         };
         let mut ctx = NetCtx {
@@ -209,7 +268,7 @@ impl ConnHooks {
             status,
             reserved: 0,
         };
-        prog.run(&mut ctx);
+        a.prog.run(&mut ctx);
     }
 
     fn send(&self) -> bool {
@@ -217,7 +276,7 @@ impl ConnHooks {
     }
 
     /// A request was posted.
-    pub fn on_post(&self, bytes: usize) {
+    pub fn on_post(&mut self, bytes: usize) {
         if let Some(s) = &self.slot {
             s.posted();
         }
@@ -230,7 +289,7 @@ impl ConnHooks {
     }
 
     /// A request completed with `bytes` moved; `posted` is when it was posted (if timed).
-    pub fn on_complete(&self, bytes: usize, posted: Option<Instant>) {
+    pub fn on_complete(&mut self, bytes: usize, posted: Option<Instant>) {
         if let Some(s) = &self.slot {
             s.completed(bytes as u64);
         }
@@ -244,7 +303,7 @@ impl ConnHooks {
     }
 
     /// A request failed with `code` (an `ncclResult_t`).
-    pub fn on_error(&self, code: i32) {
+    pub fn on_error(&mut self, code: i32) {
         if let Some(s) = &self.slot {
             s.failed();
         }
@@ -257,7 +316,7 @@ impl ConnHooks {
     }
 
     /// The connection closes: its totals go to NCCL's log.
-    pub fn on_close(&self) {
+    pub fn on_close(&mut self) {
         if let Some(s) = &self.slot {
             let c = s.snapshot();
             let dir = if c.direction == ConnDirection::Send {

@@ -8,6 +8,7 @@
 //! * [`setup`]: non-blocking `listen`/`connect`/`accept`;
 //! * [`comm`]: the data path, `isend`/`irecv`/`test`, helper threads;
 //! * [`hooks`]: where each operation is observed (per-connection counters, BPF hooks);
+//! * [`control`]: the control socket (`status`, live `reload` of the net programs);
 //! * [`wire`]: what goes over the wire (handle, hello, message header, chunking);
 //! * [`config`]: `NCCL_BPF_*` settings.
 //!
@@ -18,6 +19,7 @@
 pub mod buf;
 pub mod comm;
 pub mod config;
+pub mod control;
 pub mod devices;
 pub mod error;
 pub mod ffi;

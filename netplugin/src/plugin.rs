@@ -75,6 +75,7 @@ pub fn init() -> NetResult<&'static Plugin> {
         config.min_chunk
     );
     crate::hooks::init_policies();
+    crate::control::start(&config);
     Ok(PLUGIN.get_or_init(|| Plugin { devices, config }))
 }
 

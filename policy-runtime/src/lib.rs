@@ -23,4 +23,4 @@ pub mod swap;
 
 pub use ctx::{NetCtx, TunerChunkCtx, TunerCtx, TunerInitCtx};
 pub use program::{LoadError, LoadOptions, LoadedProgram, Tier};
-pub use swap::{ProgramSlot, SlotHandle};
+pub use swap::{Handle, ProgramSlot, SlotHandle, Swappable};

@@ -156,6 +156,17 @@ impl LoadedProgram {
         registry: &Registry,
         opts: &LoadOptions,
     ) -> Result<LoadedProgram, LoadError> {
+        LoadedProgram::check(obj, name, opts)?.bind(registry, opts)
+    }
+
+    /// The first step of [`load`](Self::load): finds program `name` (or the only program) and
+    /// verifies it, touching no map. [`Verified::bind`] finishes the load. Loading several
+    /// programs all or nothing: check every one, then [`check_maps`], then bind them.
+    pub fn check<'a>(
+        obj: &'a Object,
+        name: Option<&str>,
+        opts: &LoadOptions,
+    ) -> Result<Verified<'a>, LoadError> {
         let prog = match name {
             Some(n) => obj.program(n),
             None if obj.programs.len() == 1 => obj.programs.first(),
@@ -177,8 +188,53 @@ impl LoadedProgram {
                 error,
             }
         })?;
-        let verify = t0.elapsed();
+        Ok(Verified {
+            obj,
+            prog,
+            stats,
+            verify: t0.elapsed(),
+        })
+    }
+}
 
+/// Checks that every named map of `obj` can be bound in `registry`: a map of the same name
+/// that already exists there has the same shape. Creates nothing. `owner` names the
+/// declaration in the message (`section:program`).
+pub fn check_maps(obj: &Object, registry: &Registry, owner: &str) -> Result<(), LoadError> {
+    for m in obj.maps.iter().filter(|m| m.initial.is_none()) {
+        registry
+            .check_shared(&spec_of(m, m.name.clone()), owner)
+            .map_err(LoadError::Map)?;
+    }
+    Ok(())
+}
+
+/// A program that passed the verifier, not yet bound to maps or compiled.
+pub struct Verified<'a> {
+    obj: &'a Object,
+    prog: &'a policy_object::Program,
+    pub stats: Stats,
+    /// How long verification took.
+    pub verify: Duration,
+}
+
+impl Verified<'_> {
+    pub fn name(&self) -> &str {
+        &self.prog.name
+    }
+
+    pub fn section(&self) -> &str {
+        &self.prog.section
+    }
+
+    /// Binds the object's maps through `registry`, patches map references and compiles.
+    pub fn bind(self, registry: &Registry, opts: &LoadOptions) -> Result<LoadedProgram, LoadError> {
+        let Verified {
+            obj,
+            prog,
+            stats,
+            verify,
+        } = self;
         // Bind maps: named maps are shared by name and shape; global data is private.
         let owner = format!("{}:{}", prog.section, prog.name);
         let mut maps = Vec::with_capacity(obj.maps.len());
@@ -253,7 +309,9 @@ impl LoadedProgram {
             tag: 0,
         })
     }
+}
 
+impl LoadedProgram {
     pub fn tier(&self) -> Tier {
         if self.exec.is_some() {
             Tier::Jit

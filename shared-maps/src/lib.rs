@@ -13,4 +13,4 @@ pub mod registry;
 
 pub use conn_table::{ConnDirection, ConnSlotGuard, ConnSnapshot, ConnTable};
 pub use map::{BPF_ANY, BPF_EXIST, BPF_NOEXIST, Map, MapError, MapSpec, MapType};
-pub use registry::{MapView, Registry, RegistryError};
+pub use registry::{MapView, Registry, RegistryError, pid_alive, registry_dir};

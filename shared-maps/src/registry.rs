@@ -84,7 +84,8 @@ pub fn registry_dir() -> PathBuf {
     PathBuf::from(format!("/dev/shm/ncclbpf-{uid}"))
 }
 
-fn pid_alive(pid: u32) -> bool {
+/// Whether process `pid` exists (it may belong to another user).
+pub fn pid_alive(pid: u32) -> bool {
     // SAFETY: kill with signal 0 only checks for existence.
     let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
     r == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
@@ -112,15 +113,7 @@ impl Registry {
     pub fn shared(&self, spec: &MapSpec, owner: &str) -> Result<Arc<Map>, RegistryError> {
         let mut inner = self.lock();
         if let Some(e) = inner.shared.get(&spec.name) {
-            if e.map.spec() != spec {
-                return Err(RegistryError::Conflict(Box::new(Conflict {
-                    name: spec.name.clone(),
-                    existing: e.map.spec().clone(),
-                    existing_owner: e.owner.clone(),
-                    new: spec.clone(),
-                    new_owner: owner.to_string(),
-                })));
-            }
+            conflict(e, spec, owner)?;
             return Ok(e.map.clone());
         }
         let map = Arc::new(
@@ -138,6 +131,15 @@ impl Registry {
         );
         self.publish(&inner);
         Ok(map)
+    }
+
+    /// Whether [`shared`](Self::shared) would succeed as far as shapes go (the same error if
+    /// not), without creating anything.
+    pub fn check_shared(&self, spec: &MapSpec, owner: &str) -> Result<(), RegistryError> {
+        match self.lock().shared.get(&spec.name) {
+            Some(e) => conflict(e, spec, owner),
+            None => Ok(()),
+        }
     }
 
     /// A map private to one program (global data); listed for readers while it lives.
@@ -209,6 +211,19 @@ impl Registry {
         f.write_all(text.as_bytes())?;
         std::fs::rename(&tmp, self.dir.join(format!("{pid}.maps")))
     }
+}
+
+fn conflict(e: &Entry, spec: &MapSpec, owner: &str) -> Result<(), RegistryError> {
+    if e.map.spec() == spec {
+        return Ok(());
+    }
+    Err(RegistryError::Conflict(Box::new(Conflict {
+        name: spec.name.clone(),
+        existing: e.map.spec().clone(),
+        existing_owner: e.owner.clone(),
+        new: spec.clone(),
+        new_owner: owner.to_string(),
+    })))
 }
 
 fn cleanup_stale(dir: &std::path::Path) {
@@ -399,10 +414,20 @@ mod tests {
             .shared(&spec("counts", MapType::Array, 8), "policy_b")
             .unwrap();
         assert!(Arc::ptr_eq(&a, &b));
+        let checked = r
+            .check_shared(&spec("counts", MapType::Hash, 16), "policy_c")
+            .unwrap_err()
+            .to_string();
+        r.check_shared(&spec("counts", MapType::Array, 8), "policy_c")
+            .unwrap();
+        r.check_shared(&spec("fresh", MapType::Array, 8), "policy_c")
+            .unwrap();
+        assert_eq!(r.shared_maps().len(), 1, "a check creates nothing");
         let e = r
             .shared(&spec("counts", MapType::Hash, 16), "policy_c")
             .unwrap_err();
         let msg = e.to_string();
+        assert_eq!(checked, msg, "a check fails as binding would");
         assert!(
             msg.contains("policy_a") && msg.contains("policy_c") && msg.contains("counts"),
             "{msg}"

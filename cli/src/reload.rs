@@ -1,0 +1,486 @@
+//! `ncclbpf reload PID...|--all OBJECT` and `ncclbpf status PID...|--all`: ask running
+//! processes, through their control sockets (`<registry dir>/<pid>.ctl`), to swap in an
+//! object's net programs, or to say what runs at each net hook.
+//!
+//! One verdict per process. `reload` exits 0 if every process accepted, 1 if any rejected the
+//! object (its programs kept running), 2 on a usage error or a process that could not be asked
+//! (no such process, no socket, refused connection); 2 wins over 1. `status` exits 0 if every
+//! process answered, 2 otherwise. `--json` prints one JSON document instead.
+//!
+//! Self-contained (it uses only `ncclbpf_control` and `shared_maps`), to be wired into the
+//! command line as, for example:
+//!
+//! ```text
+//! Reload { pids: Vec<u32>, #[arg(long)] all: bool, object: PathBuf, #[arg(long)] json: bool }
+//!     => match reload::Targets::new(pids, all) {
+//!            Ok(t) => reload::run(&t, &object, json),
+//!            Err(e) => { eprintln!("ncclbpf reload: {e}"); ExitCode::from(reload::FAILED) }
+//!        }
+//! Status { pids: Vec<u32>, #[arg(long)] all: bool, #[arg(long)] json: bool }
+//!     => ... reload::status(&t, json)
+//! ```
+
+use ncclbpf_control::{ClientError, Item, ProgramInfo, Reply, Request, Swap};
+use std::fmt::Write as _;
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Every process accepted (or answered).
+pub const ACCEPTED: u8 = 0;
+/// A process rejected the object; every hook there kept its program.
+pub const REJECTED: u8 = 1;
+/// Usage error, or a process that could not be asked.
+pub const FAILED: u8 = 2;
+
+/// How long a process may take to answer a reload (it verifies and compiles first).
+pub const RELOAD_TIMEOUT: Duration = Duration::from_secs(120);
+pub const STATUS_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Which processes to ask.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Targets {
+    Pids(Vec<u32>),
+    /// Every process with a control socket in the registry dir that is alive.
+    All,
+}
+
+impl Targets {
+    /// From the command line: some pids, or `--all`; not both, not neither.
+    pub fn new(pids: Vec<u32>, all: bool) -> Result<Targets, String> {
+        match (pids.is_empty(), all) {
+            (true, true) => Ok(Targets::All),
+            (false, false) => Ok(Targets::Pids(pids)),
+            (false, true) => Err("give process ids or --all, not both".into()),
+            (true, false) => Err("give the process ids to ask, or --all".into()),
+        }
+    }
+}
+
+/// `ncclbpf reload`: prints to stdout, usage errors to stderr.
+pub fn run(targets: &Targets, object: &Path, json: bool) -> ExitCode {
+    let dir = shared_maps::registry_dir();
+    let mut out = std::io::stdout().lock();
+    ExitCode::from(run_in(&dir, targets, object, json, &mut out))
+}
+
+/// `ncclbpf status`.
+pub fn status(targets: &Targets, json: bool) -> ExitCode {
+    let dir = shared_maps::registry_dir();
+    let mut out = std::io::stdout().lock();
+    ExitCode::from(status_in(&dir, targets, json, &mut out))
+}
+
+fn pids_in(dir: &Path, targets: &Targets) -> Result<Vec<u32>, String> {
+    match targets {
+        Targets::Pids(p) => Ok(p.clone()),
+        Targets::All => {
+            let p = ncclbpf_control::live_processes_in(dir)
+                .map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+            if p.is_empty() {
+                return Err(format!(
+                    "no process with a control socket in {}",
+                    dir.display()
+                ));
+            }
+            Ok(p)
+        }
+    }
+}
+
+/// Asks every process at once (so they swap at nearly the same time), answers in pid order.
+fn ask_all(
+    dir: &Path,
+    pids: &[u32],
+    req: &Request,
+    timeout: Duration,
+) -> Vec<(u32, Result<Reply, ClientError>)> {
+    std::thread::scope(|s| {
+        let asks: Vec<_> = pids
+            .iter()
+            .map(|&pid| s.spawn(move || (pid, ncclbpf_control::request_in(dir, pid, req, timeout))))
+            .collect();
+        asks.into_iter()
+            .zip(pids)
+            .map(|(h, &pid)| {
+                h.join().unwrap_or_else(|_| {
+                    (
+                        pid,
+                        Err(ClientError::Protocol("the request panicked".into())),
+                    )
+                })
+            })
+            .collect()
+    })
+}
+
+/// [`run`] with the registry dir and the output given (tests).
+pub fn run_in(dir: &Path, targets: &Targets, object: &Path, json: bool, out: &mut dyn Write) -> u8 {
+    let pids = match pids_in(dir, targets) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("ncclbpf reload: {e}");
+            return FAILED;
+        }
+    };
+    // The process resolves the path, from its own working directory: send it absolute.
+    let object = match std::path::absolute(object) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("ncclbpf reload: {}: {e}", object.display());
+            return FAILED;
+        }
+    };
+    let answers = ask_all(dir, &pids, &Request::Reload(object.clone()), RELOAD_TIMEOUT);
+    let code = answers
+        .iter()
+        .map(|(_, a)| match a {
+            Ok(r) if r.result.is_ok() => ACCEPTED,
+            Ok(_) => REJECTED,
+            Err(_) => FAILED,
+        })
+        .max()
+        .unwrap_or(ACCEPTED);
+    let text = if json {
+        reload_json(&object, &answers)
+    } else {
+        reload_text(&answers)
+    };
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+    code
+}
+
+/// [`status`] with the registry dir and the output given (tests).
+pub fn status_in(dir: &Path, targets: &Targets, json: bool, out: &mut dyn Write) -> u8 {
+    let pids = match pids_in(dir, targets) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("ncclbpf status: {e}");
+            return FAILED;
+        }
+    };
+    let answers = ask_all(dir, &pids, &Request::Status, STATUS_TIMEOUT);
+    let code = answers
+        .iter()
+        .map(|(_, a)| match a {
+            Ok(r) if r.result.is_ok() => ACCEPTED,
+            Ok(_) => REJECTED,
+            Err(_) => FAILED,
+        })
+        .max()
+        .unwrap_or(ACCEPTED);
+    let text = if json {
+        status_json(&answers)
+    } else {
+        status_text(&answers)
+    };
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+    code
+}
+
+// ---------------------------------------------------------------- text
+
+fn us(d: Duration) -> String {
+    let v = d.as_secs_f64() * 1e6;
+    if v < 10.0 {
+        format!("{v:.3} µs")
+    } else {
+        format!("{v:.1} µs")
+    }
+}
+
+/// `text`, every line indented by `pad`.
+fn indent(s: &mut String, pad: &str, text: &str) {
+    for l in text.lines() {
+        let _ = writeln!(s, "{pad}{l}");
+    }
+}
+
+fn swap_text(s: &mut String, w: &Swap) {
+    let from = match &w.old {
+        Some((old, g)) => format!("{old} (gen {g}) -> {} (gen {})", w.new, w.generation),
+        None => format!(
+            "attached {} (gen {}); it had no program",
+            w.new, w.generation
+        ),
+    };
+    let _ = writeln!(
+        s,
+        "  {}: {from}, {} insns; verify {}, compile {}, swap {}",
+        w.section,
+        w.insns,
+        us(w.verify),
+        us(w.compile),
+        us(w.swap)
+    );
+}
+
+fn item_text(s: &mut String, i: &Item) {
+    match i {
+        Item::Swapped(w) => swap_text(s, w),
+        Item::Refused {
+            section,
+            name,
+            reason,
+        } => {
+            let _ = writeln!(s, "  {section} {name}: refused: {reason}");
+        }
+        Item::Ignored {
+            section,
+            name,
+            reason,
+        } => {
+            let _ = writeln!(s, "  {section} {name}: ignored: {reason}");
+        }
+        Item::Rejected {
+            what,
+            name,
+            message,
+        } => {
+            let _ = writeln!(s, "  {what} {name}:");
+            indent(s, "    ", message);
+        }
+        Item::Process { .. } | Item::Hook { .. } => {}
+        Item::Other(l) => {
+            let _ = writeln!(s, "  {l}");
+        }
+    }
+}
+
+fn reload_text(answers: &[(u32, Result<Reply, ClientError>)]) -> String {
+    let mut s = String::new();
+    for (pid, a) in answers {
+        match a {
+            Ok(r) => {
+                match &r.result {
+                    Ok(()) => {
+                        let g = r.items.iter().find_map(|i| match i {
+                            Item::Swapped(w) => Some(w.generation),
+                            _ => None,
+                        });
+                        let _ = match g {
+                            Some(g) => writeln!(s, "pid {pid}: accepted (net generation {g})"),
+                            None => writeln!(s, "pid {pid}: accepted"),
+                        };
+                    }
+                    Err(e) => {
+                        let _ = writeln!(s, "pid {pid}: rejected: {e}");
+                    }
+                }
+                for i in &r.items {
+                    item_text(&mut s, i);
+                }
+            }
+            Err(e) => {
+                let _ = writeln!(s, "pid {pid}: not asked: {e}");
+            }
+        }
+    }
+    if answers.len() > 1 {
+        let ok = answers
+            .iter()
+            .filter(|(_, a)| matches!(a, Ok(r) if r.result.is_ok()))
+            .count();
+        let _ = writeln!(s, "{ok} of {} processes accepted", answers.len());
+    }
+    s
+}
+
+fn status_text(answers: &[(u32, Result<Reply, ClientError>)]) -> String {
+    let mut s = String::new();
+    for (pid, a) in answers {
+        let r = match a {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = writeln!(s, "pid {pid}: not asked: {e}");
+                continue;
+            }
+        };
+        let head = r.items.iter().find_map(|i| match i {
+            Item::Process {
+                generation,
+                live_programs,
+                ..
+            } => Some(format!(
+                "net generation {generation}, {live_programs} program(s) alive"
+            )),
+            _ => None,
+        });
+        match &r.result {
+            Ok(()) => {
+                let _ = writeln!(s, "pid {pid}: {}", head.unwrap_or_default());
+            }
+            Err(e) => {
+                let _ = writeln!(s, "pid {pid}: error: {e}");
+            }
+        }
+        for i in &r.items {
+            match i {
+                Item::Hook {
+                    section,
+                    program: None,
+                } => {
+                    let _ = writeln!(s, "  {section:<13} -");
+                }
+                Item::Hook {
+                    section,
+                    program: Some(p),
+                } => {
+                    let _ = writeln!(
+                        s,
+                        "  {section:<13} {}  gen {}  {} insns  tag {}  {}  {}",
+                        p.name, p.generation, p.insns, p.tag, p.tier, p.source
+                    );
+                }
+                other => item_text(&mut s, other),
+            }
+        }
+    }
+    s
+}
+
+// ---------------------------------------------------------------- JSON
+
+/// A JSON string literal.
+fn js(v: &str) -> String {
+    let mut s = String::with_capacity(v.len() + 2);
+    s.push('"');
+    for c in v.chars() {
+        match c {
+            '"' => s.push_str("\\\""),
+            '\\' => s.push_str("\\\\"),
+            '\n' => s.push_str("\\n"),
+            '\r' => s.push_str("\\r"),
+            '\t' => s.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(s, "\\u{:04x}", c as u32);
+            }
+            c => s.push(c),
+        }
+    }
+    s.push('"');
+    s
+}
+
+fn jopt(v: Option<&str>) -> String {
+    v.map_or("null".into(), js)
+}
+
+fn jus(d: Duration) -> String {
+    format!("{:.3}", d.as_secs_f64() * 1e6)
+}
+
+fn program_json(p: &ProgramInfo) -> String {
+    format!(
+        "{{\"name\":{},\"generation\":{},\"insns\":{},\"tag\":{},\"tier\":{},\"source\":{}}}",
+        js(&p.name),
+        p.generation,
+        p.insns,
+        js(&p.tag),
+        js(&p.tier),
+        js(&p.source)
+    )
+}
+
+fn item_json(i: &Item) -> String {
+    match i {
+        Item::Process {
+            pid,
+            generation,
+            live_programs,
+        } => format!(
+            "{{\"kind\":\"process\",\"pid\":{pid},\"generation\":{generation},\"live_programs\":{live_programs}}}"
+        ),
+        Item::Hook { section, program } => format!(
+            "{{\"kind\":\"hook\",\"section\":{},\"program\":{}}}",
+            js(section),
+            program.as_ref().map_or("null".into(), program_json)
+        ),
+        Item::Swapped(w) => format!(
+            "{{\"kind\":\"swapped\",\"section\":{},\"old\":{},\"old_generation\":{},\"new\":{},\"generation\":{},\"insns\":{},\"verify_us\":{},\"compile_us\":{},\"swap_us\":{}}}",
+            js(&w.section),
+            jopt(w.old.as_ref().map(|o| o.0.as_str())),
+            w.old.as_ref().map_or("null".into(), |o| o.1.to_string()),
+            js(&w.new),
+            w.generation,
+            w.insns,
+            jus(w.verify),
+            jus(w.compile),
+            jus(w.swap)
+        ),
+        Item::Refused {
+            section,
+            name,
+            reason,
+        } => format!(
+            "{{\"kind\":\"refused\",\"section\":{},\"name\":{},\"reason\":{}}}",
+            js(section),
+            js(name),
+            js(reason)
+        ),
+        Item::Ignored {
+            section,
+            name,
+            reason,
+        } => format!(
+            "{{\"kind\":\"ignored\",\"section\":{},\"name\":{},\"reason\":{}}}",
+            js(section),
+            js(name),
+            js(reason)
+        ),
+        Item::Rejected {
+            what,
+            name,
+            message,
+        } => format!(
+            "{{\"kind\":\"rejected\",\"what\":{},\"name\":{},\"message\":{}}}",
+            js(what),
+            js(name),
+            js(message)
+        ),
+        Item::Other(l) => format!("{{\"kind\":\"other\",\"line\":{}}}", js(l)),
+    }
+}
+
+/// One process's answer: verdict, error, items.
+fn answer_json(pid: u32, a: &Result<Reply, ClientError>, words: [&str; 2]) -> String {
+    let (verdict, error, items) = match a {
+        Ok(r) => (
+            match &r.result {
+                Ok(()) => words[0],
+                Err(_) => words[1],
+            },
+            r.result.as_ref().err().map(|e| js(e)),
+            r.items.iter().map(item_json).collect::<Vec<_>>(),
+        ),
+        Err(e) => ("not_asked", Some(js(&e.to_string())), vec![]),
+    };
+    format!(
+        "{{\"pid\":{pid},\"verdict\":\"{verdict}\",\"error\":{},\"items\":[{}]}}",
+        error.unwrap_or_else(|| "null".into()),
+        items.join(",")
+    )
+}
+
+fn reload_json(object: &Path, answers: &[(u32, Result<Reply, ClientError>)]) -> String {
+    let procs: Vec<String> = answers
+        .iter()
+        .map(|(pid, a)| answer_json(*pid, a, ["accepted", "rejected"]))
+        .collect();
+    format!(
+        "{{\"object\":{},\"processes\":[{}]}}\n",
+        js(&object.to_string_lossy()),
+        procs.join(",")
+    )
+}
+
+fn status_json(answers: &[(u32, Result<Reply, ClientError>)]) -> String {
+    let procs: Vec<String> = answers
+        .iter()
+        .map(|(pid, a)| answer_json(*pid, a, ["ok", "error"]))
+        .collect();
+    format!("{{\"processes\":[{}]}}\n", procs.join(","))
+}

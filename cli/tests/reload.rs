@@ -1,0 +1,223 @@
+//! `cli/src/reload.rs` against a control server in this process (a stand-in handler with canned
+//! replies): verdicts, exit statuses, `--all`, unreachable processes, JSON. The module is
+//! compiled here on its own, as the command line will use it.
+
+#[path = "../src/reload.rs"]
+mod reload;
+
+use ncclbpf_control::server::{self, Handler, Peer};
+use ncclbpf_control::{Item, ProgramInfo, Reply, Request, Swap};
+use reload::{ACCEPTED, FAILED, REJECTED, Targets};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+struct Canned;
+
+impl Handler for Canned {
+    fn handle(&self, req: &Request, _peer: Peer) -> Reply {
+        match req {
+            Request::Status => Reply::ok(vec![
+                Item::Process {
+                    pid: std::process::id(),
+                    generation: 2,
+                    live_programs: 1,
+                },
+                Item::Hook {
+                    section: "net/isend".into(),
+                    program: None,
+                },
+                Item::Hook {
+                    section: "net/complete".into(),
+                    program: Some(ProgramInfo {
+                        name: "on_complete".into(),
+                        generation: 2,
+                        insns: 97,
+                        tag: "c2d64456c65cd92b".into(),
+                        tier: "jit".into(),
+                        source: "/p/net_stats.o".into(),
+                    }),
+                },
+            ]),
+            Request::Reload(p) if p.ends_with("good.o") => Reply::ok(vec![
+                Item::Swapped(Swap {
+                    section: "net/complete".into(),
+                    old: Some(("on_complete".into(), 1)),
+                    new: "on_complete_v2".into(),
+                    generation: 2,
+                    insns: 86,
+                    verify: Duration::from_micros(245),
+                    compile: Duration::from_micros(70),
+                    swap: Duration::from_nanos(40),
+                }),
+                Item::Refused {
+                    section: "tuner".into(),
+                    name: "t".into(),
+                    reason: "tuner \"reload\" refused".into(),
+                },
+            ]),
+            Request::Reload(p) => Reply::error(
+                vec![Item::Rejected {
+                    what: "net/complete".into(),
+                    name: "prog".into(),
+                    message: format!(
+                        "program 'prog' rejected by the verifier:\ninsn 1: bad\n  at {}:4",
+                        p.display()
+                    ),
+                }],
+                "the net program was rejected; nothing was changed",
+            ),
+        }
+    }
+    fn log(&self, _warn: bool, _msg: &str) {}
+}
+
+/// A registry dir with this process's control socket, started once.
+fn dir() -> &'static Path {
+    static D: OnceLock<PathBuf> = OnceLock::new();
+    D.get_or_init(|| {
+        let d = std::env::temp_dir().join(format!("ncclbpf-cli-reload-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        server::start_in(&d, Arc::new(Canned)).unwrap();
+        d
+    })
+}
+
+fn me() -> Targets {
+    Targets::Pids(vec![std::process::id()])
+}
+
+fn reload(t: &Targets, obj: &str, json: bool) -> (u8, String) {
+    let mut out = vec![];
+    let code = reload::run_in(dir(), t, Path::new(obj), json, &mut out);
+    (code, String::from_utf8(out).unwrap())
+}
+
+#[test]
+fn targets_from_the_command_line() {
+    assert_eq!(Targets::new(vec![], true), Ok(Targets::All));
+    assert_eq!(
+        Targets::new(vec![3, 4], false),
+        Ok(Targets::Pids(vec![3, 4]))
+    );
+    assert!(Targets::new(vec![3], true).is_err());
+    assert!(Targets::new(vec![], false).is_err());
+}
+
+#[test]
+fn verdicts_and_exit_statuses() {
+    let (code, out) = reload(&me(), "/x/good.o", false);
+    assert_eq!(code, ACCEPTED, "{out}");
+    let pid = std::process::id();
+    assert!(
+        out.starts_with(&format!("pid {pid}: accepted (net generation 2)\n")),
+        "{out}"
+    );
+    assert!(
+        out.contains("  net/complete: on_complete (gen 1) -> on_complete_v2 (gen 2), 86 insns; verify 245.0 µs, compile 70.0 µs, swap 0.040 µs"),
+        "{out}"
+    );
+    assert!(out.contains("  tuner t: refused: tuner"), "{out}");
+
+    let (code, out) = reload(&me(), "/x/bad.o", false);
+    assert_eq!(code, REJECTED, "{out}");
+    assert!(out.contains("rejected: the net program was rejected; nothing was changed"));
+    assert!(
+        out.contains("    insn 1: bad\n      at /x/bad.o:4\n"),
+        "the whole log, indented:\n{out}"
+    );
+
+    // --all finds this process; a process that is not there makes it 2, over a rejection.
+    let (code, out) = reload(&Targets::All, "/x/good.o", false);
+    assert_eq!(code, ACCEPTED, "{out}");
+    let t = Targets::Pids(vec![std::process::id(), 999_999_999]);
+    let (code, out) = reload(&t, "/x/bad.o", false);
+    assert_eq!(code, FAILED, "{out}");
+    assert!(out.contains("pid 999999999: not asked: process 999999999 does not exist"));
+    assert!(out.ends_with("0 of 2 processes accepted\n"), "{out}");
+    // A relative path goes out absolute.
+    let (_, out) = reload(&me(), "rel/bad.o", false);
+    let abs = std::env::current_dir().unwrap().join("rel/bad.o");
+    assert!(out.contains(&format!("at {}:4", abs.display())), "{out}");
+}
+
+#[test]
+fn json_output() {
+    let (code, out) = reload(&me(), "/x/good.o", true);
+    assert_eq!(code, ACCEPTED);
+    let pid = std::process::id();
+    assert!(
+        out.starts_with("{\"object\":\"/x/good.o\",\"processes\":[{"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "{{\"pid\":{pid},\"verdict\":\"accepted\",\"error\":null,"
+        )),
+        "{out}"
+    );
+    assert!(out.contains("\"kind\":\"swapped\",\"section\":\"net/complete\",\"old\":\"on_complete\",\"old_generation\":1,\"new\":\"on_complete_v2\",\"generation\":2,\"insns\":86,\"verify_us\":245.000,\"compile_us\":70.000,\"swap_us\":0.040"), "{out}");
+    assert!(
+        out.contains("\"reason\":\"tuner \\\"reload\\\" refused\""),
+        "{out}"
+    );
+    let (code, out) = reload(&me(), "/x/bad.o", true);
+    assert_eq!(code, REJECTED);
+    assert!(out.contains("\"verdict\":\"rejected\""), "{out}");
+    assert!(
+        out.contains("verifier:\\ninsn 1: bad\\n  at /x/bad.o:4\""),
+        "{out}"
+    );
+    // Balanced braces and brackets outside strings: one document.
+    let mut depth = 0i32;
+    let mut in_str = false;
+    let mut esc = false;
+    for c in out.trim_end().chars() {
+        match (in_str, esc, c) {
+            (true, true, _) => esc = false,
+            (true, false, '\\') => esc = true,
+            (true, false, '"') => in_str = false,
+            (false, _, '"') => in_str = true,
+            (false, _, '{' | '[') => depth += 1,
+            (false, _, '}' | ']') => depth -= 1,
+            _ => {}
+        }
+        assert!(depth >= 0);
+    }
+    assert_eq!((depth, in_str), (0, false), "{out}");
+}
+
+#[test]
+fn status_lists_hooks() {
+    let mut out = vec![];
+    let code = reload::status_in(dir(), &me(), false, &mut out);
+    let out = String::from_utf8(out).unwrap();
+    assert_eq!(code, ACCEPTED, "{out}");
+    assert!(
+        out.contains("net generation 2, 1 program(s) alive"),
+        "{out}"
+    );
+    assert!(out.contains("  net/isend     -\n"), "{out}");
+    assert!(
+        out.contains("  net/complete  on_complete  gen 2  97 insns  tag c2d64456c65cd92b  jit  /p/net_stats.o"),
+        "{out}"
+    );
+    let mut out = vec![];
+    let code = reload::status_in(dir(), &me(), true, &mut out);
+    let out = String::from_utf8(out).unwrap();
+    assert_eq!(code, ACCEPTED);
+    assert!(
+        out.contains("{\"kind\":\"hook\",\"section\":\"net/isend\",\"program\":null}"),
+        "{out}"
+    );
+    let mut out = vec![];
+    let code = reload::status_in(dir(), &Targets::Pids(vec![999_999_999]), false, &mut out);
+    assert_eq!(code, FAILED);
+}
+
+#[test]
+fn entry_points_for_the_command_line() {
+    // What main.rs wires: stdout and the user's registry dir.
+    let _run: fn(&Targets, &Path, bool) -> std::process::ExitCode = reload::run;
+    let _status: fn(&Targets, bool) -> std::process::ExitCode = reload::status;
+}

@@ -1,0 +1,590 @@
+//! The line protocol.
+//!
+//! ```text
+//! request = "status" LF
+//!         | "reload " PATH LF              ; PATH: the rest of the line, absolute (the server
+//!                                          ; resolves a relative one against its own cwd)
+//! reply   = *item final
+//! final   = "ok" LF                        ; the request did what the items say
+//!         | "error: " TEXT LF              ; nothing was changed
+//! item    = "process pid=" N " generation=" N " live_programs=" N LF
+//!         | "hook " SECTION " -" LF        ; status: nothing attached
+//!         | "hook " SECTION " " NAME " gen=" N " insns=" N " tag=" HEX16 " tier=" TIER
+//!           " source=" PATH LF             ; status: what runs there
+//!         | "swapped " SECTION " " OLD " -> " NEW " gen=" N "->" N TIMES LF
+//!         | "attached " SECTION " " NEW " gen=" N TIMES LF     ; the hook had no program
+//!         | "refused " SECTION " " NAME ": " TEXT LF           ; not swapped, on purpose
+//!         | "ignored " SECTION " " NAME ": " TEXT LF           ; attaches to no hook
+//!         | "rejected " WHAT " " NAME ": " TEXT LF             ; why the request failed
+//!         | "| " TEXT LF                   ; one more line of the item above (a verifier log)
+//! TIMES   = " insns=" N " verify_us=" F " compile_us=" F " swap_us=" F
+//! ```
+//!
+//! `WHAT` is a section (`net/complete`) or `map`. A reload that fails for any reason (the file,
+//! its parsing, a program the verifier rejects, a map whose shape changed) answers `error:`
+//! after its `rejected` items, and every hook keeps the program it had. Unknown item lines
+//! are kept as [`Item::Other`] so older clients read newer servers.
+
+use std::ffi::OsStr;
+use std::fmt::Write as _;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The longest request line the server reads.
+pub const MAX_REQUEST: usize = 8192;
+
+/// What the refusal of a tuner program says.
+pub const TUNER_REFUSAL: &str = "a tuner swap must take effect at the same collective on every rank of a communicator, \
+     so tuner reload is refused until sequence-numbered swaps (--at-seq) exist; the tuner is left as it is";
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// What is attached where.
+    Status,
+    /// Load, verify and compile an object and swap its `net/*` programs in.
+    Reload(PathBuf),
+}
+
+impl Request {
+    /// Parses one request line (with or without its line feed).
+    pub fn parse(line: &[u8]) -> Result<Request, String> {
+        let line = line.strip_suffix(b"\n").unwrap_or(line);
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line == b"status" {
+            return Ok(Request::Status);
+        }
+        if let Some(p) = line.strip_prefix(b"reload ") {
+            if p.is_empty() || p.contains(&0) {
+                return Err("reload needs the path of an object".into());
+            }
+            return Ok(Request::Reload(PathBuf::from(OsStr::from_bytes(p))));
+        }
+        Err(format!(
+            "unknown request {:?}: expected 'status' or 'reload <path>'",
+            String::from_utf8_lossy(line)
+        ))
+    }
+
+    /// The request as sent, line feed included.
+    pub fn to_line(&self) -> Result<Vec<u8>, String> {
+        match self {
+            Request::Status => Ok(b"status\n".to_vec()),
+            Request::Reload(p) => {
+                let b = p.as_os_str().as_bytes();
+                if b.is_empty() || b.contains(&b'\n') || b.contains(&0) {
+                    return Err(format!("path {p:?} cannot be sent on one line"));
+                }
+                let mut out = b"reload ".to_vec();
+                out.extend_from_slice(b);
+                out.push(b'\n');
+                if out.len() > MAX_REQUEST {
+                    return Err(format!("path {p:?} is too long"));
+                }
+                Ok(out)
+            }
+        }
+    }
+}
+
+/// A program attached to a hook (`status`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProgramInfo {
+    pub name: String,
+    /// The process's net generation when it was attached (1: at start).
+    pub generation: u64,
+    pub insns: u64,
+    /// 16 hex digits of a hash of the program's instructions and section: the same program
+    /// has the same tag.
+    pub tag: String,
+    /// `jit` or `interpreter`.
+    pub tier: String,
+    /// The object it came from.
+    pub source: String,
+}
+
+/// A hook whose program a reload replaced (or attached, when it had none).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Swap {
+    pub section: String,
+    /// The program it had and the generation that attached it.
+    pub old: Option<(String, u64)>,
+    pub new: String,
+    pub generation: u64,
+    pub insns: u64,
+    pub verify: Duration,
+    pub compile: Duration,
+    /// The swap itself (every hook of one reload changes in the same store).
+    pub swap: Duration,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Item {
+    Process {
+        pid: u32,
+        generation: u64,
+        live_programs: u64,
+    },
+    Hook {
+        section: String,
+        program: Option<ProgramInfo>,
+    },
+    Swapped(Swap),
+    Refused {
+        section: String,
+        name: String,
+        reason: String,
+    },
+    Ignored {
+        section: String,
+        name: String,
+        reason: String,
+    },
+    Rejected {
+        what: String,
+        name: String,
+        message: String,
+    },
+    /// A line this version does not know.
+    Other(String),
+}
+
+/// A whole answer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reply {
+    pub items: Vec<Item>,
+    /// `Ok`: `ok`; `Err(text)`: `error: text`.
+    pub result: Result<(), String>,
+}
+
+impl Reply {
+    pub fn ok(items: Vec<Item>) -> Reply {
+        Reply {
+            items,
+            result: Ok(()),
+        }
+    }
+
+    pub fn error(items: Vec<Item>, text: impl Into<String>) -> Reply {
+        Reply {
+            items,
+            result: Err(text.into()),
+        }
+    }
+
+    /// The reply as sent.
+    pub fn to_text(&self) -> String {
+        let mut s = String::new();
+        for i in &self.items {
+            i.write(&mut s);
+        }
+        match &self.result {
+            Ok(()) => s.push_str("ok\n"),
+            Err(e) => {
+                let one: Vec<&str> = e.lines().filter(|l| !l.trim().is_empty()).collect();
+                let _ = writeln!(s, "error: {}", one.join("; "));
+            }
+        }
+        s
+    }
+
+    /// Parses a reply from its lines (up to and including the final line).
+    pub fn parse<I, S>(lines: I) -> Result<Reply, String>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut items: Vec<Item> = vec![];
+        for line in lines {
+            let line = line.as_ref();
+            let line = line.strip_suffix('\n').unwrap_or(line);
+            if line == "ok" {
+                return Ok(Reply::ok(items));
+            }
+            if let Some(e) = line.strip_prefix("error: ") {
+                return Ok(Reply::error(items, e));
+            }
+            if let Some(more) =
+                line.strip_prefix("| ")
+                    .or(if line == "|" { Some("") } else { None })
+            {
+                match items.last_mut() {
+                    Some(
+                        Item::Rejected { message: t, .. }
+                        | Item::Refused { reason: t, .. }
+                        | Item::Ignored { reason: t, .. },
+                    ) => {
+                        t.push('\n');
+                        t.push_str(more);
+                    }
+                    _ => items.push(Item::Other(line.to_string())),
+                }
+                continue;
+            }
+            items.push(Item::parse(line));
+        }
+        Err("the reply ended without a final 'ok' or 'error:' line".into())
+    }
+}
+
+/// A token: no spaces (section and program names never have any; replaced if they do).
+fn tok(s: &str) -> String {
+    if s.is_empty() {
+        return "?".into();
+    }
+    s.chars()
+        .map(|c| if c.is_whitespace() { '_' } else { c })
+        .collect()
+}
+
+/// Microseconds: one decimal, three below 10 µs (a swap takes well under one).
+fn us(d: Duration) -> String {
+    let v = d.as_secs_f64() * 1e6;
+    if v < 10.0 {
+        format!("{v:.3}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+/// `text` after `head`, continuation lines prefixed `| `.
+fn with_text(out: &mut String, head: &str, text: &str) {
+    let mut lines = text.lines();
+    let _ = writeln!(out, "{head}: {}", lines.next().unwrap_or(""));
+    for l in lines {
+        if l.is_empty() {
+            out.push_str("|\n");
+        } else {
+            let _ = writeln!(out, "| {l}");
+        }
+    }
+}
+
+/// `key=value` fields after the positional words.
+fn fields(rest: &str) -> Vec<(&str, &str)> {
+    rest.split(' ').filter_map(|w| w.split_once('=')).collect()
+}
+
+fn field<'a>(f: &[(&'a str, &'a str)], k: &str) -> Option<&'a str> {
+    f.iter().find(|(key, _)| *key == k).map(|(_, v)| *v)
+}
+
+fn num(f: &[(&str, &str)], k: &str) -> Option<u64> {
+    field(f, k)?.parse().ok()
+}
+
+fn dur(f: &[(&str, &str)], k: &str) -> Option<Duration> {
+    let v: f64 = field(f, k)?.parse().ok()?;
+    (v.is_finite() && v >= 0.0).then(|| Duration::from_secs_f64(v / 1e6))
+}
+
+impl Item {
+    fn write(&self, out: &mut String) {
+        match self {
+            Item::Process {
+                pid,
+                generation,
+                live_programs,
+            } => {
+                let _ = writeln!(
+                    out,
+                    "process pid={pid} generation={generation} live_programs={live_programs}"
+                );
+            }
+            Item::Hook {
+                section,
+                program: None,
+            } => {
+                let _ = writeln!(out, "hook {} -", tok(section));
+            }
+            Item::Hook {
+                section,
+                program: Some(p),
+            } => {
+                let source: String = p.source.chars().filter(|c| *c != '\n').collect();
+                let _ = writeln!(
+                    out,
+                    "hook {} {} gen={} insns={} tag={} tier={} source={source}",
+                    tok(section),
+                    tok(&p.name),
+                    p.generation,
+                    p.insns,
+                    tok(&p.tag),
+                    tok(&p.tier)
+                );
+            }
+            Item::Swapped(s) => {
+                let times = format!(
+                    "insns={} verify_us={} compile_us={} swap_us={}",
+                    s.insns,
+                    us(s.verify),
+                    us(s.compile),
+                    us(s.swap)
+                );
+                let _ = match &s.old {
+                    Some((old, og)) => writeln!(
+                        out,
+                        "swapped {} {} -> {} gen={og}->{} {times}",
+                        tok(&s.section),
+                        tok(old),
+                        tok(&s.new),
+                        s.generation
+                    ),
+                    None => writeln!(
+                        out,
+                        "attached {} {} gen={} {times}",
+                        tok(&s.section),
+                        tok(&s.new),
+                        s.generation
+                    ),
+                };
+            }
+            Item::Refused {
+                section,
+                name,
+                reason,
+            } => with_text(
+                out,
+                &format!("refused {} {}", tok(section), tok(name)),
+                reason,
+            ),
+            Item::Ignored {
+                section,
+                name,
+                reason,
+            } => with_text(
+                out,
+                &format!("ignored {} {}", tok(section), tok(name)),
+                reason,
+            ),
+            Item::Rejected {
+                what,
+                name,
+                message,
+            } => with_text(
+                out,
+                &format!("rejected {} {}", tok(what), tok(name)),
+                message,
+            ),
+            Item::Other(l) => {
+                out.push_str(l);
+                out.push('\n');
+            }
+        }
+    }
+
+    /// One item line (not a continuation).
+    fn parse(line: &str) -> Item {
+        Item::try_parse(line).unwrap_or_else(|| Item::Other(line.to_string()))
+    }
+
+    fn try_parse(line: &str) -> Option<Item> {
+        let (verb, rest) = line.split_once(' ')?;
+        match verb {
+            "process" => {
+                let f = fields(rest);
+                Some(Item::Process {
+                    pid: num(&f, "pid")? as u32,
+                    generation: num(&f, "generation")?,
+                    live_programs: num(&f, "live_programs")?,
+                })
+            }
+            "hook" => {
+                let mut w = rest.splitn(3, ' ');
+                let section = w.next()?.to_string();
+                let name = w.next()?;
+                if name == "-" {
+                    return Some(Item::Hook {
+                        section,
+                        program: None,
+                    });
+                }
+                let more = w.next()?;
+                let (kv, source) = more.split_once(" source=")?;
+                let f = fields(kv);
+                Some(Item::Hook {
+                    section,
+                    program: Some(ProgramInfo {
+                        name: name.to_string(),
+                        generation: num(&f, "gen")?,
+                        insns: num(&f, "insns")?,
+                        tag: field(&f, "tag")?.to_string(),
+                        tier: field(&f, "tier")?.to_string(),
+                        source: source.to_string(),
+                    }),
+                })
+            }
+            "swapped" | "attached" => {
+                let w: Vec<&str> = rest.split(' ').collect();
+                let section = (*w.first()?).to_string();
+                let f = fields(rest);
+                let (old, new, generation) = if verb == "swapped" {
+                    if w.get(2) != Some(&"->") {
+                        return None;
+                    }
+                    let (og, ng) = field(&f, "gen")?.split_once("->")?;
+                    (
+                        Some((w.get(1)?.to_string(), og.parse().ok()?)),
+                        w.get(3)?.to_string(),
+                        ng.parse().ok()?,
+                    )
+                } else {
+                    (None, w.get(1)?.to_string(), num(&f, "gen")?)
+                };
+                Some(Item::Swapped(Swap {
+                    section,
+                    old,
+                    new,
+                    generation,
+                    insns: num(&f, "insns")?,
+                    verify: dur(&f, "verify_us")?,
+                    compile: dur(&f, "compile_us")?,
+                    swap: dur(&f, "swap_us")?,
+                }))
+            }
+            "refused" | "ignored" | "rejected" => {
+                let (head, text) = rest.split_once(": ")?;
+                let (a, b) = head.split_once(' ')?;
+                let (a, b, text) = (a.to_string(), b.to_string(), text.to_string());
+                Some(match verb {
+                    "refused" => Item::Refused {
+                        section: a,
+                        name: b,
+                        reason: text,
+                    },
+                    "ignored" => Item::Ignored {
+                        section: a,
+                        name: b,
+                        reason: text,
+                    },
+                    _ => Item::Rejected {
+                        what: a,
+                        name: b,
+                        message: text,
+                    },
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip(r: &Reply) {
+        let text = r.to_text();
+        let back = Reply::parse(text.lines()).unwrap();
+        // Durations go through microseconds with one decimal.
+        assert_eq!(back.to_text(), text);
+        assert_eq!(back.result, r.result);
+        assert_eq!(back.items.len(), r.items.len(), "{text}");
+    }
+
+    #[test]
+    fn requests() {
+        assert_eq!(Request::parse(b"status\n").unwrap(), Request::Status);
+        assert_eq!(Request::parse(b"status\r\n").unwrap(), Request::Status);
+        assert_eq!(
+            Request::parse(b"reload /a b/c.o\n").unwrap(),
+            Request::Reload("/a b/c.o".into())
+        );
+        assert!(Request::parse(b"reload \n").is_err());
+        assert!(Request::parse(b"rm -rf /\n").is_err());
+        let r = Request::Reload("/x/y.o".into());
+        assert_eq!(Request::parse(&r.to_line().unwrap()).unwrap(), r);
+        assert!(Request::Reload("/x\n/y.o".into()).to_line().is_err());
+    }
+
+    #[test]
+    fn replies_round_trip() {
+        let d = Duration::from_micros;
+        let r = Reply::ok(vec![
+            Item::Process {
+                pid: 7,
+                generation: 2,
+                live_programs: 3,
+            },
+            Item::Hook {
+                section: "net/isend".into(),
+                program: None,
+            },
+            Item::Hook {
+                section: "net/complete".into(),
+                program: Some(ProgramInfo {
+                    name: "on_complete".into(),
+                    generation: 2,
+                    insns: 57,
+                    tag: "0123456789abcdef".into(),
+                    tier: "jit".into(),
+                    source: "/a dir/net stats.o".into(),
+                }),
+            },
+            Item::Swapped(Swap {
+                section: "net/complete".into(),
+                old: Some(("on_complete".into(), 1)),
+                new: "on_complete_v2".into(),
+                generation: 2,
+                insns: 60,
+                verify: d(312),
+                compile: d(45),
+                swap: d(1),
+            }),
+            Item::Swapped(Swap {
+                section: "net/isend".into(),
+                old: None,
+                new: "on_isend".into(),
+                generation: 2,
+                insns: 6,
+                verify: d(3),
+                compile: d(4),
+                swap: d(1),
+            }),
+            Item::Refused {
+                section: "tuner".into(),
+                name: "size_aware".into(),
+                reason: TUNER_REFUSAL.into(),
+            },
+        ]);
+        roundtrip(&r);
+        let back = Reply::parse(r.to_text().lines()).unwrap();
+        assert_eq!(back.items[..3], r.items[..3]);
+        let Item::Swapped(s) = &back.items[3] else {
+            panic!()
+        };
+        assert_eq!(
+            (s.old.clone(), s.new.as_str(), s.generation, s.verify),
+            (Some(("on_complete".into(), 1)), "on_complete_v2", 2, d(312))
+        );
+        assert_eq!(back.items[5], r.items[5]);
+    }
+
+    #[test]
+    fn multi_line_messages_and_errors() {
+        let log = "program 'prog' rejected by the verifier:\ninsn 1: bad\n\n  at x.c:3";
+        let r = Reply::error(
+            vec![Item::Rejected {
+                what: "net/complete".into(),
+                name: "prog".into(),
+                message: log.into(),
+            }],
+            "1 program rejected\nnothing was changed",
+        );
+        let text = r.to_text();
+        assert!(text.ends_with("error: 1 program rejected; nothing was changed\n"));
+        assert!(
+            text.contains("\n| insn 1: bad\n|\n|   at x.c:3\n"),
+            "{text}"
+        );
+        let back = Reply::parse(text.lines()).unwrap();
+        assert_eq!(back.items, r.items);
+        assert_eq!(
+            back.result,
+            Err("1 program rejected; nothing was changed".into())
+        );
+        assert!(Reply::parse(["hook net/isend -"]).is_err(), "no final line");
+        let odd = Reply::parse(["frobnicated 3 things", "ok"]).unwrap();
+        assert_eq!(odd.items, [Item::Other("frobnicated 3 things".into())]);
+    }
+}

@@ -1,0 +1,297 @@
+//! The process's control socket (`ncclbpf_control`): `status` lists what runs at each net
+//! hook, `reload <object>` swaps the object's `net/*` programs in while traffic flows.
+//!
+//! Started by the first successful `init` unless `NCCL_BPF_CONTROL=0`. Requests are served
+//! on the control thread, so loading, verifying and compiling never run on NCCL's threads;
+//! the only thing a reload does to them is one store that their next hook call notices.
+//!
+//! A reload is all or nothing over the object's net programs: every one is verified before any
+//! map is created or bound, every named map is checked against the registry (the same name
+//! with another shape rejects the whole reload with the registry's message; the same shape is
+//! the same map, so counts carry on), then all are bound and compiled, and only then the new
+//! set of programs replaces the old in one store. Any failure leaves every hook as it was.
+//! Tuner programs in the object are refused (a tuner swap must happen at the same collective
+//! on every rank, which needs sequence-numbered swaps), and do not stop the net programs.
+
+use crate::config::Config;
+use crate::hooks::{self, Attached, HOOK_SECTIONS, NetSet};
+use ncclbpf_control::protocol::{Item, ProgramInfo, Reply, Request, Swap, TUNER_REFUSAL};
+use ncclbpf_control::server::{self, Handler, Peer};
+use policy_runtime::program::{LIVE_PROGRAMS, check_maps};
+use policy_runtime::{LoadError, LoadOptions, LoadedProgram, Tier};
+use shared_maps::{Registry, RegistryError};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, Once};
+use std::time::Duration;
+
+struct Plugin;
+
+impl Handler for Plugin {
+    fn handle(&self, req: &Request, peer: Peer) -> Reply {
+        match req {
+            Request::Status => status(),
+            Request::Reload(path) => {
+                let r = reload(path, Registry::global(), &LoadOptions::default());
+                log_reload(path, peer, &r);
+                r
+            }
+        }
+    }
+
+    fn log(&self, warn: bool, msg: &str) {
+        if warn {
+            crate::nlog!(WARN, NET, "{msg}");
+        } else {
+            crate::nlog!(INFO, NET, "{msg}");
+        }
+    }
+}
+
+fn log_reload(path: &Path, peer: Peer, r: &Reply) {
+    let mut what = vec![];
+    for i in &r.items {
+        match i {
+            Item::Swapped(s) => what.push(match &s.old {
+                Some((old, g)) => format!(
+                    "{} '{old}' (generation {g}) -> '{}' (generation {})",
+                    s.section, s.new, s.generation
+                ),
+                None => format!(
+                    "{} attached '{}' (generation {})",
+                    s.section, s.new, s.generation
+                ),
+            }),
+            Item::Refused { section, name, .. } => what.push(format!(
+                "{section} '{name}' refused (tuner reload needs --at-seq)"
+            )),
+            Item::Rejected {
+                what: w,
+                name,
+                message,
+            } => {
+                // The head of the message (for the verifier: the rejected instruction); the
+                // whole of it went back to the client.
+                let head: Vec<&str> = message.lines().take(2).map(str::trim).collect();
+                what.push(format!("{w} '{name}': {}", head.join(" ")))
+            }
+            _ => {}
+        }
+    }
+    let head = format!("reload {} (asked by pid {})", path.display(), peer.pid);
+    match &r.result {
+        Ok(()) => crate::nlog!(INFO, NET, "{head}: {}", what.join("; ")),
+        Err(e) => crate::nlog!(WARN, NET, "{head} failed: {e}; {}", what.join("; ")),
+    }
+}
+
+/// Starts the control socket once per process (the first successful `init`).
+pub fn start(config: &Config) {
+    static STARTED: Once = Once::new();
+    STARTED.call_once(|| {
+        if !config.control {
+            crate::nlog!(INFO, INIT, "control socket off (NCCL_BPF_CONTROL=0)");
+            return;
+        }
+        match server::start(Arc::new(Plugin)) {
+            Ok(path) => crate::nlog!(
+                INFO,
+                INIT,
+                "control socket {} (ncclbpf status {pid}, ncclbpf reload {pid} OBJECT)",
+                path.display(),
+                pid = std::process::id()
+            ),
+            Err(e) => crate::nlog!(WARN, INIT, "no control socket (reload unavailable): {e}"),
+        }
+    });
+}
+
+/// What runs at each net hook.
+pub fn status() -> Reply {
+    let (generation, set) = hooks::net().snapshot();
+    let mut items = vec![Item::Process {
+        pid: std::process::id(),
+        generation,
+        live_programs: LIVE_PROGRAMS.load(Ordering::Relaxed) as u64,
+    }];
+    for (h, a) in set.by_hook.iter().enumerate() {
+        items.push(Item::Hook {
+            section: HOOK_SECTIONS[h].to_string(),
+            program: a.as_ref().map(|a| ProgramInfo {
+                name: a.prog.name.clone(),
+                generation: a.generation,
+                insns: a.prog.stats.insns as u64,
+                tag: format!("{:016x}", a.tag),
+                tier: match a.prog.tier() {
+                    Tier::Jit => "jit",
+                    Tier::Interpreter => "interpreter",
+                }
+                .to_string(),
+                source: a.source.clone(),
+            }),
+        });
+    }
+    Reply::ok(items)
+}
+
+/// Reloads are one at a time (the control thread serves one client at a time anyway).
+static RELOAD: Mutex<()> = Mutex::new(());
+
+const UNCHANGED: &str = "nothing was changed";
+
+/// Loads, verifies and compiles the object at `path` and swaps its `net/*` programs in, all or
+/// nothing (see the module's documentation).
+pub fn reload(path: &Path, registry: &Registry, opts: &LoadOptions) -> Reply {
+    let _one = RELOAD.lock().unwrap_or_else(|e| e.into_inner());
+    let shown = path.display().to_string();
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) => return Reply::error(vec![], format!("cannot read {shown}: {e}; {UNCHANGED}")),
+    };
+    let obj = match policy_object::Object::parse(&bytes) {
+        Ok(o) => o,
+        Err(e) => return Reply::error(vec![], format!("{shown}: {e}; {UNCHANGED}")),
+    };
+
+    // Which programs go where.
+    let mut notes = vec![];
+    let mut rejected = vec![];
+    let mut wanted: Vec<(usize, &policy_object::Program)> = vec![];
+    let mut net_programs = 0;
+    for p in &obj.programs {
+        if let Some(h) = hooks::hook_of(&p.section) {
+            net_programs += 1;
+            if let Some((_, first)) = wanted.iter().find(|(w, _)| *w == h) {
+                rejected.push(Item::Rejected {
+                    what: p.section.clone(),
+                    name: p.name.clone(),
+                    message: format!(
+                        "a second program for {} in the object (the first is '{}'): which to attach is ambiguous",
+                        p.section, first.name
+                    ),
+                });
+            } else {
+                wanted.push((h, p));
+            }
+        } else if hooks::is_tuner_section(&p.section) {
+            notes.push(Item::Refused {
+                section: p.section.clone(),
+                name: p.name.clone(),
+                reason: TUNER_REFUSAL.to_string(),
+            });
+        } else {
+            notes.push(Item::Ignored {
+                section: p.section.clone(),
+                name: p.name.clone(),
+                reason: "its section attaches to no hook".to_string(),
+            });
+        }
+    }
+    let fail = |mut rejected: Vec<Item>, notes: Vec<Item>, why: String| {
+        rejected.extend(notes);
+        Reply::error(rejected, format!("{why}; {UNCHANGED}"))
+    };
+    if wanted.is_empty() {
+        return fail(
+            rejected,
+            notes,
+            format!("{shown} has no net/* program to swap"),
+        );
+    }
+
+    // Verify every program before any map is created or bound.
+    let mut verified = vec![];
+    for (h, p) in &wanted {
+        match LoadedProgram::check(&obj, Some(&p.name), opts) {
+            Ok(v) => verified.push((*h, v)),
+            Err(e) => rejected.push(Item::Rejected {
+                what: p.section.clone(),
+                name: p.name.clone(),
+                message: e.to_string(),
+            }),
+        }
+    }
+    if !rejected.is_empty() {
+        let n = rejected.len();
+        let why = if net_programs == 1 {
+            format!("the net program of {shown} was rejected")
+        } else {
+            format!("{n} of the {net_programs} net programs of {shown} were rejected")
+        };
+        return fail(rejected, notes, why);
+    }
+
+    // Every named map that exists keeps its shape (it is the same map, state and all).
+    let owner = format!("{}:{}", wanted[0].1.section, wanted[0].1.name);
+    if let Err(e) = check_maps(&obj, registry, &owner) {
+        let name = match &e {
+            LoadError::Map(RegistryError::Conflict(c)) => c.name.clone(),
+            _ => "?".into(),
+        };
+        rejected.push(Item::Rejected {
+            what: "map".into(),
+            name: name.clone(),
+            message: e.to_string(),
+        });
+        return fail(
+            rejected,
+            notes,
+            format!("map '{name}' of {shown} conflicts with the running one"),
+        );
+    }
+
+    // Bind and compile; a failure here drops what was loaded.
+    let mut loaded = vec![];
+    for (h, v) in verified {
+        let (section, name) = (v.section().to_string(), v.name().to_string());
+        match v.bind(registry, opts) {
+            Ok(p) => loaded.push((h, p)),
+            Err(e) => {
+                rejected.push(Item::Rejected {
+                    what: section,
+                    name: name.clone(),
+                    message: e.to_string(),
+                });
+                return fail(
+                    rejected,
+                    notes,
+                    format!("program '{name}' of {shown} could not be loaded"),
+                );
+            }
+        }
+    }
+
+    // One store for every hook of the object.
+    let net = hooks::net();
+    let (generation, current) = net.snapshot();
+    let next = generation + 1;
+    let mut set: NetSet = (*current).clone();
+    drop(current);
+    let mut swaps = vec![];
+    for (h, p) in loaded {
+        let a = Attached::new(p, &obj, &shown, next);
+        swaps.push(Swap {
+            section: HOOK_SECTIONS[h].to_string(),
+            old: set.by_hook[h]
+                .as_ref()
+                .map(|o| (o.prog.name.clone(), o.generation)),
+            new: a.prog.name.clone(),
+            generation: next,
+            insns: a.prog.stats.insns as u64,
+            verify: a.prog.times.verify,
+            compile: a.prog.times.compile,
+            swap: Duration::ZERO,
+        });
+        set.by_hook[h] = Some(Arc::new(a));
+    }
+    let took = net.store(set);
+    let mut items: Vec<Item> = swaps
+        .into_iter()
+        .map(|mut s| {
+            s.swap = took;
+            Item::Swapped(s)
+        })
+        .collect();
+    items.extend(notes);
+    Reply::ok(items)
+}

@@ -1,0 +1,97 @@
+//! A long-running process with the plugin loaded, for the live-reload tests.
+//!
+//! ```text
+//! harness-serve serve                 init, connect a loopback pair, print "ready <pid>", then
+//!                                     move checked messages until stdin says "stop" (or closes);
+//!                                     print "stopped <messages> <bytes>" and the plugin's log
+//! harness-serve as-uid <uid> <socket> switch to uid (and its gid), connect to the control
+//!                                     socket, send "status", print what comes back
+//! ```
+//!
+//! `serve` runs whatever the environment says (`NCCL_BPF_POLICY`, `NCCL_BPF_SHM_DIR`,
+//! `NCCL_BPF_CONTROL`). Every message is a pattern that differs per message and size, received
+//! into a buffer of its own and compared byte for byte: a lost, cut or corrupted message fails
+//! the process (a panic, non-zero status).
+
+use ncclbpf_harness::{Net, log_text, pattern};
+use std::io::{BufRead, Read, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Inline (control stream) and chunked (data streams) messages, alternately.
+const SIZES: [usize; 4] = [100, 4096, 300_000, 1 << 20];
+
+fn serve() {
+    let n = Net::ready(None);
+    let (s, r) = n.connect_pair(0).expect("connect a loopback pair");
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            for line in std::io::stdin().lock().lines() {
+                match line {
+                    Ok(l) if l.trim() == "stop" => break,
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+            stop.store(true, Ordering::SeqCst);
+        });
+    }
+    println!("ready {}", std::process::id());
+    std::io::stdout().flush().unwrap();
+    let (mut messages, mut bytes) = (0u64, 0u64);
+    while !stop.load(Ordering::SeqCst) {
+        let size = SIZES[messages as usize % SIZES.len()];
+        let data = pattern(size, messages);
+        let got = n.transfer(s, r, &data, size).expect("transfer");
+        assert!(
+            got == data,
+            "message {messages} ({size} bytes) arrived corrupted"
+        );
+        messages += 1;
+        bytes += size as u64;
+    }
+    n.close_send(s).unwrap();
+    n.close_recv(r).unwrap();
+    println!("stopped {messages} {bytes}");
+    print!("{}", log_text());
+    std::io::stdout().flush().unwrap();
+}
+
+fn as_uid(uid: u32, socket: &str) {
+    // SAFETY: single-threaded here; setgid before setuid (after it we could not).
+    let ok = unsafe { libc::setgid(uid) == 0 && libc::setuid(uid) == 0 };
+    assert!(
+        ok,
+        "cannot switch to uid {uid}: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, uid);
+    let mut s = match std::os::unix::net::UnixStream::connect(socket) {
+        Ok(s) => s,
+        Err(e) => {
+            println!("connect failed: {e}");
+            return;
+        }
+    };
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let _ = s.write_all(b"status\n");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    print!("{out}");
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        ["serve"] => serve(),
+        ["as-uid", uid, socket] => as_uid(uid.parse().expect("uid"), socket),
+        _ => {
+            eprintln!("usage: harness-serve serve | harness-serve as-uid <uid> <socket>");
+            std::process::exit(2);
+        }
+    }
+}
