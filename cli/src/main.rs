@@ -15,6 +15,7 @@ mod maps;
 mod nccl;
 mod object;
 mod out;
+mod reload;
 mod rules;
 mod sizes;
 mod verify;
@@ -36,6 +37,8 @@ use std::process::ExitCode;
   ncclbpf decisions target/policies/src/size_aware.o --coll allreduce
   ncclbpf maps $(pgrep -n python)
   ncclbpf rules check nccl_tuner.conf
+  ncclbpf status --all
+  ncclbpf reload 12345 my_net_policy.o
 
 `ncclbpf help <command>` or `ncclbpf <command> --help` for each command's options, examples and
 exit statuses; --json on verify, inspect, decisions and maps prints one JSON document.
@@ -65,6 +68,50 @@ enum Cmd {
     Decisions(decisions::Args),
     /// Show the maps of a running process and their non-zero entries (read-only).
     Maps(maps::Args),
+    /// Swap an object's net programs into running processes (live reload).
+    #[command(after_help = "Examples:
+  ncclbpf reload 12345 target/policies/src/net_stats.o
+  ncclbpf reload --all my_net_policy.o
+  ncclbpf reload --json 12345 67890 my_net_policy.o
+
+Each process loads, verifies and compiles the object on its control thread and swaps every
+net/* program of it in at once; maps with the same name and shape keep their contents. Any
+failure leaves every hook as it was. Tuner programs are refused: a tuner swap must take effect
+at the same collective on every rank, which needs sequence-numbered swaps.
+
+Exit status:
+  0  every process accepted
+  1  a process rejected the object (its programs kept running)
+  2  usage error, or a process that could not be asked")]
+    Reload {
+        /// Process ids (or --all), then the object.
+        #[arg(required = true, num_args = 1.., value_name = "PID... OBJECT")]
+        args: Vec<String>,
+        /// Every live process of this user with a control socket.
+        #[arg(long)]
+        all: bool,
+        /// Print one JSON document.
+        #[arg(long)]
+        json: bool,
+    },
+    /// What runs at each net hook of running processes.
+    #[command(after_help = "Examples:
+  ncclbpf status 12345
+  ncclbpf status --all --json
+
+Exit status:
+  0  every process answered
+  2  usage error, or a process that could not be asked")]
+    Status {
+        /// Process ids (or --all).
+        pids: Vec<u32>,
+        /// Every live process of this user with a control socket.
+        #[arg(long)]
+        all: bool,
+        /// Print one JSON document.
+        #[arg(long)]
+        json: bool,
+    },
     /// Tuner rules files (NCCL's nccl_tuner.conf format): `rules check FILE`.
     Rules {
         #[command(subcommand)]
@@ -72,8 +119,37 @@ enum Cmd {
     },
 }
 
+/// `reload`/`status`: the control-socket commands print their own verdicts.
+fn control(cmd: &Cmd) -> Option<ExitCode> {
+    let fail = |e: String| {
+        let _ = writeln!(io::stderr(), "ncclbpf: {e}");
+        ExitCode::from(reload::FAILED)
+    };
+    match cmd {
+        Cmd::Reload { args, all, json } => {
+            let (object, pids) = args.split_last().expect("clap requires one");
+            let pids: Result<Vec<u32>, String> = pids
+                .iter()
+                .map(|p| p.parse().map_err(|_| format!("{p:?} is not a process id")))
+                .collect();
+            Some(match pids.and_then(|p| reload::Targets::new(p, *all)) {
+                Ok(t) => reload::run(&t, std::path::Path::new(object), *json),
+                Err(e) => fail(e),
+            })
+        }
+        Cmd::Status { pids, all, json } => Some(match reload::Targets::new(pids.clone(), *all) {
+            Ok(t) => reload::status(&t, *json),
+            Err(e) => fail(e),
+        }),
+        _ => None,
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(code) = control(&cli.cmd) {
+        return code;
+    }
     let mut out = Out::new();
     let r = match &cli.cmd {
         Cmd::Verify(a) => verify::run(&mut out, a),
@@ -81,6 +157,7 @@ fn main() -> ExitCode {
         Cmd::Decisions(a) => decisions::run(&mut out, a),
         Cmd::Maps(a) => maps::run(&mut out, a),
         Cmd::Rules { cmd } => rules::run(&mut out, cmd),
+        Cmd::Reload { .. } | Cmd::Status { .. } => unreachable!("handled by control()"),
     };
     // What was printed goes out before an error message; a write error is itself one.
     let r = match (out.finish(), r) {

@@ -651,3 +651,29 @@ fn rules_check_validates_files_without_a_job() {
     assert_eq!(code, 2, "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `reload` and `status` are wired in: help with exit statuses, usage errors and an
+/// unreachable process are exit 2 (the verdicts themselves are tested in reload.rs and
+/// tests/tests/live_reload.rs against real control sockets).
+#[test]
+fn reload_and_status_are_commands() {
+    for cmd in ["reload", "status"] {
+        let (code, out, err) = run(&[cmd, "--help"]);
+        assert_eq!(code, 0, "{err}");
+        assert!(
+            out.contains("Exit status:") && out.contains(&format!("ncclbpf {cmd} ")),
+            "{out}"
+        );
+    }
+    let dir = std::env::temp_dir().join(format!("ncclbpf-cli-ctl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let env = [("NCCL_BPF_SHM_DIR", dir.to_str().unwrap())];
+    let (code, _, err) = run_env(&["reload", "notapid", "x.o"], &env);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("not a process id"), "{err}");
+    let (code, _, err) = run_env(&["reload", "1", "x.o", "--all"], &env);
+    assert_eq!(code, 2, "{err}");
+    let (code, out, err) = run_env(&["status", "999999"], &env);
+    assert_eq!(code, 2, "{out}{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
