@@ -9,39 +9,165 @@ use crate::decide::{self, Collective, Decision};
 use crate::policy;
 use ncclnet_headers::tuner::*;
 use ncclnet_headers::{DebugLogger, Export, NcclFunc, NcclResult};
-use policy_runtime::SlotHandle;
-use std::collections::BTreeMap;
+use policy_runtime::{ProgramSlot, SlotHandle};
+use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 type Vp = *mut c_void;
 
 /// One communicator's tuner state.
+///
+/// `getCollInfo` runs on every collective, so its path takes no lock and allocates nothing:
+/// the policy handle is guarded by an atomic flag (see [`Policy`]) and the decision counts are
+/// atomics (see [`Counts`]).
 pub struct TunerContext {
     comm_id: u64,
     nranks: u32,
     nnodes: u32,
-    state: Mutex<State>,
+    /// `None` without a (loaded) policy: NCCL keeps its choices and nothing is counted.
+    policy: Option<Policy>,
+    counts: Counts,
+    /// Whether per-decision TRACE lines are wanted (read once per process).
+    trace: bool,
 }
 
-struct State {
-    handle: Option<SlotHandle>,
-    /// Decisions by (algo, proto, applied), for the summary at finalize.
-    counts: BTreeMap<(i32, i32, bool), u64>,
+/// The context's handle onto the process's policy slot.
+///
+/// `SlotHandle::call` needs `&mut` (it caches the slot's generation and program and refreshes
+/// them after a swap). NCCL calls `getCollInfo` for one communicator from one thread at a time
+/// (the thread enqueuing its collectives), but the tuner ABI does not promise it. So the
+/// handle sits behind `busy`, a try-lock: the caller that flips it from false to true owns the
+/// handle until it stores false again. Uncontended, that is one compare-and-swap and one
+/// release store per call, about 1-2 ns here (the `Mutex` it replaces takes two atomic
+/// read-modify-writes and can block; per-thread handles would need a thread-local table keyed
+/// by context, a lookup per call, and would keep an old program alive in every thread that
+/// ran it once). A caller that finds the flag taken, which only a second thread calling the same
+/// context at the same moment can, never waits: it runs the slot's current program through a
+/// handle of its own (`ProgramSlot::handle`: the slot's lock and two `Arc` clones, no
+/// allocation), under the same version rules as any other caller.
+struct Policy {
+    slot: &'static ProgramSlot,
+    busy: AtomicBool,
+    handle: UnsafeCell<SlotHandle>,
+}
+
+// SAFETY: `handle` is only reached through `Policy::call`, which holds `busy` (acquired with
+// Acquire, released with Release) for the whole access, so at most one thread uses it at a
+// time and each sees the previous user's writes; a `SlotHandle` may move between threads
+// (asserted below). Everything else in the context is immutable or atomic.
+unsafe impl Sync for TunerContext {}
+
+const _: () = {
+    const fn send<T: Send>() {}
+    send::<SlotHandle>();
+};
+
+/// Releases `busy` when dropped, also when the program call unwinds.
+struct Release<'a>(&'a AtomicBool);
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+impl Policy {
+    #[inline]
+    fn call(&self, ctx: &mut policy_runtime::TunerCtx) {
+        if self
+            .busy
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            let _release = Release(&self.busy);
+            // SAFETY: we flipped `busy` from false to true, so no other thread holds the
+            // handle until `_release` stores false (see the `Sync` impl above).
+            let handle = unsafe { &mut *self.handle.get() };
+            handle.call(ctx);
+        } else {
+            self.slot.handle().call(ctx);
+        }
+    }
+}
+
+/// Decisions by (algo, proto, applied), for the summary at finalize: one counter per
+/// combination NCCL knows (algorithms and protocols from `-1`, "NCCL's choice", up to
+/// `NUM_ALGORITHMS` and `NUM_PROTOCOLS`), and one per `applied` for any other value a policy
+/// returns (the summary then says "algo/proto out of range" instead of the values). Relaxed
+/// increments: no call's count is lost, and the summary reads them at finalize, after NCCL's
+/// last call on the context.
+struct Counts {
+    known: [AtomicU64; KNOWN_BUCKETS],
+    other: [AtomicU64; 2],
+}
+
+const ALGO_VALUES: usize = NUM_ALGORITHMS + 1;
+const PROTO_VALUES: usize = NUM_PROTOCOLS + 1;
+const KNOWN_BUCKETS: usize = ALGO_VALUES * PROTO_VALUES * 2;
+
+impl Counts {
+    fn new() -> Counts {
+        Counts {
+            known: std::array::from_fn(|_| AtomicU64::new(0)),
+            other: [AtomicU64::new(0), AtomicU64::new(0)],
+        }
+    }
+
+    /// `-1 ..` as `0 ..`, if known.
+    fn index(v: i32, n: usize) -> Option<usize> {
+        usize::try_from(v.wrapping_add(1)).ok().filter(|&i| i < n)
+    }
+
+    #[inline]
+    fn add(&self, d: &Decision) {
+        let c = match (
+            Self::index(d.algo, ALGO_VALUES),
+            Self::index(d.proto, PROTO_VALUES),
+        ) {
+            (Some(a), Some(p)) => &self.known[(a * PROTO_VALUES + p) * 2 + d.applied as usize],
+            _ => &self.other[d.applied as usize],
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `(algo, proto, applied, count)` of every non-zero known bucket, in (algo, proto,
+    /// applied) order.
+    fn known(&self) -> impl Iterator<Item = (i32, i32, bool, u64)> + '_ {
+        self.known.iter().enumerate().filter_map(|(i, n)| {
+            let n = n.load(Ordering::Relaxed);
+            let (ap, applied) = (i / 2, i % 2 == 1);
+            let (a, p) = (ap / PROTO_VALUES, ap % PROTO_VALUES);
+            (n > 0).then_some((a as i32 - 1, p as i32 - 1, applied, n))
+        })
+    }
 }
 
 impl TunerContext {
     pub fn new(comm_id: u64, nranks: usize, nnodes: usize) -> TunerContext {
-        let handle = policy::slot().map(|s| s.handle());
+        TunerContext::with_slot(comm_id, nranks, nnodes, policy::slot())
+    }
+
+    /// A context running the programs of `slot` (none: NCCL keeps its choices).
+    fn with_slot(
+        comm_id: u64,
+        nranks: usize,
+        nnodes: usize,
+        slot: Option<&'static ProgramSlot>,
+    ) -> TunerContext {
+        let policy = slot.map(|slot| Policy {
+            slot,
+            busy: AtomicBool::new(false),
+            handle: UnsafeCell::new(slot.handle()),
+        });
         TunerContext {
             comm_id,
             nranks: nranks.min(u32::MAX as usize) as u32,
             nnodes: nnodes.min(u32::MAX as usize) as u32,
-            state: Mutex::new(State {
-                handle,
-                counts: BTreeMap::new(),
-            }),
+            policy,
+            counts: Counts::new(),
+            trace: trace_decisions(),
         }
     }
 
@@ -54,9 +180,8 @@ impl TunerContext {
         reg_buff: i32,
         table: Option<(&mut [f32], usize, usize)>,
     ) -> Option<Decision> {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let handle = st.handle.as_mut()?;
-        let c = Collective {
+        let policy = self.policy.as_ref()?;
+        let mut ctx = decide::policy_ctx(&Collective {
             coll_type: coll.0,
             n_bytes,
             num_pipe_ops,
@@ -64,8 +189,8 @@ impl TunerContext {
             comm_id: self.comm_id,
             nranks: self.nranks,
             nnodes: self.nnodes,
-        };
-        let ctx = decide::run_policy(handle, &c);
+        });
+        policy.call(&mut ctx);
         let d = match table {
             Some((t, na, np)) => decide::apply(&ctx, t, na, np),
             None => Decision {
@@ -75,8 +200,8 @@ impl TunerContext {
                 applied: false,
             },
         };
-        *st.counts.entry((d.algo, d.proto, d.applied)).or_default() += 1;
-        if trace_decisions() {
+        self.counts.add(&d);
+        if self.trace {
             crate::tlog!(
                 TRACE,
                 TUNING,
@@ -94,17 +219,23 @@ impl TunerContext {
 
     /// The decisions so far, as a log line.
     pub fn summary(&self) -> String {
-        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let parts: Vec<String> = st
+        let line = |what: String, ok: bool, n: u64| {
+            format!("{what}{}: {n}", if ok { "" } else { " (not applied)" })
+        };
+        let mut parts: Vec<String> = self
             .counts
-            .iter()
-            .map(|((a, p, ok), n)| {
-                format!(
-                    "algo {a} proto {p}{}: {n}",
-                    if *ok { "" } else { " (not applied)" }
-                )
-            })
+            .known()
+            .map(|(a, p, ok, n)| line(format!("algo {a} proto {p}"), ok, n))
             .collect();
+        for (ok, c) in [
+            (false, &self.counts.other[0]),
+            (true, &self.counts.other[1]),
+        ] {
+            let n = c.load(Ordering::Relaxed);
+            if n > 0 {
+                parts.push(line("algo/proto out of range".into(), ok, n));
+            }
+        }
         format!(
             "comm {:#018x}: {}",
             self.comm_id,
@@ -359,3 +490,233 @@ pub static ncclTunerPlugin_v2: Export<TunerV2> = Export(TunerV2 {
     get_coll_info: Some(get_coll_info_v2),
     destroy: Some(finalize),
 });
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use policy_runtime::{LoadOptions, LoadedProgram};
+    use shared_maps::Registry;
+    use std::collections::BTreeMap;
+    use std::sync::atomic::AtomicU32;
+
+    /// A tuner program: messages over 4096 bytes get (ring, simple), others (NCCL's algo, LL);
+    /// nchannels is `version` either way.
+    fn program(version: u32) -> LoadedProgram {
+        let text = format!(
+            "ldxdw %r2, [%r1+0]
+             stw [%r1+48], {version}
+             jgt %r2, 4096, big
+             stw [%r1+44], 0
+             ja done
+             big:
+             stw [%r1+40], 1
+             stw [%r1+44], 2
+             done:
+             mov %r0, 0
+             exit"
+        );
+        let obj = policy_object::Object {
+            programs: vec![policy_object::Program {
+                name: format!("v{version}"),
+                section: "tuner".into(),
+                insns: policy_object::asm::assemble(&text).unwrap(),
+                lines: vec![],
+            }],
+            maps: vec![],
+        };
+        let reg = Registry::new(
+            std::env::temp_dir().join(format!("ncclbpf-tuner-test-{}", std::process::id())),
+        );
+        LoadedProgram::load(&obj, None, &reg, &LoadOptions::default()).unwrap()
+    }
+
+    /// The summary as the `BTreeMap` of (algo, proto, applied) counts used to write it.
+    fn reference_summary(comm_id: u64, decisions: &[Decision]) -> String {
+        let mut counts: BTreeMap<(i32, i32, bool), u64> = BTreeMap::new();
+        for d in decisions {
+            *counts.entry((d.algo, d.proto, d.applied)).or_default() += 1;
+        }
+        let parts: Vec<String> = counts
+            .iter()
+            .map(|((a, p, ok), n)| {
+                format!(
+                    "algo {a} proto {p}{}: {n}",
+                    if *ok { "" } else { " (not applied)" }
+                )
+            })
+            .collect();
+        format!(
+            "comm {comm_id:#018x}: {}",
+            if parts.is_empty() {
+                "no decisions".into()
+            } else {
+                parts.join(", ")
+            }
+        )
+    }
+
+    fn d(algo: i32, proto: i32, applied: bool) -> Decision {
+        Decision {
+            algo,
+            proto,
+            nchannels: 0,
+            applied,
+        }
+    }
+
+    #[test]
+    fn summary_keeps_its_format() {
+        let c = TunerContext::with_slot(0xabc, 8, 2, None);
+        assert_eq!(c.summary(), "comm 0x0000000000000abc: no decisions");
+        let mut all = vec![];
+        for a in -1..NUM_ALGORITHMS as i32 {
+            for p in -1..NUM_PROTOCOLS as i32 {
+                for ok in [true, false] {
+                    for _ in 0..(a + 2) * (p + 3) + ok as i32 {
+                        all.push(d(a, p, ok));
+                    }
+                }
+            }
+        }
+        // Out of order on purpose: the summary sorts as the map did.
+        all.reverse();
+        for x in &all {
+            c.counts.add(x);
+        }
+        assert_eq!(c.summary(), reference_summary(0xabc, &all));
+
+        let c = TunerContext::with_slot(1, 8, 2, None);
+        for x in [d(1, 2, true), d(-1, 0, true), d(1, 2, true)] {
+            c.counts.add(&x);
+        }
+        assert_eq!(
+            c.summary(),
+            "comm 0x0000000000000001: algo -1 proto 0: 1, algo 1 proto 2: 2"
+        );
+        // Values outside NCCL's ranges are counted together, after the others.
+        for x in [
+            d(7, 0, false),
+            d(-2, 0, false),
+            d(0, 3, false),
+            d(9, 9, true),
+        ] {
+            c.counts.add(&x);
+        }
+        assert_eq!(
+            c.summary(),
+            "comm 0x0000000000000001: algo -1 proto 0: 1, algo 1 proto 2: 2, \
+             algo/proto out of range (not applied): 3, algo/proto out of range: 1"
+        );
+    }
+
+    #[test]
+    fn no_policy_decides_nothing_and_counts_nothing() {
+        let c = TunerContext::with_slot(2, 8, 2, None);
+        let mut t = vec![1.0f32; 21];
+        assert_eq!(
+            c.decide(NcclFunc::ALL_REDUCE, 1 << 20, 1, 0, Some((&mut t, 7, 3))),
+            None
+        );
+        assert_eq!(t, vec![1.0f32; 21]);
+        assert_eq!(c.summary(), "comm 0x0000000000000002: no decisions");
+    }
+
+    /// Several threads on one context while the program is swapped under them: every call
+    /// decides as the program says, runs one whole version, and is counted exactly once.
+    #[test]
+    fn concurrent_calls_on_one_context_are_all_decided_and_counted() {
+        const THREADS: usize = 4;
+        const CALLS: usize = 100_000;
+        let slot: &'static ProgramSlot = Box::leak(Box::new(ProgramSlot::new(program(1))));
+        let ctx = TunerContext::with_slot(0xc0ffee, 8, 2, Some(slot));
+        let installed = AtomicU32::new(1);
+        let done = AtomicU32::new(0);
+        let start = std::sync::Barrier::new(THREADS);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut v = 1;
+                while done.load(Ordering::Acquire) < THREADS as u32 && v < 200 {
+                    v += 1;
+                    let p = program(v);
+                    // Announced before it can run, so callers never see a newer version.
+                    installed.store(v, Ordering::Release);
+                    slot.install(p).unwrap();
+                    std::thread::yield_now();
+                }
+            });
+            for t in 0..THREADS {
+                let (ctx, installed, done, start) = (&ctx, &installed, &done, &start);
+                s.spawn(move || {
+                    start.wait();
+                    for i in 0..CALLS {
+                        let big = (i + t) % 3 == 0;
+                        let n = if big { 1 << 20 } else { 64 };
+                        let mut table = [5.0f32, 4.0, 3.0, 1.0, 2.0, 6.0];
+                        let d = ctx
+                            .decide(NcclFunc::ALL_REDUCE, n, 1, 0, Some((&mut table, 2, 3)))
+                            .expect("a policy is loaded");
+                        let v = d.nchannels;
+                        assert!(v >= 1 && v <= installed.load(Ordering::Acquire), "{v}");
+                        if big {
+                            assert_eq!((d.algo, d.proto, d.applied), (1, 2, true));
+                            assert_eq!(table, [5.0, 4.0, 3.0, 1.0, 2.0, 0.0]);
+                        } else {
+                            assert_eq!((d.algo, d.proto, d.applied), (-1, 0, true));
+                            assert_eq!(table, [5.0, 4.0, 3.0, 0.0, 2.0, 6.0]);
+                        }
+                    }
+                    done.fetch_add(1, Ordering::Release);
+                });
+            }
+        });
+        let big = (0..THREADS)
+            .map(|t| (0..CALLS).filter(|i| (i + t) % 3 == 0).count())
+            .sum::<usize>();
+        let small = THREADS * CALLS - big;
+        assert_eq!(
+            ctx.summary(),
+            format!("comm 0x0000000000c0ffee: algo -1 proto 0: {small}, algo 1 proto 2: {big}")
+        );
+        assert!(!ctx.policy.as_ref().unwrap().busy.load(Ordering::Relaxed));
+    }
+
+    /// A call that finds the handle taken (another thread inside it) still decides, through
+    /// the slot's current program, and is counted.
+    #[test]
+    fn a_busy_handle_falls_back_to_the_slot() {
+        let slot: &'static ProgramSlot = Box::leak(Box::new(ProgramSlot::new(program(1))));
+        let ctx = TunerContext::with_slot(3, 8, 2, Some(slot));
+        let p = ctx.policy.as_ref().unwrap();
+        p.busy.store(true, Ordering::Relaxed);
+        slot.install(program(2)).unwrap();
+        let mut table = [5.0f32, 4.0, 3.0, 1.0, 2.0, 6.0];
+        let d = ctx.decide(
+            NcclFunc::ALL_REDUCE,
+            1 << 20,
+            1,
+            0,
+            Some((&mut table, 2, 3)),
+        );
+        assert_eq!(
+            d,
+            Some(Decision {
+                algo: 1,
+                proto: 2,
+                nchannels: 2,
+                applied: true
+            })
+        );
+        assert!(
+            p.busy.load(Ordering::Relaxed),
+            "the holder's flag is left alone"
+        );
+        p.busy.store(false, Ordering::Release);
+        let d = ctx.decide(NcclFunc::ALL_REDUCE, 64, 1, 0, None).unwrap();
+        assert_eq!((d.algo, d.proto, d.nchannels, d.applied), (-1, 0, 2, false));
+        assert!(!p.busy.load(Ordering::Relaxed));
+        assert_eq!(
+            ctx.summary(),
+            "comm 0x0000000000000003: algo -1 proto 0 (not applied): 1, algo 1 proto 2: 1"
+        );
+    }
+}

@@ -1,0 +1,163 @@
+//! Several threads calling `getCollInfo` on one tuner context at once, through the library's
+//! `ncclTunerPlugin_v5` as NCCL would (the ABI does not promise one thread per context): every
+//! decision is the policy's, and the finalize summary, like the policy's own map, counts every
+//! call. The policy is read from the environment once per process, so each case re-runs this
+//! test binary with `NCCL_BPF_TUNER_POLICY` set (JIT and interpreter).
+
+use ncclbpf_harness::Tuner;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Barrier;
+
+const CHILD: &str = "NCCLBPF_TUNER_THREADS_CHILD";
+const THREADS: usize = 4;
+const CALLS: usize = 20_000;
+const KIB: usize = 1024;
+const NUM_ALGO: usize = 7;
+const NUM_PROTO: usize = 3;
+
+/// A message size and what `size_aware` makes of it with [`costs`].
+struct Case {
+    bytes: usize,
+    /// The (algo, proto) NCCL then picks.
+    picked: (usize, usize),
+    nchannels: i32,
+    /// The policy's answer (algo, proto), as the finalize summary counts it.
+    answer: (i32, i32),
+}
+
+const fn case(bytes: usize, picked: (usize, usize), nchannels: i32, answer: (i32, i32)) -> Case {
+    Case {
+        bytes,
+        picked,
+        nchannels,
+        answer,
+    }
+}
+
+/// Sizes around `size_aware`'s thresholds (64 KiB, 4 MiB).
+const CASES: [Case; 6] = [
+    case(8, (0, 0), 0, (-1, 0)),
+    case(64 * KIB, (0, 0), 0, (-1, 0)),
+    case(64 * KIB + 1, (0, 1), 0, (-1, 1)),
+    case(4 << 20, (0, 1), 0, (-1, 1)),
+    case((4 << 20) + 1, (1, 2), 8, (1, 2)),
+    case(1 << 30, (1, 2), 8, (1, 2)),
+];
+
+/// NCCL-like costs: every combination usable, Simple cheapest, then LL128, then LL; Tree
+/// cheapest of the algorithms.
+fn costs() -> Vec<f32> {
+    (0..NUM_ALGO * NUM_PROTO)
+        .map(|i| 10.0 + (i / NUM_PROTO) as f32 + (NUM_PROTO - 1 - i % NUM_PROTO) as f32)
+        .collect()
+}
+
+fn policy() -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/policies/src/size_aware.o");
+    assert!(p.exists(), "{} missing: run policies/build.sh", p.display());
+    p
+}
+
+struct Shared(Tuner);
+// SAFETY: `Tuner::coll_info` only reads the harness's table pointer and context; calling the
+// library's getCollInfo on one context from several threads at once is what this test checks
+// the library allows.
+unsafe impl Sync for Shared {}
+
+#[test]
+fn concurrent_calls_on_one_context() {
+    if std::env::var_os(CHILD).is_some() {
+        return child();
+    }
+    for jit in ["1", "0"] {
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "concurrent_calls_on_one_context",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .env("NCCL_BPF_TUNER_POLICY", policy())
+            .env("NCCL_BPF_JIT", jit)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "NCCL_BPF_JIT={jit}:\n{text}");
+        assert!(
+            text.contains("every call decided and counted"),
+            "NCCL_BPF_JIT={jit}:\n{text}"
+        );
+    }
+}
+
+fn child() {
+    let tuner = Shared(Tuner::open(Some(5), 8, 2).unwrap());
+    let costs = costs();
+    let start = Barrier::new(THREADS);
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (tuner, costs, start) = (&tuner, &costs, &start);
+            s.spawn(move || {
+                start.wait();
+                for i in 0..CALLS {
+                    let w = &CASES[(i + t) % CASES.len()];
+                    let bytes = w.bytes;
+                    let c = tuner
+                        .0
+                        .coll_info(bytes, costs, NUM_ALGO, NUM_PROTO)
+                        .unwrap();
+                    assert_eq!(c.picked(NUM_PROTO), Some(w.picked), "{bytes} B");
+                    assert_eq!(c.nchannels, w.nchannels, "{bytes} B");
+                    let changed = c.table.iter().zip(costs).filter(|(x, y)| x != y).count();
+                    assert_eq!(changed, 1, "{bytes} B: one entry lowered");
+                }
+            });
+        }
+    });
+    let mut tuner = tuner.0;
+    tuner.finalize().unwrap();
+
+    // Calls per answer, and per size_aware's own map key (0 LL, 1 LL128, 2 Simple).
+    let mut per_answer = std::collections::BTreeMap::<(i32, i32), u64>::new();
+    let mut per_key = [0u64; 3];
+    for t in 0..THREADS {
+        for i in 0..CALLS {
+            let answer = CASES[(i + t) % CASES.len()].answer;
+            *per_answer.entry(answer).or_default() += 1;
+            per_key[answer.1 as usize] += 1;
+        }
+    }
+    let want = per_answer
+        .iter()
+        .map(|((a, p), n)| format!("algo {a} proto {p}: {n}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let log = ncclbpf_harness::log_text();
+    let summary = log
+        .lines()
+        .find_map(|l| l.split_once("TUNER/BPF comm ").map(|(_, s)| s))
+        .unwrap_or_else(|| panic!("no summary at finalize:\n{log}"));
+    assert_eq!(summary, format!("0x0000000000c0ffee: {want}"), "{log}");
+
+    let views = shared_maps::MapView::open_all(std::process::id()).unwrap();
+    let map = views
+        .iter()
+        .find(|v| v.name == "tuner_decisions")
+        .expect("size_aware's tuner_decisions map");
+    let mut seen = [0u64; 3];
+    for (k, vals) in map.entries() {
+        let key = u32::from_le_bytes(k[..4].try_into().unwrap()) as usize;
+        seen[key] = u64::from_le_bytes(vals[0][..8].try_into().unwrap());
+    }
+    assert_eq!(
+        seen, per_key,
+        "the policy's own counts (atomic adds in BPF)"
+    );
+    println!("every call decided and counted: {summary}");
+}
