@@ -172,6 +172,7 @@ pub fn run(out: &mut Out, a: &Args) -> Outcome {
                         comm_id: 0,
                         nranks: a.ranks,
                         nnodes: a.nodes,
+                        max_channels: 0,
                     },
                 );
                 let answer = Answer {

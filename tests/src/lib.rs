@@ -703,6 +703,19 @@ impl TunerCall {
 impl Tuner {
     /// Loads the library's `ncclTunerPlugin_vN` (newest, or `version`) and runs its `init`.
     pub fn open(version: Option<u32>, nranks: usize, nnodes: usize) -> Result<Tuner, String> {
+        // SAFETY: zeroed constants are a valid (if meaningless) table of doubles.
+        let mut consts: ncclnet_headers::tuner::TunerConstantsV5 = unsafe { std::mem::zeroed() };
+        Tuner::open_with_constants(version, nranks, nnodes, &mut consts)
+    }
+
+    /// [`open`](Self::open), handing v5+ `init` these cost-model constants (as NCCL does, for
+    /// the plugin to change in place).
+    pub fn open_with_constants(
+        version: Option<u32>,
+        nranks: usize,
+        nnodes: usize,
+        consts: &mut ncclnet_headers::tuner::TunerConstantsV5,
+    ) -> Result<Tuner, String> {
         let versions: Vec<u32> = version.map_or(vec![6, 5, 4, 3, 2], |v| vec![v]);
         let (v, p) = newest_symbol("ncclTunerPlugin_v", &versions)?;
         use ncclnet_headers::tuner::*;
@@ -721,9 +734,11 @@ impl Tuner {
             table,
             ctx: std::ptr::null_mut(),
         };
-        let mut nvl = NvlDomainInfoV5::default();
-        // SAFETY: zeroed constants are a valid (if meaningless) table of doubles.
-        let mut consts: TunerConstantsV5 = unsafe { std::mem::zeroed() };
+        let mut nvl = NvlDomainInfoV5 {
+            n_nvl_domains: nnodes as i32,
+            min_ranks_per_nvl_domain: 1,
+            max_ranks_per_nvl_domain: 1,
+        };
         // SAFETY: init with the arguments of its version.
         let r = unsafe {
             match table {
@@ -737,7 +752,7 @@ impl Tuner {
                     nnodes,
                     logger(),
                     &mut nvl,
-                    &mut consts,
+                    consts,
                 ),
                 TunerTable::V6(x) => x.init.unwrap()(
                     &mut t.ctx,
@@ -746,7 +761,7 @@ impl Tuner {
                     nnodes,
                     logger(),
                     &mut nvl,
-                    &mut consts,
+                    consts,
                 ),
             }
         };
@@ -755,6 +770,37 @@ impl Tuner {
         } else {
             Err(format!("tuner init: {}", r.name()))
         }
+    }
+
+    /// `getChunkSize` (v6 only; `None` for older tables or a NULL entry): the chunk after the
+    /// call, given NCCL's `chunk`.
+    pub fn chunk_size(
+        &self,
+        coll: i32,
+        bytes: usize,
+        algo: i32,
+        proto: i32,
+        nchannels: i32,
+        chunk: usize,
+    ) -> Option<R<usize>> {
+        let TunerTable::V6(x) = self.table else {
+            return None;
+        };
+        let f = x.get_chunk_size?;
+        let mut c = chunk;
+        // SAFETY: getChunkSize(ctx, collType, nBytes, algo, proto, nChannels, &chunkSize).
+        let r = unsafe {
+            f(
+                self.ctx,
+                ncclnet_headers::NcclFunc(coll),
+                bytes,
+                algo,
+                proto,
+                nchannels,
+                &mut c,
+            )
+        };
+        Some(ok(r).map(|()| c))
     }
 
     /// One getCollInfo for an all-reduce of `bytes` over a cost table NCCL filled with `costs`.

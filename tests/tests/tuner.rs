@@ -171,3 +171,95 @@ fn one_policy_setting_feeds_the_tuner_too() {
     );
     assert!(rows.iter().all(|r| r.3 == 1), "{text}");
 }
+
+/// `constants V` or `chunk` of harness-rank with these settings: (changed lines, whole output).
+fn rank_mode(args: &[&str], env: &[(&str, std::ffi::OsString)]) -> (Vec<String>, String) {
+    let out = Command::new(RANK_BIN)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (*k, v)))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lines = text
+        .lines()
+        .filter(|l| l.starts_with("constant ") || l.starts_with("chunk "))
+        .map(String::from)
+        .collect();
+    (lines, text)
+}
+
+/// `tuner/init` through tuner ABI v5 and v6: uniform_constants rewrites exactly the
+/// CPU-dependent entries (NCCL's layout: hw_latencies[PCI][TREE|RING][SIMPLE] are 44 and 47,
+/// ll_max_bws[0|1][1|2] are 85, 86, 88, 89); values outside [0, 1e6] are refused and NCCL's
+/// kept, with a warning; v2-v4 have no constants and run nothing.
+#[test]
+fn tuner_init_corrects_nccls_constants_within_range() {
+    for v in ["5", "6"] {
+        let (lines, text) = rank_mode(
+            &["constants", v],
+            &[("NCCL_BPF_POLICY", policy("src/uniform_constants.o").into())],
+        );
+        assert_eq!(
+            lines,
+            [
+                "constant 44 44.5 -> 5.7",
+                "constant 47 47.5 -> 5.7",
+                "constant 85 85.5 -> 22.5",
+                "constant 86 86.5 -> 19",
+                "constant 88 88.5 -> 22.5",
+                "constant 89 89.5 -> 19",
+            ],
+            "v{v}:\n{text}"
+        );
+        assert!(
+            text.contains("tuner/init 'uniform_constants': 6 constant(s) changed"),
+            "{text}"
+        );
+    }
+    let (lines, text) = rank_mode(
+        &["constants", "5"],
+        &[("NCCL_BPF_POLICY", policy("safe/init_bad_values.o").into())],
+    );
+    // base_latencies[RING][SIMPLE] is entry 5.
+    assert_eq!(lines, ["constant 5 5.5 -> 2"], "{text}");
+    assert!(
+        text.contains("3 refused (not a finite number in [0, 1000000])")
+            && text.contains("base_latencies[0][0] = NaN")
+            && text.contains("hw_latencies[2][1][0] = -1")
+            && text.contains("ll_max_bws[2][0] = 1000000000"),
+        "{text}"
+    );
+}
+
+/// `getChunkSize` (v6): chunk_double doubles Simple chunks of 64 MiB and more, leaves the rest,
+/// and its request of 8 bytes for LL (under LL's 16-byte grain) is refused: NCCL's kept.
+#[test]
+fn tuner_chunk_sizes_through_get_chunk_size() {
+    let (lines, text) = rank_mode(
+        &["chunk"],
+        &[("NCCL_BPF_POLICY", policy("safe/chunk_double.o").into())],
+    );
+    assert_eq!(
+        lines,
+        [
+            "chunk proto=2 bytes=134217728 in=524288 out=1048576",
+            "chunk proto=2 bytes=1048576 in=131072 out=131072",
+            "chunk proto=0 bytes=1024 in=4096 out=4096",
+            "chunk proto=1 bytes=67108864 in=122880 out=122880",
+        ],
+        "{text}"
+    );
+    assert!(text.contains("chunk size 8 refused"), "{text}");
+    assert!(text.contains("chunk sizes: 1 changed, 1 refused"), "{text}");
+    // Without a chunk program NCCL's chunk is untouched.
+    let (lines, _) = rank_mode(&["chunk"], &[]);
+    assert!(lines.iter().all(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f[3].trim_start_matches("in=") == f[4].trim_start_matches("out=")
+    }));
+}

@@ -19,6 +19,8 @@ pub struct Collective {
     pub comm_id: u64,
     pub nranks: u32,
     pub nnodes: u32,
+    /// What NCCL passed in `*nChannels` (0 in NCCL 2.28-2.30).
+    pub max_channels: u32,
 }
 
 /// What the policy decided, and what was applied.
@@ -29,6 +31,16 @@ pub struct Decision {
     pub nchannels: u32,
     /// Whether the (algo, proto) choice was written into the table.
     pub applied: bool,
+}
+
+impl Decision {
+    /// The channel count to hand NCCL, if any: the policy's, when its algorithm/protocol
+    /// choice was applied or it made none (a channel count meant for a combination NCCL
+    /// cannot use is not applied to another).
+    pub fn channels(&self) -> Option<u32> {
+        (self.nchannels > 0 && (self.applied || (self.algo == -1 && self.proto == -1)))
+            .then_some(self.nchannels)
+    }
 }
 
 /// The policy's context for `c`: NCCL's arguments, and "NCCL's choice" (-1, -1, 0) as the
@@ -43,7 +55,7 @@ pub fn policy_ctx(c: &Collective) -> TunerCtx {
         nnodes: c.nnodes,
         num_pipe_ops: c.num_pipe_ops.max(0) as u32,
         reg_buff: c.reg_buff.max(0) as u32,
-        max_channels: 0,
+        max_channels: c.max_channels,
         algo: -1,
         proto: -1,
         nchannels: 0,
@@ -223,6 +235,31 @@ mod tests {
             let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&a), bits(&b), "{c:?} on {t:?}");
         }
+    }
+
+    #[test]
+    fn channels_go_with_an_applied_choice_or_with_none() {
+        let d = |algo, proto, applied| Decision {
+            algo,
+            proto,
+            nchannels: 4,
+            applied,
+        };
+        assert_eq!(d(-1, -1, false).channels(), Some(4), "channels only");
+        assert_eq!(d(1, 2, true).channels(), Some(4));
+        assert_eq!(
+            d(1, 0, false).channels(),
+            None,
+            "meant for a combination NCCL cannot use"
+        );
+        assert_eq!(
+            Decision {
+                nchannels: 0,
+                ..d(1, 2, true)
+            }
+            .channels(),
+            None
+        );
     }
 
     #[test]

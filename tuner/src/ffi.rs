@@ -7,6 +7,7 @@
 
 use crate::decide::{self, Collective, Decision};
 use crate::policy;
+use crate::{chunk, constants};
 use ncclnet_headers::tuner::*;
 use ncclnet_headers::{DebugLogger, Export, NcclFunc, NcclResult};
 use policy_runtime::{ProgramSlot, SlotHandle};
@@ -29,6 +30,8 @@ pub struct TunerContext {
     /// `None` without a (loaded) policy: NCCL keeps its choices and nothing is counted.
     policy: Option<Policy>,
     counts: Counts,
+    /// What `tuner/chunk` did (getChunkSize), for the summary.
+    chunks: ChunkCounts,
     /// Whether per-decision TRACE lines are wanted (read once per process).
     trace: bool,
 }
@@ -144,6 +147,42 @@ impl Counts {
     }
 }
 
+/// `getChunkSize` outcomes: changed, refused (a value under the protocol's grain; the first is
+/// logged at once), kept.
+#[derive(Default)]
+struct ChunkCounts {
+    changed: AtomicU64,
+    refused: AtomicU64,
+}
+
+impl ChunkCounts {
+    fn note(&self, o: &chunk::ChunkOutcome) {
+        match *o {
+            chunk::ChunkOutcome::Kept => {}
+            chunk::ChunkOutcome::Changed { .. } => {
+                self.changed.fetch_add(1, Ordering::Relaxed);
+            }
+            chunk::ChunkOutcome::Refused { value } => {
+                if self.refused.fetch_add(1, Ordering::Relaxed) == 0 {
+                    crate::tlog!(
+                        WARN,
+                        TUNING,
+                        "tuner/chunk: chunk size {value} refused (below the protocol's grain), NCCL's kept; later refusals are counted at finalize"
+                    );
+                }
+            }
+        }
+    }
+
+    fn summary(&self) -> Option<String> {
+        let (c, r) = (
+            self.changed.load(Ordering::Relaxed),
+            self.refused.load(Ordering::Relaxed),
+        );
+        (c + r > 0).then(|| format!("; chunk sizes: {c} changed, {r} refused"))
+    }
+}
+
 impl TunerContext {
     pub fn new(comm_id: u64, nranks: usize, nnodes: usize) -> TunerContext {
         TunerContext::with_slot(comm_id, nranks, nnodes, policy::slot())
@@ -167,6 +206,7 @@ impl TunerContext {
             nnodes: nnodes.min(u32::MAX as usize) as u32,
             policy,
             counts: Counts::new(),
+            chunks: ChunkCounts::default(),
             trace: trace_decisions(),
         }
     }
@@ -180,6 +220,19 @@ impl TunerContext {
         reg_buff: i32,
         table: Option<(&mut [f32], usize, usize)>,
     ) -> Option<Decision> {
+        self.decide_with(coll, n_bytes, num_pipe_ops, reg_buff, 0, table)
+    }
+
+    /// [`decide`](Self::decide), with the channel count NCCL passed (`max_channels`).
+    pub fn decide_with(
+        &self,
+        coll: NcclFunc,
+        n_bytes: usize,
+        num_pipe_ops: i32,
+        reg_buff: i32,
+        max_channels: u32,
+        table: Option<(&mut [f32], usize, usize)>,
+    ) -> Option<Decision> {
         let policy = self.policy.as_ref()?;
         let mut ctx = decide::policy_ctx(&Collective {
             coll_type: coll.0,
@@ -189,6 +242,7 @@ impl TunerContext {
             comm_id: self.comm_id,
             nranks: self.nranks,
             nnodes: self.nnodes,
+            max_channels,
         });
         policy.call(&mut ctx);
         let d = match table {
@@ -237,13 +291,14 @@ impl TunerContext {
             }
         }
         format!(
-            "comm {:#018x}: {}",
+            "comm {:#018x}: {}{}",
             self.comm_id,
             if parts.is_empty() {
                 "no decisions".into()
             } else {
                 parts.join(", ")
-            }
+            },
+            self.chunks.summary().unwrap_or_default()
         )
     }
 }
@@ -314,10 +369,48 @@ unsafe extern "C" fn init_v5(
     n_ranks: usize,
     n_nodes: usize,
     log: DebugLogger,
-    _nvl: *mut NvlDomainInfoV5,
-    _constants: *mut TunerConstantsV5,
+    nvl: *mut NvlDomainInfoV5,
+    constants: *mut TunerConstantsV5,
 ) -> NcclResult {
-    new_context(ctx, comm_id, n_ranks, n_nodes, log)
+    let r = new_context(ctx, comm_id, n_ranks, n_nodes, log);
+    if r != NcclResult::SUCCESS || constants.is_null() {
+        return r;
+    }
+    quiet("init (tuner/init)", || {
+        let Some(prog) = policy::init_program() else {
+            return;
+        };
+        let info = constants::InitInfo {
+            comm_id,
+            nranks: n_ranks.min(u32::MAX as usize) as u32,
+            nnodes: n_nodes.min(u32::MAX as usize) as u32,
+            nvl: None,
+        }
+        // SAFETY: NCCL passes its NVL domain info (or NULL) for the duration of init.
+        .with_nvl(unsafe { nvl.as_ref() });
+        // SAFETY: NCCL passes its constants, writable for the duration of init (checked
+        // non-null above).
+        let c = unsafe { &mut *constants };
+        let out = constants::run_init(prog, &info, c);
+        if out.refused.is_empty() {
+            crate::tlog!(
+                INFO,
+                TUNING,
+                "comm {comm_id:#018x}: tuner/init '{}': {}",
+                prog.name,
+                out.summary()
+            );
+        } else {
+            crate::tlog!(
+                WARN,
+                TUNING,
+                "comm {comm_id:#018x}: tuner/init '{}': {}",
+                prog.name,
+                out.summary()
+            );
+        }
+    });
+    r
 }
 
 /// The cost table NCCL passes (a `float**` that really points at `float[numAlgo][numProto]`).
@@ -342,10 +435,21 @@ fn cost_table<'a>(
     ))
 }
 
+/// What NCCL passed in `*nChannels` (0 in NCCL 2.28-2.30), for the policy's `max_channels`.
+fn passed_channels(n_channels: *mut c_int) -> u32 {
+    if n_channels.is_null() {
+        return 0;
+    }
+    // SAFETY: NCCL passes a valid pointer to its channel count.
+    u32::try_from(unsafe { *n_channels }).unwrap_or(0)
+}
+
 fn set_channels(n_channels: *mut c_int, d: &Decision) {
-    if d.nchannels > 0 && !n_channels.is_null() {
+    if let Some(n) = d.channels()
+        && !n_channels.is_null()
+    {
         // SAFETY: NCCL passes a valid pointer to its channel count.
-        unsafe { *n_channels = d.nchannels.min(c_int::MAX as u32) as c_int };
+        unsafe { *n_channels = n.min(c_int::MAX as u32) as c_int };
     }
 }
 
@@ -363,11 +467,12 @@ unsafe extern "C" fn get_coll_info_v4(
 ) -> NcclResult {
     quiet("getCollInfo", || {
         let Some(c) = context(ctx) else { return };
-        if let Some(d) = c.decide(
+        if let Some(d) = c.decide_with(
             coll,
             n_bytes,
             num_pipe_ops,
             reg_buff,
+            passed_channels(n_channels),
             cost_table(table, num_algo, num_proto),
         ) {
             set_channels(n_channels, &d);
@@ -417,7 +522,14 @@ unsafe extern "C" fn get_coll_info_v2(
 ) -> NcclResult {
     quiet("getCollInfo", || {
         let Some(c) = context(ctx) else { return };
-        let Some(d) = c.decide(coll, n_bytes, num_pipe_ops, 0, None) else {
+        let Some(mut d) = c.decide_with(
+            coll,
+            n_bytes,
+            num_pipe_ops,
+            0,
+            passed_channels(n_channels),
+            None,
+        ) else {
             return;
         };
         // The v2 interface takes a full pair only; NCCL then forces that table entry.
@@ -431,6 +543,7 @@ unsafe extern "C" fn get_coll_info_v2(
                 *algorithm = d.algo;
                 *protocol = d.proto;
             }
+            d.applied = true;
         }
         set_channels(n_channels, &d);
     });
@@ -448,6 +561,42 @@ unsafe extern "C" fn finalize(ctx: Vp) -> NcclResult {
     NcclResult::SUCCESS
 }
 
+/// `getChunkSize` (tuner v6, NCCL >= 2.30): the `tuner/chunk` program may change NCCL's chunk.
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn get_chunk_size(
+    ctx: Vp,
+    coll: NcclFunc,
+    n_bytes: usize,
+    algo: c_int,
+    proto: c_int,
+    n_channels: c_int,
+    chunk_size: *mut usize,
+) -> NcclResult {
+    quiet("getChunkSize", || {
+        let (Some(c), Some(prog)) = (context(ctx), policy::chunk_program()) else {
+            return;
+        };
+        if chunk_size.is_null() {
+            return;
+        }
+        let q = chunk::ChunkQuery {
+            comm_id: c.comm_id,
+            coll_type: coll.0 as u32,
+            n_bytes: n_bytes as u64,
+            algo,
+            proto,
+            nchannels: n_channels.max(0) as u32,
+            nranks: c.nranks,
+            nnodes: c.nnodes,
+        };
+        // SAFETY: NCCL passes its chunk size, in/out, valid for the call (checked non-null).
+        let chunk = unsafe { &mut *chunk_size };
+        let outcome = chunk::run_chunk(prog, &q, chunk);
+        c.chunks.note(&outcome);
+    });
+    NcclResult::SUCCESS
+}
+
 const NAME: *const std::ffi::c_char = c"BPF".as_ptr();
 
 #[unsafe(no_mangle)]
@@ -456,7 +605,7 @@ pub static ncclTunerPlugin_v6: Export<TunerV6> = Export(TunerV6 {
     init: Some(init_v5),
     get_coll_info: Some(get_coll_info_v4),
     finalize: Some(finalize),
-    get_chunk_size: None,
+    get_chunk_size: Some(get_chunk_size),
 });
 
 #[unsafe(no_mangle)]

@@ -311,6 +311,45 @@ fn tune(version: u32, nranks: usize, nnodes: usize) {
     print!("{}", ncclbpf_harness::log_text());
 }
 
+/// `constants V`: tuner init (v5/v6) with recognisable constants (entry i = i + 0.5); prints
+/// every entry the plugin changed, then the log.
+fn constants(version: u32) {
+    const N: usize = 144;
+    let mut a = [0f64; N];
+    for (i, v) in a.iter_mut().enumerate() {
+        *v = i as f64 + 0.5;
+    }
+    // SAFETY: TunerConstantsV5 is 144 doubles, #[repr(C)] (layout pinned by ncclnet-headers).
+    let mut c: ncclnet_headers::tuner::TunerConstantsV5 = unsafe { std::mem::transmute(a) };
+    let mut t = ncclbpf_harness::Tuner::open_with_constants(Some(version), 8, 4, &mut c).unwrap();
+    // SAFETY: as above.
+    let after: [f64; N] = unsafe { std::mem::transmute(c) };
+    for i in 0..N {
+        if after[i].to_bits() != a[i].to_bits() {
+            println!("constant {i} {} -> {}", a[i], after[i]);
+        }
+    }
+    t.finalize().unwrap();
+    print!("{}", ncclbpf_harness::log_text());
+}
+
+/// `chunk`: getChunkSize (v6) for a few collectives; prints in and out sizes, then the log.
+fn chunk() {
+    let mut t = ncclbpf_harness::Tuner::open(Some(6), 8, 4).unwrap();
+    // (protocol, bytes, NCCL's chunk)
+    for (proto, bytes, chunk) in [
+        (2, 128usize << 20, 524288usize),
+        (2, 1 << 20, 131072),
+        (0, 1024, 4096),
+        (1, 64 << 20, 122880),
+    ] {
+        let out = t.chunk_size(4, bytes, 1, proto, 2, chunk).unwrap().unwrap();
+        println!("chunk proto={proto} bytes={bytes} in={chunk} out={out}");
+    }
+    t.finalize().unwrap();
+    print!("{}", ncclbpf_harness::log_text());
+}
+
 fn job(nranks: usize, version: &str, sizes: &[String]) {
     let dir = std::env::temp_dir().join(format!("ncclbpf-job-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -401,6 +440,8 @@ fn main() {
             a(2).parse().unwrap(),
             a(3).parse().unwrap(),
         ),
+        "constants" => constants(a(1).parse().unwrap()),
+        "chunk" => chunk(),
         "job" => job(a(1).parse().unwrap(), a(2), &args[3..]),
         m => panic!("unknown mode {m}"),
     }
