@@ -9,7 +9,8 @@
 #   3. conn_counter: its maps, read with `ncclbpf maps PID` from outside each rank, against the
 #      bytes the all_reduces had to move (Ring/Simple forced so the count is exact).
 # Expects build/ from scripts/stage.sh. Usage: bench/gpu/tuner.sh [outdir]
-# Knobs: RANKS ("2 4"), SWEEP (1), SWEEP_RANKS ("2 4"), ONLY_SWEEP (0).
+# Knobs: RANKS ("2 4"), SWEEP (1), SWEEP_RANKS ("2 4"), ONLY_SWEEP (0), POLICIES (1: the
+# no policy / size_aware / bad_channels comparison; 0 skips it).
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${1:-${OUT:-/tmp/ncclbpf-tuner}}
@@ -68,13 +69,16 @@ if [ "${ONLY_SWEEP:-0}" = 1 ]; then
   pack_logs
   exit 0
 fi
+POLICIES=${POLICIES:-1}
 for n in ${RANKS:-2 4}; do
+  [ "$POLICIES" = 1 ] || break
   run "nopolicy" "$n"
-  run "size_aware" "$n" NCCL_BPF_POLICY=$B/size_aware.o
+  run "size_aware" "$n" NCCL_BPF_POLICY=$B/size_aware.o,$B/uniform_constants.o
   run "bad_channels" "$n" NCCL_BPF_POLICY=$B/bad_channels.o
 done
 # NCCL's own record of what was applied: its TUNING lines for size_aware, one per size.
 for n in ${RANKS:-2 4}; do
+  [ "$POLICIES" = 1 ] || break
   echo "## size_aware, $n ranks: NCCL's TUNING lines (first per size)" >>"$OUT/applied.md"
   grep -h -E 'AllReduce: [0-9]+ Bytes -> Algo' "$OUT/size_aware-n$n-r0.log" | sed 's/.*AllReduce: //' |
     awk '!seen[$1]++' >>"$OUT/applied.md"
@@ -82,10 +86,25 @@ for n in ${RANKS:-2 4}; do
   grep -h -E 'AllReduce: [0-9]+ Bytes -> Algo' "$OUT/nopolicy-n$n-r0.log" | sed 's/.*AllReduce: //' |
     awk '!seen[$1]++' >>"$OUT/applied.md"
 done
-cat "$OUT/applied.md"
+[ -f "$OUT/applied.md" ] && cat "$OUT/applied.md"
 
-# conn_counter: 2 ranks, Ring/Simple so the expected byte count is exact.
+# conn_counter: 2 ranks, Ring/Simple so the expected byte count is exact. While the job runs,
+# the same object is reloaded into both ranks (a live swap keeping its maps): the counts at the
+# end must still equal the bytes moved.
+(
+  # Once the job is under way (rank 0 printed its first result), while it still runs.
+  for _ in $(seq 1 900); do
+    grep -q RESULT "$OUT/conn_counter-n2-r0.log" 2>/dev/null && break
+    sleep 0.1
+  done
+  echo "## ncclbpf status --all (before)"; "$B/ncclbpf" status --all
+  echo "## ncclbpf reload --all conn_counter.o"; "$B/ncclbpf" reload --all "$B/conn_counter.o"; echo "exit $?"
+  echo "## ncclbpf status --all (after)"; "$B/ncclbpf" status --all
+) >"$OUT/reload.txt" 2>&1 &
+reloader=$!
 run "conn_counter" 2 NCCL_BPF_POLICY=$B/conn_counter.o NCCL_ALGO=Ring NCCL_PROTO=Simple MAPS_CMD="$B/ncclbpf maps"
+wait $reloader
+cat "$OUT/reload.txt"
 for r in 0 1; do
   grep -h -A40 -E '^(MOVED|MAPS) ' "$OUT/conn_counter-n2-r$r.log" | grep -v '^NCCL\|NCCL INFO' >>"$OUT/conn_counter.txt"
 done
