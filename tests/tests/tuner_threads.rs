@@ -24,25 +24,29 @@ struct Case {
     nchannels: i32,
     /// The policy's answer (algo, proto), as the finalize summary counts it.
     answer: (i32, i32),
+    /// The key of size_aware's own `tuner_decisions` map it counts under.
+    key: usize,
 }
 
-const fn case(bytes: usize, picked: (usize, usize), nchannels: i32, answer: (i32, i32)) -> Case {
+const fn case(bytes: usize, picked: (usize, usize), answer: (i32, i32), key: usize) -> Case {
     Case {
         bytes,
         picked,
-        nchannels,
+        nchannels: 0,
         answer,
+        key,
     }
 }
 
-/// Sizes around `size_aware`'s thresholds (64 KiB, 4 MiB).
+/// Sizes around `size_aware`'s thresholds (16 KiB from 4 nodes: Tree/LL; 4 MiB: Tree/Simple,
+/// then Ring/Simple), for a communicator of 8 ranks on 4 nodes.
 const CASES: [Case; 6] = [
-    case(8, (0, 0), 0, (-1, 0)),
-    case(64 * KIB, (0, 0), 0, (-1, 0)),
-    case(64 * KIB + 1, (0, 1), 0, (-1, 1)),
-    case(4 << 20, (0, 1), 0, (-1, 1)),
-    case((4 << 20) + 1, (1, 2), 8, (1, 2)),
-    case(1 << 30, (1, 2), 8, (1, 2)),
+    case(8, (0, 0), (0, 0), 0),
+    case(16 * KIB, (0, 0), (0, 0), 0),
+    case(16 * KIB + 1, (0, 2), (0, 2), 1),
+    case(4 << 20, (0, 2), (0, 2), 1),
+    case((4 << 20) + 1, (1, 2), (1, 2), 2),
+    case(1 << 30, (1, 2), (1, 2), 2),
 ];
 
 /// NCCL-like costs: every combination usable, Simple cheapest, then LL128, then LL; Tree
@@ -97,7 +101,7 @@ fn concurrent_calls_on_one_context() {
 }
 
 fn child() {
-    let tuner = Shared(Tuner::open(Some(5), 8, 2).unwrap());
+    let tuner = Shared(Tuner::open(Some(5), 8, 4).unwrap());
     let costs = costs();
     let start = Barrier::new(THREADS);
     std::thread::scope(|s| {
@@ -123,14 +127,14 @@ fn child() {
     let mut tuner = tuner.0;
     tuner.finalize().unwrap();
 
-    // Calls per answer, and per size_aware's own map key (0 LL, 1 LL128, 2 Simple).
+    // Calls per answer, and per size_aware's own map key (0 small, 1 medium, 2 large).
     let mut per_answer = std::collections::BTreeMap::<(i32, i32), u64>::new();
     let mut per_key = [0u64; 3];
     for t in 0..THREADS {
         for i in 0..CALLS {
-            let answer = CASES[(i + t) % CASES.len()].answer;
-            *per_answer.entry(answer).or_default() += 1;
-            per_key[answer.1 as usize] += 1;
+            let c = &CASES[(i + t) % CASES.len()];
+            *per_answer.entry(c.answer).or_default() += 1;
+            per_key[c.key] += 1;
         }
     }
     let want = per_answer
