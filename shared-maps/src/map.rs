@@ -171,6 +171,14 @@ fn key_eq(a: &[u8], b: &[u8]) -> bool {
     a == b
 }
 
+/// See [`Map::array_layout`]. The pointer stays valid as long as the map does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArrayLayout {
+    pub values: *mut u8,
+    pub max_entries: u32,
+    pub stride: usize,
+}
+
 /// A map owned by this process.
 pub struct Map {
     spec: MapSpec,
@@ -362,6 +370,19 @@ impl Map {
                 .ok()
                 .map(|s| self.ptr(self.slot_off(s) + 8 + self.key_stride)),
         }
+    }
+
+    /// Where a plain array's values lie, for code that computes [`lookup_ptr`](Self::lookup_ptr)
+    /// itself (the JIT's inline lookups): for a key `k` read as a little-endian `u32`, the
+    /// value is at `values + k * stride` if `k < max_entries`, and there is none otherwise,
+    /// exactly as `lookup_ptr` answers. `None` for hash and per-CPU maps (whose lookups
+    /// depend on more than the key), and for a key size other than 4.
+    pub fn array_layout(&self) -> Option<ArrayLayout> {
+        (self.spec.kind == MapType::Array && self.spec.key_size == 4).then(|| ArrayLayout {
+            values: self.ptr(HEADER),
+            max_entries: self.spec.max_entries,
+            stride: self.stride,
+        })
     }
 
     /// `map_update_elem` with the kernel's flag semantics.
@@ -557,6 +578,28 @@ mod tests {
             key_size: k,
             value_size: v,
             max_entries: n,
+        }
+    }
+
+    #[test]
+    fn array_layout_is_what_lookup_answers() {
+        for (vs, n) in [(1, 1), (4, 3), (8, 4), (12, 5), (20, 2), (64, 7)] {
+            let m = Map::create(spec(MapType::Array, 4, vs, n)).unwrap();
+            let l = m.array_layout().unwrap();
+            assert_eq!((l.max_entries, l.stride), (n, stride(vs)));
+            for k in (0..n + 3).chain([u32::MAX - 1, u32::MAX, 1 << 31]) {
+                let want = m.lookup_ptr(&k.to_le_bytes());
+                let got = (k < l.max_entries).then(|| l.values.wrapping_add(k as usize * l.stride));
+                assert_eq!(got, want, "value size {vs}, {n} entries, key {k}");
+            }
+        }
+        for kind in [MapType::Hash, MapType::PercpuArray] {
+            assert!(
+                Map::create(spec(kind, 4, 8, 4))
+                    .unwrap()
+                    .array_layout()
+                    .is_none()
+            );
         }
     }
 
