@@ -40,10 +40,12 @@ fn size_aware_policy_parses() {
     );
     let ro = o.maps.iter().find(|m| m.name == ".rodata").unwrap();
     assert!(ro.read_only);
-    assert_eq!(
-        ro.initial.as_deref(),
-        Some(&(64u64 * 1024).to_le_bytes()[..])
-    );
+    // default_small (16 KiB) and default_large (4 MiB), as size_aware.c declares them.
+    let defaults: Vec<u8> = [16u64 * 1024, 4 << 20]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    assert_eq!(ro.initial.as_deref(), Some(&defaults[..]));
     let lddw: Vec<_> = p
         .insns
         .iter()
