@@ -268,6 +268,7 @@ impl Map {
         unsafe { AtomicU64::from_ptr(self.region.base().add(off) as *mut u64) }
     }
 
+    #[inline]
     fn atomic_u32(&self, off: usize) -> &AtomicU32 {
         debug_assert!(off.is_multiple_of(4) && off + 4 <= self.region.len());
         // SAFETY: as atomic_u64, 4-aligned.
@@ -301,21 +302,25 @@ impl Map {
         HashLock(l)
     }
 
+    #[inline]
     fn ptr(&self, off: usize) -> *mut u8 {
         debug_assert!(off <= self.region.len());
         // SAFETY: callers compute offsets inside the segment from the private spec.
         unsafe { self.region.base().add(off) }
     }
 
+    #[inline]
     fn array_key(&self, key: &[u8]) -> Option<usize> {
         let k = u32::from_le_bytes(key.get(..4)?.try_into().ok()?) as usize;
         (k < self.spec.max_entries as usize).then_some(k)
     }
 
+    #[inline]
     fn slot_off(&self, slot: usize) -> usize {
         HEADER + slot * (8 + self.key_stride + self.stride)
     }
 
+    #[inline]
     fn slot_key(&self, slot: usize) -> &[u8] {
         // SAFETY: the key bytes of a FULL slot are written once, before it is published with
         // Release; readers reach them after an Acquire load of the state.
@@ -327,11 +332,13 @@ impl Map {
         }
     }
 
+    #[inline]
     fn slot_state(&self, slot: usize) -> &AtomicU32 {
         self.atomic_u32(self.slot_off(slot))
     }
 
     /// Probes for `key`: `Ok(slot)` if present, `Err(first free slot on the probe path)`.
+    #[inline]
     fn probe(&self, key: &[u8]) -> Result<usize, Option<usize>> {
         let mask = self.slots - 1;
         let mut i = hash_key(key) as usize & mask;
@@ -349,6 +356,7 @@ impl Map {
     }
 
     /// The value for `key` (this CPU's copy for per-CPU maps), as the program sees it.
+    #[inline]
     pub fn lookup_ptr(&self, key: &[u8]) -> Option<*mut u8> {
         if key.len() != self.spec.key_size as usize {
             return None;
