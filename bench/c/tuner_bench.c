@@ -204,27 +204,27 @@ __attribute__((noinline)) static ncclResult_t native_get_coll_info(
     void *vctx, ncclFunc_t coll, size_t n, int pipe, float **table, int na, int np, int reg,
     int *nch) {
   struct native_ctx *c = vctx;
-  (void)coll, (void)pipe, (void)reg;
-  uint64_t small = 64 * 1024, large = 4 << 20, v;
+  (void)coll, (void)pipe, (void)reg, (void)nch; /* size_aware leaves channels to NCCL */
+  uint64_t small = 16 * 1024, large = 4 << 20, v;
   if ((v = __atomic_load_n(&c->thresholds[0], __ATOMIC_RELAXED))) small = v;
   if ((v = __atomic_load_n(&c->thresholds[1], __ATOMIC_RELAXED))) large = v;
-  int algo = -1, proto, nchannels = 0, key;
-  if (n <= small) {
+  int algo, proto, key;
+  if (n <= small && c->nnodes >= 4) {
+    algo = NCCL_ALGO_TREE;
     proto = NCCL_PROTO_LL;
     key = 0;
   } else if (n <= large) {
-    proto = NCCL_PROTO_LL128;
+    algo = NCCL_ALGO_TREE;
+    proto = NCCL_PROTO_SIMPLE;
     key = 1;
   } else {
     algo = NCCL_ALGO_RING;
     proto = NCCL_PROTO_SIMPLE;
-    if (c->nnodes > 1) nchannels = 8; /* max_channels is 0 in the plugin's context */
     key = 2;
   }
   __atomic_fetch_add(&c->counts[key].calls, 1, __ATOMIC_RELAXED);
   __atomic_fetch_add(&c->counts[key].bytes, n, __ATOMIC_RELAXED);
   if (table && na > 0 && np > 0) native_apply((float *)table, na, np, algo, proto);
-  if (nchannels > 0 && nch) *nch = nchannels;
   return 0;
 }
 

@@ -3,10 +3,11 @@
 use crate::ctx::Context;
 use crate::helpers;
 use crate::interp;
-use crate::jit::compile::{JitError, translate};
+use crate::jit::compile::{InlineArray, JitError, MAP_LOOKUP, translate_with};
 use crate::jit::exec::ExecBuf;
 use policy_object::insn::{self as op, Insn};
 use policy_object::{MapKind, Object, ObjectError};
+use policy_verifier::platform::HELPER_MAP_LOOKUP;
 use policy_verifier::{Limits, Stats, VerifyError};
 use shared_maps::{Map, MapSpec, MapType, Registry, RegistryError};
 use std::fmt;
@@ -107,6 +108,8 @@ pub struct LoadedProgram {
     insns: Vec<Insn>,
     maps: Vec<Arc<Map>>,
     exec: Option<ExecBuf>,
+    /// Array lookups the JIT computes inline instead of calling the helper.
+    inlined_lookups: usize,
     /// A number callers may set to tell versions apart (e.g. a reload generation).
     pub tag: u64,
 }
@@ -253,13 +256,23 @@ impl Verified<'_> {
             maps.push(map);
         }
 
-        // Patch map references into plain 64-bit immediates.
+        // Patch map references into plain 64-bit immediates, noting which `lddw` loads which
+        // array map (for the JIT's inline lookups).
         let mut insns = prog.insns.clone();
+        let mut arrays: Vec<Option<InlineArray>> = vec![None; insns.len()];
         let mut pc = 0;
         while pc < insns.len() {
             if insns[pc].is_lddw() {
                 let addr = match insns[pc].src {
-                    op::PSEUDO_MAP_FD => Some(Arc::as_ptr(&maps[insns[pc].imm as usize]) as u64),
+                    op::PSEUDO_MAP_FD => {
+                        let m = &maps[insns[pc].imm as usize];
+                        arrays[pc] = m.array_layout().map(|l| InlineArray {
+                            values: l.values as u64,
+                            max_entries: l.max_entries,
+                            stride: l.stride as u64,
+                        });
+                        Some(Arc::as_ptr(m) as u64)
+                    }
                     op::PSEUDO_MAP_VALUE => {
                         let m = &maps[insns[pc].imm as usize];
                         // The verifier allows src 2 only into global data, a one-entry array.
@@ -288,10 +301,20 @@ impl Verified<'_> {
         }
 
         let t1 = Instant::now();
+        let mut inlined_lookups = 0;
         let exec = match opts.tier {
             Tier::Jit => {
-                let code = translate(&insns, &|id| helpers::by_id(id).map(|f| f as usize as u64))
-                    .map_err(LoadError::Jit)?;
+                // The inlined helper is `helpers::map_lookup_elem` (`by_id(MAP_LOOKUP)`), which
+                // answers for an array map as `Map::array_layout` describes; the maps stay
+                // alive with the program.
+                const _: () = assert!(MAP_LOOKUP == HELPER_MAP_LOOKUP);
+                let (code, n) = translate_with(
+                    &insns,
+                    &|id| helpers::by_id(id).map(|f| f as usize as u64),
+                    &|pc| arrays.get(pc).copied().flatten(),
+                )
+                .map_err(LoadError::Jit)?;
+                inlined_lookups = n;
                 Some(ExecBuf::new(&code).map_err(LoadError::Exec)?)
             }
             Tier::Interpreter => None,
@@ -306,6 +329,7 @@ impl Verified<'_> {
             insns,
             maps,
             exec,
+            inlined_lookups,
             tag: 0,
         })
     }
@@ -328,6 +352,12 @@ impl LoadedProgram {
     /// The patched instructions (map references as addresses).
     pub fn insns(&self) -> &[Insn] {
         &self.insns
+    }
+
+    /// How many `map_lookup_elem` calls the JIT computes inline (array maps known at the call
+    /// site; 0 for the interpreter).
+    pub fn inlined_lookups(&self) -> usize {
+        self.inlined_lookups
     }
 
     /// Size of the JIT code in bytes (0 for the interpreter).

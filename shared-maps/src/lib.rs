@@ -12,5 +12,5 @@ pub mod region;
 pub mod registry;
 
 pub use conn_table::{ConnDirection, ConnSlotGuard, ConnSnapshot, ConnTable};
-pub use map::{BPF_ANY, BPF_EXIST, BPF_NOEXIST, Map, MapError, MapSpec, MapType};
+pub use map::{ArrayLayout, BPF_ANY, BPF_EXIST, BPF_NOEXIST, Map, MapError, MapSpec, MapType};
 pub use registry::{MapView, Registry, RegistryError, pid_alive, registry_dir};

@@ -76,6 +76,7 @@ pub fn run_policy(handle: &mut SlotHandle, c: &Collective) -> TunerCtx {
 /// (closures over a `dyn Iterator`, `min_by`) cost about 22 ns a call where this one costs
 /// about 10 (timed in a loop over `bench/c/tuner_bench.c`'s inputs and tables; a branch-free
 /// variant was no faster).
+#[inline]
 pub fn apply(ctx: &TunerCtx, table: &mut [f32], num_algo: usize, num_proto: usize) -> Decision {
     // NCCL 2.23 and later pass 7 x 3: that shape gets its own copy, with the loops unrolled
     // and no bounds checks (1 ns at P50, 3 ns at P99 in scripts/tuner-bench.sh).

@@ -218,7 +218,61 @@ pub fn check_program(
 /// Translates `insns` (map references already resolved to addresses). `helper` gives the
 /// address of each helper id. Everything [`check_program`] rejects is an error.
 pub fn translate(insns: &[Insn], helper: &dyn Fn(i32) -> Option<u64>) -> Result<Vec<u8>, JitError> {
+    translate_with(insns, helper, &|_| None).map(|(code, _)| code)
+}
+
+/// An array map whose `map_lookup_elem` the JIT may compute inline: for a key whose first four
+/// bytes read as the little-endian `u32` `k`, the helper returns `values + k * stride` when
+/// `k < max_entries`, else NULL (0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InlineArray {
+    pub values: u64,
+    pub max_entries: u32,
+    pub stride: u64,
+}
+
+/// The helper id whose calls [`translate_with`] may inline (`bpf_map_lookup_elem`).
+pub const MAP_LOOKUP: i32 = 1;
+
+/// [`translate`], with `map_lookup_elem` (helper [`MAP_LOOKUP`]) computed inline where the map
+/// is known: `array(pc)` describes the map the `lddw` at `pc` loads into its register, when
+/// that map is an array whose lookups the helper answers as [`InlineArray`] says (the caller
+/// vouches for it; `None` keeps the helper call).
+///
+/// The map in r1 at a call is known when the last instruction that writes r1 before the call
+/// is such an `lddw`, in straight-line code: no instruction after the `lddw`, up to and
+/// including the call, is a jump target or a function entry, so every path to the call runs
+/// that `lddw` last. Everywhere else (another map, a merge of paths, r1 copied from another register,
+/// PERCPU and hash maps) the helper is called. The inline code computes exactly what the
+/// helper returns, into r0; the helper's other effect, clobbering r1-r5, needs no
+/// counterpart (the verifier lets no program read them after a call). Returns the code and
+/// how many calls were inlined.
+pub fn translate_with(
+    insns: &[Insn],
+    helper: &dyn Fn(i32) -> Option<u64>,
+    array: &dyn Fn(usize) -> Option<InlineArray>,
+) -> Result<(Vec<u8>, usize), JitError> {
     let entries = check_program(insns, helper)?;
+    // Instructions other paths can reach: jump targets and function entries.
+    let mut merge = entries.clone();
+    let mut pc = 0;
+    while pc < insns.len() {
+        let i = &insns[pc];
+        if i.is_lddw() {
+            pc += 2;
+            continue;
+        }
+        if !(i.class() == op::JMP && i.op() == op::CALL)
+            && let Some(t) = target(pc, i)
+        {
+            // check_program proved every target in range.
+            merge[t as usize] = true;
+        }
+        pc += 1;
+    }
+    let mut inlined = 0;
+    // The `lddw` whose map r1 holds on every path to here, if any.
+    let mut r1_map: Option<usize> = None;
     let mut a = Asm::default();
     // Where each instruction's code starts, and where each function's prologue does.
     let mut at = vec![0usize; insns.len()];
@@ -233,6 +287,11 @@ pub fn translate(insns: &[Insn], helper: &dyn Fn(i32) -> Option<u64>) -> Result<
         }
         at[pc] = a.len();
         let i = insns[pc];
+        if merge[pc] {
+            r1_map = None;
+        }
+        let r1_before = r1_map;
+        r1_map = next_r1_map(pc, &i, r1_map);
         let unsupported = |what: &str| JitError::Unsupported {
             pc,
             what: what.into(),
@@ -268,8 +327,13 @@ pub fn translate(insns: &[Insn], helper: &dyn Fn(i32) -> Option<u64>) -> Result<
                 }
                 op::CALL => {
                     let addr = helper(i.imm).ok_or(JitError::UnknownHelper { pc, id: i.imm })?;
-                    a.mov_ri64(R11, addr);
-                    a.call_r(R11);
+                    match r1_before.and_then(array).filter(|_| i.imm == MAP_LOOKUP) {
+                        Some(m) if inline_array_lookup(&mut a, &m) => inlined += 1,
+                        _ => {
+                            a.mov_ri64(R11, addr);
+                            a.call_r(R11);
+                        }
+                    }
                 }
                 o => {
                     let w = i.class() == op::JMP;
@@ -309,7 +373,70 @@ pub fn translate(insns: &[Insn], helper: &dyn Fn(i32) -> Option<u64>) -> Result<
         // A call lands on the function's prologue, a jump on the instruction itself.
         a.patch(f, if call { entry_at[target] } else { at[target] });
     }
-    Ok(a.code)
+    Ok((a.code, inlined))
+}
+
+/// What r1 holds after `i` (at `pc`), given `before`: `Some(l)` when it is what the `lddw` at
+/// `l` loaded. Only instructions known to leave r1 alone keep it; an `lddw` into r1 sets it.
+fn next_r1_map(pc: usize, i: &Insn, before: Option<usize>) -> Option<usize> {
+    let keeps = match i.class() {
+        op::LD => {
+            return if i.dst == 1 { Some(pc) } else { before };
+        }
+        op::ALU | op::ALU64 | op::LDX => i.dst != 1,
+        op::ST => true,
+        op::STX if i.mode() == op::MEM => true,
+        // Atomics write memory, and the fetch forms their source register (cmpxchg: r0).
+        op::STX => i.src != 1,
+        // Conditional jumps write nothing; calls clobber r1, and after exit or goto only a
+        // jump (a merge point) reaches the next instruction.
+        _ => !matches!(i.op(), op::CALL | op::EXIT | op::JA),
+    };
+    if keeps { before } else { None }
+}
+
+/// `r0 = map_lookup_elem(m, r2)` for an array map, inline: the key's first four bytes as a
+/// `u32` (as the helper reads them), NULL from `max_entries` on, else `values + k * stride`.
+/// Emits nothing and returns false for a stride the code below cannot multiply by.
+///
+/// ```text
+///     mov eax, [rsi]          ; r0 = *(u32 *)r2, zero-extended
+///     cmp eax, max_entries    ; unsigned 32-bit compare
+///     jae null
+///     shl rax, log2(stride)   ; or: mov r11, stride; imul rax, r11
+///     mov r11, values
+///     add rax, r11
+///     jmp done
+/// null:
+///     xor eax, eax
+/// done:
+/// ```
+fn inline_array_lookup(a: &mut Asm, m: &InlineArray) -> bool {
+    // Every index below max_entries gives an offset that fits in 64 bits (the helper computes
+    // it in usize too; the map's segment holds max_entries * stride bytes).
+    if m.stride == 0 || u64::from(m.max_entries).checked_mul(m.stride).is_none() {
+        return false;
+    }
+    a.load(Width::B32, RAX, MAP[2], 0);
+    a.alu_ri(false, Alu::Cmp, RAX, m.max_entries as i32);
+    let null = a.jcc(Cond::Ae);
+    if m.stride.is_power_of_two() {
+        if m.stride > 1 {
+            a.shift_imm(true, Shift::Shl, RAX, m.stride.trailing_zeros() as u8);
+        }
+    } else {
+        a.mov_ri64(R11, m.stride);
+        a.imul_rr(true, RAX, R11);
+    }
+    a.mov_ri64(R11, m.values);
+    a.alu_rr(true, Alu::Add, RAX, R11);
+    let done = a.jmp();
+    let here = a.len();
+    a.patch(null, here);
+    a.alu_rr(false, Alu::Xor, RAX, RAX);
+    let end = a.len();
+    a.patch(done, end);
+    true
 }
 
 /// An atomic read-modify-write. r0 is rax, which `cmpxchg` needs: the fetch forms of

@@ -62,6 +62,7 @@ impl ExecBuf {
     /// # Safety
     /// The code must come from the JIT translating a program the verifier accepted for a
     /// context of the size `ctx` points to, with its maps alive.
+    #[inline]
     pub unsafe fn call(&self, ctx: *mut u8) -> u64 {
         // SAFETY: per the caller's contract (r2 is 0; verified programs do not read it).
         unsafe { self.call_with(ctx as u64, 0) }
@@ -72,6 +73,7 @@ impl ExecBuf {
     /// # Safety
     /// As for [`ExecBuf::call`]: the code must only touch memory that is valid for it given
     /// these arguments.
+    #[inline]
     pub unsafe fn call_with(&self, r1: u64, r2: u64) -> u64 {
         // SAFETY: the buffer holds a function with the System V signature
         // `u64 (*)(u64, u64)`.
