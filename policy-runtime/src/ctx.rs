@@ -84,42 +84,60 @@ impl Default for TunerInitCtx {
 
 /// A context a program can run on.
 pub trait Context {
-    /// The hooks (section names) whose programs take this context.
-    fn accepts(section: &str) -> bool;
+    /// Which hooks' programs take this context.
+    const KIND: CtxKind;
+    /// Whether programs of this section take this context.
+    fn accepts(section: &str) -> bool {
+        CtxKind::of(section) == Some(Self::KIND)
+    }
     fn as_mut_ptr(&mut self) -> *mut u8;
 }
 
-impl Context for TunerCtx {
-    fn accepts(section: &str) -> bool {
-        section == "tuner"
+/// The context a section's programs take, decided once at load so that a call compares one
+/// byte instead of the section's name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CtxKind {
+    Tuner,
+    TunerChunk,
+    TunerInit,
+    Net,
+}
+
+impl CtxKind {
+    pub fn of(section: &str) -> Option<CtxKind> {
+        match section {
+            "tuner" => Some(CtxKind::Tuner),
+            "tuner/chunk" => Some(CtxKind::TunerChunk),
+            "tuner/init" => Some(CtxKind::TunerInit),
+            s if s.starts_with("net/") => Some(CtxKind::Net),
+            _ => None,
+        }
     }
+}
+
+impl Context for TunerCtx {
+    const KIND: CtxKind = CtxKind::Tuner;
     fn as_mut_ptr(&mut self) -> *mut u8 {
         self as *mut TunerCtx as *mut u8
     }
 }
 
 impl Context for TunerChunkCtx {
-    fn accepts(section: &str) -> bool {
-        section == "tuner/chunk"
-    }
+    const KIND: CtxKind = CtxKind::TunerChunk;
     fn as_mut_ptr(&mut self) -> *mut u8 {
         self as *mut TunerChunkCtx as *mut u8
     }
 }
 
 impl Context for TunerInitCtx {
-    fn accepts(section: &str) -> bool {
-        section == "tuner/init"
-    }
+    const KIND: CtxKind = CtxKind::TunerInit;
     fn as_mut_ptr(&mut self) -> *mut u8 {
         self as *mut TunerInitCtx as *mut u8
     }
 }
 
 impl Context for NetCtx {
-    fn accepts(section: &str) -> bool {
-        section.starts_with("net/")
-    }
+    const KIND: CtxKind = CtxKind::Net;
     fn as_mut_ptr(&mut self) -> *mut u8 {
         self as *mut NetCtx as *mut u8
     }

@@ -1,6 +1,6 @@
 //! Loading a policy: maps bound, verified, map references patched to addresses, compiled.
 
-use crate::ctx::Context;
+use crate::ctx::{Context, CtxKind};
 use crate::helpers;
 use crate::interp;
 use crate::jit::compile::{InlineArray, JitError, MAP_LOOKUP, translate_with};
@@ -112,6 +112,8 @@ pub struct LoadedProgram {
     inlined_lookups: usize,
     /// A number callers may set to tell versions apart (e.g. a reload generation).
     pub tag: u64,
+    /// The context the section's programs take (`run` checks it per call).
+    kind: Option<CtxKind>,
 }
 
 impl fmt::Debug for LoadedProgram {
@@ -331,6 +333,7 @@ impl Verified<'_> {
             exec,
             inlined_lookups,
             tag: 0,
+            kind: CtxKind::of(&prog.section),
         })
     }
 }
@@ -369,7 +372,7 @@ impl LoadedProgram {
     /// 0 without running (never undefined behaviour).
     #[inline]
     pub fn run<C: Context>(&self, ctx: &mut C) -> u64 {
-        if !C::accepts(&self.section) {
+        if self.kind != Some(C::KIND) {
             return 0;
         }
         let p = ctx.as_mut_ptr();
