@@ -78,4 +78,5 @@ for build in $builds; do
     esac
   done
 done
+rm -f "$out/MISSING" # a cargo build without clang may have left it
 echo "policies built in target/policies"
