@@ -15,6 +15,7 @@
 //! an old set (its JIT code, its map references) is freed once every connection end has moved
 //! on from it. A hook with no program at start can get one by reload.
 
+pub use policy_runtime::setting::is_tuner_section;
 use policy_runtime::setting::{self, Scope, Source};
 use policy_runtime::{Handle, LoadOptions, LoadedProgram, NetCtx, Swappable};
 use shared_maps::{ConnDirection, ConnSlotGuard, ConnTable, Registry};
@@ -54,11 +55,6 @@ pub const HOOK_SECTIONS: [&str; 6] = [
 /// The hook a section names, if it is a net hook.
 pub fn hook_of(section: &str) -> Option<usize> {
     HOOK_SECTIONS.iter().position(|s| *s == section)
-}
-
-/// Whether a section is the tuner's, which the net side leaves to it.
-pub fn is_tuner_section(section: &str) -> bool {
-    section == "tuner" || section.starts_with("tuner/")
 }
 
 // `op` values of `struct ncclbpf_net_ctx`.
@@ -134,13 +130,10 @@ impl NetSet {
         let opts = LoadOptions::default();
         for src in sources.iter().filter(|s| s.scope != Scope::Tuner) {
             let path = &src.path;
-            let obj = match std::fs::read(path)
-                .map_err(|e| e.to_string())
-                .and_then(|b| policy_object::Object::parse(&b).map_err(|e| e.to_string()))
-            {
+            let obj = match src.read_object() {
                 Ok(o) => o,
                 Err(e) => {
-                    problems.push(format!("{}={path}: {e}", src.var));
+                    problems.push(e);
                     continue;
                 }
             };

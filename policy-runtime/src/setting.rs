@@ -27,9 +27,15 @@ impl Scope {
         match self {
             Scope::All => true,
             Scope::Net => section.starts_with("net/"),
-            Scope::Tuner => section == "tuner" || section.starts_with("tuner/"),
+            Scope::Tuner => is_tuner_section(section),
         }
     }
+}
+
+/// Whether `section` is the tuner's (`tuner`, `tuner/init`, `tuner/chunk`, …), which the net
+/// side leaves alone.
+pub fn is_tuner_section(section: &str) -> bool {
+    section == "tuner" || section.starts_with("tuner/")
 }
 
 /// One object to load and the setting that named it (for messages).
@@ -38,6 +44,16 @@ pub struct Source {
     pub path: String,
     pub var: &'static str,
     pub scope: Scope,
+}
+
+impl Source {
+    /// Reads and parses the object; the error names the setting and the path.
+    pub fn read_object(&self) -> Result<policy_object::Object, String> {
+        std::fs::read(&self.path)
+            .map_err(|e| e.to_string())
+            .and_then(|b| policy_object::Object::parse(&b).map_err(|e| e.to_string()))
+            .map_err(|e| format!("{}={}: {e}", self.var, self.path))
+    }
 }
 
 pub const POLICY_VAR: &str = "NCCL_BPF_POLICY";

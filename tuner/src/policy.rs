@@ -22,9 +22,13 @@ static PROGRAMS: OnceLock<TunerPrograms> = OnceLock::new();
 
 const NOT_LOADED: &str = "tuner policy not loaded, NCCL keeps its own choices";
 
-fn read_object(src: &Source) -> Result<Object, String> {
-    let bytes = std::fs::read(&src.path).map_err(|e| format!("{}={}: {e}", src.var, src.path))?;
-    Object::parse(&bytes).map_err(|e| format!("{}: {e}", src.path))
+/// A line for NCCL's log about loading the tuner's programs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Note {
+    /// A program attached.
+    Loaded(String),
+    /// Something could not be used (NCCL keeps its choices for that hook).
+    Problem(String),
 }
 
 /// Loads `name` of `obj` (a policy with a `tuner_rules` map gets its rules first).
@@ -50,7 +54,7 @@ pub fn load(
         var: setting::TUNER_ALIAS,
         scope: Scope::Tuner,
     };
-    let obj = read_object(&src)?;
+    let obj = src.read_object()?;
     let name = match program {
         Some(p) => p.to_string(),
         None => obj
@@ -64,13 +68,13 @@ pub fn load(
 }
 
 /// Loads the tuner programs the settings name (`get` reads them: the environment in
-/// production). Every problem is returned as a log line.
+/// production), with a note for each program loaded and each problem.
 pub fn load_from(
     get: &dyn Fn(&str) -> Option<String>,
     registry: &Registry,
-) -> (TunerPrograms, Vec<String>) {
+) -> (TunerPrograms, Vec<Note>) {
     let mut out = TunerPrograms::default();
-    let mut problems = Vec::new();
+    let mut notes = Vec::new();
     let wanted = get("NCCL_BPF_TUNER_PROGRAM").filter(|p| !p.trim().is_empty());
     let wanted = wanted.as_deref().map(str::trim);
     let sources: Vec<Source> = setting::sources_from(get)
@@ -79,35 +83,33 @@ pub fn load_from(
         .collect();
     let mut tuner_seen = false;
     for src in &sources {
-        let obj = match read_object(src) {
+        let obj = match src.read_object() {
             Ok(o) => o,
             Err(e) => {
-                problems.push(e);
+                notes.push(Note::Problem(e));
                 continue;
             }
         };
-        let mut has_tuner = false;
         for p in obj.programs.iter().filter(|p| src.scope.wants(&p.section)) {
             match p.section.as_str() {
                 "tuner" => {
-                    has_tuner = true;
                     if out.tuner.is_some() || wanted.is_some_and(|w| w != p.name) {
                         continue;
                     }
                     tuner_seen = true;
                     match load_one(&obj, &p.name, &src.path, registry) {
                         Ok(lp) => {
-                            problems.push(format!(
-                                "INFO policy '{}' from {} ({} insns, verified in {:?}, {:?})",
+                            notes.push(Note::Loaded(format!(
+                                "policy '{}' from {} ({} insns, verified in {:?}, {:?})",
                                 lp.name,
                                 src.path,
                                 lp.stats.insns,
                                 lp.times.verify,
                                 lp.tier()
-                            ));
+                            )));
                             out.tuner = Some(ProgramSlot::new(lp));
                         }
-                        Err(e) => problems.push(e),
+                        Err(e) => notes.push(Note::Problem(e)),
                     }
                 }
                 "tuner/init" | "tuner/chunk" => {
@@ -117,25 +119,25 @@ pub fn load_from(
                         &mut out.chunk
                     };
                     if slot.is_some() {
-                        problems.push(format!(
+                        notes.push(Note::Problem(format!(
                             "{}: a second program for {} ('{}') ignored",
                             src.path, p.section, p.name
-                        ));
+                        )));
                         continue;
                     }
                     match load_one(&obj, &p.name, &src.path, registry) {
                         Ok(lp) => {
-                            problems.push(format!(
-                                "INFO {} program '{}' from {} ({} insns, {:?})",
+                            notes.push(Note::Loaded(format!(
+                                "{} program '{}' from {} ({} insns, {:?})",
                                 p.section,
                                 lp.name,
                                 src.path,
                                 lp.stats.insns,
                                 lp.tier()
-                            ));
+                            )));
                             *slot = Some(lp);
                         }
-                        Err(e) => problems.push(e),
+                        Err(e) => notes.push(Note::Problem(e)),
                     }
                 }
                 _ => {}
@@ -143,30 +145,35 @@ pub fn load_from(
         }
         // Named as a tuner policy, yet nothing for the tuner in it: say so.
         if src.scope == Scope::Tuner
-            && !has_tuner
-            && obj.programs.iter().all(|p| !p.section.starts_with("tuner"))
+            && !obj
+                .programs
+                .iter()
+                .any(|p| setting::is_tuner_section(&p.section))
         {
-            problems.push(format!("{}: no program in a 'tuner' section", src.path));
+            notes.push(Note::Problem(format!(
+                "{}: no program in a 'tuner' section",
+                src.path
+            )));
         }
     }
     if let Some(w) = wanted
         && !tuner_seen
         && !sources.is_empty()
     {
-        problems.push(format!(
+        notes.push(Note::Problem(format!(
             "NCCL_BPF_TUNER_PROGRAM={w}: no 'tuner' program of that name in the listed objects"
-        ));
+        )));
     }
-    (out, problems)
+    (out, notes)
 }
 
 fn programs() -> &'static TunerPrograms {
     PROGRAMS.get_or_init(|| {
-        let (p, lines) = load_from(&|k| std::env::var(k).ok(), Registry::global());
-        for l in lines {
-            match l.strip_prefix("INFO ") {
-                Some(info) => crate::tlog!(INFO, TUNING, "{info}"),
-                None => crate::tlog!(WARN, TUNING, "{NOT_LOADED}: {l}"),
+        let (p, notes) = load_from(&|k| std::env::var(k).ok(), Registry::global());
+        for n in notes {
+            match n {
+                Note::Loaded(l) => crate::tlog!(INFO, TUNING, "{l}"),
+                Note::Problem(l) => crate::tlog!(WARN, TUNING, "{NOT_LOADED}: {l}"),
             }
         }
         p
