@@ -183,58 +183,60 @@ impl Admission {
     /// Advances one stream's handshake as far as it goes without blocking.
     fn step(&self, inc: &mut Incoming) -> Step {
         loop {
-            let res = match &mut inc.stage {
-                Stage::Hello(x) => x.read_from(&mut inc.stream).map(|done| {
-                    done.then(|| {
-                        let raw = x.buf;
-                        match Hello::decode(&raw) {
-                            None => Err(Refusal::NotOurs),
-                            Some(h) if h.nonce != self.nonce => Err(Refusal::OtherListener),
-                            Some(h) if h.nstreams != self.nstreams => Err(Refusal::WrongShape),
-                            Some(_) => match handshake::challenge() {
-                                Ok(challenge) => Ok(Stage::Reply {
-                                    hello: raw,
-                                    challenge,
-                                    out: Xfer::outgoing(self.secret.reply(&raw, &challenge)),
-                                }),
-                                Err(_) => Err(Refusal::NoRandom),
-                            },
-                        }
-                    })
-                }),
+            // Ok(true): this stage's message is whole; Ok(false): nothing more for now.
+            let moved = match &mut inc.stage {
+                Stage::Hello(x) => x.read_from(&mut inc.stream),
+                Stage::Reply { out, .. } => out.write_to(&mut inc.stream),
+                Stage::Proof { inp, .. } => inp.read_from(&mut inc.stream),
+            };
+            match moved {
+                Ok(true) => {}
+                Ok(false) if inc.since.elapsed() >= self.timeout => {
+                    return Step::Refused(Refusal::Silent);
+                }
+                Ok(false) => return Step::Wait,
+                Err(_) => return Step::Refused(Refusal::Closed),
+            }
+            inc.stage = match &inc.stage {
+                Stage::Hello(x) => match self.challenge(&x.buf) {
+                    Ok(next) => next,
+                    Err(why) => return Step::Refused(why),
+                },
                 Stage::Reply {
-                    hello,
-                    challenge,
-                    out,
-                } => out.write_to(&mut inc.stream).map(|done| {
-                    done.then(|| {
-                        Ok(Stage::Proof {
-                            hello: *hello,
-                            challenge: *challenge,
-                            inp: Xfer::incoming(),
-                        })
-                    })
-                }),
+                    hello, challenge, ..
+                } => Stage::Proof {
+                    hello: *hello,
+                    challenge: *challenge,
+                    inp: Xfer::incoming(),
+                },
                 Stage::Proof {
                     hello,
                     challenge,
                     inp,
-                } => match inp.read_from(&mut inc.stream) {
-                    Ok(true) if self.secret.verify(hello, challenge, &inp.buf) => {
-                        return Step::Admitted(Hello::decode(hello).expect("decoded before"));
-                    }
-                    Ok(true) => return Step::Refused(Refusal::BadProof),
-                    other => other.map(|_| None),
-                },
-            };
-            match res {
-                Ok(Some(Ok(next))) => inc.stage = next,
-                Ok(Some(Err(why))) => return Step::Refused(why),
-                Ok(None) if inc.since.elapsed() >= self.timeout => {
-                    return Step::Refused(Refusal::Silent);
+                } => {
+                    return if self.secret.verify(hello, challenge, &inp.buf) {
+                        Step::Admitted(Hello::decode(hello).expect("decoded before"))
+                    } else {
+                        Step::Refused(Refusal::BadProof)
+                    };
                 }
-                Ok(None) => return Step::Wait,
-                Err(_) => return Step::Refused(Refusal::Closed),
+            };
+        }
+    }
+
+    /// What follows a whole hello: the reply with a fresh challenge, or why not.
+    fn challenge(&self, raw: &[u8; HELLO_SIZE]) -> Result<Stage, Refusal> {
+        match Hello::decode(raw) {
+            None => Err(Refusal::NotOurs),
+            Some(h) if h.nonce != self.nonce => Err(Refusal::OtherListener),
+            Some(h) if h.nstreams != self.nstreams => Err(Refusal::WrongShape),
+            Some(_) => {
+                let challenge = handshake::challenge().map_err(|_| Refusal::NoRandom)?;
+                Ok(Stage::Reply {
+                    hello: *raw,
+                    challenge,
+                    out: Xfer::outgoing(self.secret.reply(raw, &challenge)),
+                })
             }
         }
     }
