@@ -175,7 +175,7 @@ struct native_ctx {
   uint64_t thresholds[4]; /* the tuner_thresholds map: 0 = default */
   struct {
     uint64_t calls, bytes;
-  } counts[64]; /* the tuner_decisions map (an array here, a hash map in the policy) */
+  } counts[3]; /* the tuner_decisions map */
 };
 
 static struct native_ctx native;

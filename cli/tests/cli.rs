@@ -219,7 +219,7 @@ fn inspect_shows_hooks_maps_instructions_and_source() {
         );
         assert!(
             out.contains("map[0] tuner_thresholds: array key 4 B, value 8 B, 4 entries")
-                && out.contains("map[1] tuner_decisions: hash key 4 B, value 16 B, 64 entries"),
+                && out.contains("map[1] tuner_decisions: array key 4 B, value 16 B, 3 entries"),
             "{out}"
         );
         assert!(

@@ -35,7 +35,7 @@ fn size_aware_policy_parses() {
         "{names:?}"
     );
     assert!(
-        names.contains(&("tuner_decisions", MapKind::Hash, 4, 16, 64)),
+        names.contains(&("tuner_decisions", MapKind::Array, 4, 16, 3)),
         "{names:?}"
     );
     let ro = o.maps.iter().find(|m| m.name == ".rodata").unwrap();

@@ -127,13 +127,14 @@ fn noop_policy_runs_and_leaves_every_choice_to_nccl() {
 }
 
 #[test]
-fn bad_channels_policy_forces_one_channel_in_every_version() {
+fn bad_channels_policy_forces_ring_ll_on_one_channel_in_every_version() {
     for v in [6, 5, 4, 3, 2] {
         let (rows, text) = tune(v, Some(policy("src/bad_channels.o")));
         assert_eq!(rows.len(), 5);
         assert!(
-            rows.iter().all(|r| (r.1, r.2, r.3, r.4) == (0, 2, 1, 0)),
-            "v{v}: one channel, NCCL's algorithm and protocol:\n{text}"
+            rows.iter()
+                .all(|r| (r.1, r.2, r.3, r.4) == (1, 0, 1, u64::from(v >= 3))),
+            "v{v}: Ring, LL, one channel (one entry lowered from v3 on):\n{text}"
         );
     }
 }
