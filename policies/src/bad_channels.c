@@ -3,7 +3,8 @@
  * One channel alone costs large messages a third of their bandwidth over our transport (NCCL
  * opens only two NET channels there, bench/results/gpu-2026-12-01-tuner.md); LL, which carries
  * 4 bytes of data in every 8 and is built for small messages, costs them most of the rest (the
- * GPU run expects bus bandwidth to drop by at least 80% from 4 MiB). Never ship it to a real
+ * GPU run measured 81-91% less bus bandwidth from 16 MiB, bench/results/gpu-2026-12-01-badch.md).
+ * Never ship it to a real
  * job. */
 #include "ncclbpf.h"
 
