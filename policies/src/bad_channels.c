@@ -4,8 +4,7 @@
  * opens only two NET channels there, bench/results/gpu-2026-12-01-tuner.md); LL, which carries
  * 4 bytes of data in every 8 and is built for small messages, costs them most of the rest (the
  * GPU run measured 81-91% less bus bandwidth from 16 MiB, bench/results/gpu-2026-12-01-badch.md).
- * Never ship it to a real
- * job. */
+ * Never ship it to a real job. */
 #include "ncclbpf.h"
 
 SEC("tuner")

@@ -229,6 +229,8 @@ pub struct BtfMapDef {
     pub value_size: u32,
     pub max_entries: u32,
     pub map_flags: u32,
+    /// `ncclbpf_scope` (`NCCLBPF_AGREED`, `NCCLBPF_CONFIG`), if declared.
+    pub scope: Option<u32>,
 }
 
 /// Reads the map definitions of the `.maps` DATASEC: (variable name, definition).
@@ -272,6 +274,7 @@ pub fn map_defs(btf: &Btf) -> Result<Vec<(String, BtfMapDef)>, String> {
                 "type" => def.map_type = uint()?,
                 "max_entries" => def.max_entries = uint()?,
                 "map_flags" => def.map_flags = uint()?,
+                "ncclbpf_scope" => def.scope = Some(uint()?),
                 "key_size" => def.key_size = uint()?,
                 "value_size" => def.value_size = uint()?,
                 "key" => def.key_size = size()?,

@@ -118,6 +118,52 @@ impl MapKind {
     }
 }
 
+/// Who may change a map's contents, and so whether every rank of a communicator holds the same
+/// (declared with `NCCLBPF_AGREED` / `NCCLBPF_CONFIG` in `ncclbpf.h`, a `ncclbpf_scope` member
+/// of the BTF definition).
+///
+/// Tuner programs must decide the same on every rank: the verifier rejects a tuner program
+/// whose decision could depend on a [`Scope::Local`] value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Scope {
+    /// Rank-local (the default): programs write it (net hooks count into it), so its contents
+    /// are this rank's own. Per-CPU maps and writable global data (`.data`, `.bss`) are always
+    /// local.
+    Local,
+    /// Filled by the agreement between the ranks of a communicator: every rank holds the same
+    /// contents at each collective. No program writes it.
+    Agreed,
+    /// Configuration (thresholds, rules), the same on every rank: changed only by staged
+    /// updates that take effect at one collective on every rank, never by a program.
+    /// `.rodata` is configuration too (it comes with the object).
+    Config,
+}
+
+impl Scope {
+    /// The value of `ncclbpf_scope` in a map definition (`NCCLBPF_SCOPE_*` in `ncclbpf.h`).
+    pub fn from_value(v: u32) -> Option<Scope> {
+        match v {
+            1 => Some(Scope::Local),
+            2 => Some(Scope::Agreed),
+            3 => Some(Scope::Config),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Scope::Local => "rank-local",
+            Scope::Agreed => "agreed",
+            Scope::Config => "config",
+        }
+    }
+
+    /// Whether programs may write it.
+    pub fn program_writable(self) -> bool {
+        self == Scope::Local
+    }
+}
+
 /// A map the object declares (BTF `.maps`) or a global-data section turned into a one-entry
 /// array (`.rodata*`, `.data*`, `.bss*`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -132,6 +178,8 @@ pub struct MapDef {
     pub initial: Option<Vec<u8>>,
     /// `.rodata`: programs may not write it.
     pub read_only: bool,
+    /// Who changes its contents ([`Scope::Config`] for `.rodata`).
+    pub scope: Scope,
 }
 
 /// A C source line for an instruction.
@@ -250,6 +298,21 @@ impl Object {
                 if matches!(kind, MapKind::Array | MapKind::PercpuArray) && d.key_size != 4 {
                     return Err(bad("array maps take a 4-byte key"));
                 }
+                let scope = match d.scope {
+                    None => Scope::Local,
+                    Some(v) => Scope::from_value(v).ok_or_else(|| {
+                        bad(&format!(
+                            "ncclbpf_scope {v} is not a scope (NCCLBPF_SCOPE_LOCAL 1, \
+                             NCCLBPF_SCOPE_AGREED 2, NCCLBPF_SCOPE_CONFIG 3)"
+                        ))
+                    })?,
+                };
+                if kind == MapKind::PercpuArray && scope != Scope::Local {
+                    return Err(bad(&format!(
+                        "a per-CPU map is rank-local by nature; it cannot be {}",
+                        scope.name()
+                    )));
+                }
                 if u64::from(d.value_size) * u64::from(d.max_entries) > 1 << 30
                     || d.key_size > 512
                     || d.value_size > 65536
@@ -268,6 +331,7 @@ impl Object {
                     flags: d.map_flags,
                     initial: None,
                     read_only: false,
+                    scope,
                 });
             }
         } else if file.section_by_name(".maps").is_some() {
@@ -305,6 +369,11 @@ impl Object {
                 flags: 0,
                 initial: Some(initial),
                 read_only: name.starts_with(".rodata"),
+                scope: if name.starts_with(".rodata") {
+                    Scope::Config
+                } else {
+                    Scope::Local
+                },
             });
         }
 

@@ -15,5 +15,5 @@ pub mod btf;
 pub mod elf;
 pub mod insn;
 
-pub use elf::{LineInfo, MapDef, MapKind, Object, ObjectError, Program};
+pub use elf::{LineInfo, MapDef, MapKind, Object, ObjectError, Program, Scope};
 pub use insn::Insn;
