@@ -225,7 +225,7 @@ fn inspect_shows_hooks_maps_instructions_and_source() {
         assert!(
             out.contains("size_aware (tuner):")
                 && out.contains("call 1")
-                && out.contains("; size_aware.c:43: if (n <= small && ctx->nnodes >= 4) {"),
+                && out.contains("; size_aware.c:44: if (n <= small && ctx->nnodes >= 4) {"),
             "{out}"
         );
     }

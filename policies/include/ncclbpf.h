@@ -34,6 +34,28 @@ typedef long long __s64;
 #define BPF_MAP_TYPE_ARRAY 2
 #define BPF_MAP_TYPE_PERCPU_ARRAY 6
 
+/* Map scope: who may change a map, and so whether every rank of a communicator holds the same.
+ * A tuner program (SEC("tuner"), "tuner/chunk", "tuner/init") must decide the same on every
+ * rank, or the job hangs; the verifier rejects one whose decision (a context field it writes)
+ * could depend on a rank-local value, directly, through the stack, a lookup key or a branch.
+ *   (default)       rank-local: programs write it (net hooks count into it); per-CPU maps and
+ *                   writable globals (.data, .bss) are always rank-local. Tuner programs may
+ *                   keep their own counters here, but not decide from them.
+ *   NCCLBPF_AGREED  filled by the agreement between the ranks of a communicator: every rank
+ *                   holds the same contents at each collective. No program writes it.
+ *   NCCLBPF_CONFIG  configuration (thresholds, rules), the same on every rank: changed only by
+ *                   staged updates that take effect at the same collective on every rank (and
+ *                   filled at load, e.g. from a rules file). No program writes it. Constant
+ *                   globals (.rodata) are configuration too.
+ * Put the macro among the members of the definition:
+ *   struct { __uint(type, BPF_MAP_TYPE_ARRAY); __type(key, __u32); __type(value, __u64);
+ *            __uint(max_entries, 4); NCCLBPF_CONFIG; } thresholds SEC(".maps");           */
+#define NCCLBPF_SCOPE_LOCAL 1
+#define NCCLBPF_SCOPE_AGREED 2
+#define NCCLBPF_SCOPE_CONFIG 3
+#define NCCLBPF_AGREED __uint(ncclbpf_scope, NCCLBPF_SCOPE_AGREED)
+#define NCCLBPF_CONFIG __uint(ncclbpf_scope, NCCLBPF_SCOPE_CONFIG)
+
 /* map_update_elem flags. */
 #define BPF_ANY 0
 #define BPF_NOEXIST 1
@@ -50,7 +72,8 @@ struct ncclbpf_tuner_ctx {
   __u32 nranks;       /* read */
   __u32 nnodes;       /* read */
   __u32 num_pipe_ops; /* read */
-  __u32 reg_buff;     /* read */
+  __u32 reg_buff;     /* read: rank-local (each rank's own registration cache): a decision
+                       * may not depend on it */
   __u32 max_channels; /* read:  what NCCL passes in *nChannels (0 in NCCL 2.28-2.30) */
   __s32 algo;         /* write: NCCL_ALGO_* or -1 */
   __s32 proto;        /* write: NCCL_PROTO_* or -1 */
@@ -175,7 +198,7 @@ struct ncclbpf_tuner_rule {
   __s32 nnodes;       /* -1: any */
   __s32 nranks;       /* -1: any */
   __s32 num_pipe_ops; /* -1: any */
-  __s32 reg_buff;     /* 0, 1, or -1: any */
+  __s32 reg_buff;     /* always -1: rules on regBuff are skipped (it is rank-local) */
   __u32 reserved;     /* 0 */
 };
 

@@ -1,5 +1,5 @@
 #include "ncclbpf.h"
-struct { __uint(type, BPF_MAP_TYPE_ARRAY); __type(key, __u32); __type(value, __u64); __uint(max_entries, 4); } cfg SEC(".maps");
+struct { __uint(type, BPF_MAP_TYPE_ARRAY); __type(key, __u32); __type(value, __u64); __uint(max_entries, 4); NCCLBPF_CONFIG; } cfg SEC(".maps");
 static __attribute__((noinline)) __u64 threshold(__u32 which) {
   __u64 *v = bpf_map_lookup_elem(&cfg, &which);
   return v ? *v : 65536;

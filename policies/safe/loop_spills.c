@@ -1,7 +1,7 @@
 // A loop with more live values than callee-saved registers across two lookups per iteration:
 // clang spills them to the stack, and their bounds must survive the spill and fill.
 #include "ncclbpf.h"
-struct { __uint(type, BPF_MAP_TYPE_ARRAY); __type(key, __u32); __type(value, __u64); __uint(max_entries, 16); } w SEC(".maps");
+struct { __uint(type, BPF_MAP_TYPE_ARRAY); __type(key, __u32); __type(value, __u64); __uint(max_entries, 16); NCCLBPF_CONFIG; } w SEC(".maps");
 SEC("tuner") int prog(struct ncclbpf_tuner_ctx *ctx) {
   __u32 n = ctx->nranks, m = ctx->nnodes, q = ctx->coll_type, p = ctx->num_pipe_ops;
   __u64 a = 0, b = 0, c = 0, d = 0;

@@ -1,5 +1,5 @@
 #include "ncclbpf.h"
-struct { __uint(type, BPF_MAP_TYPE_ARRAY); __type(key, __u32); __type(value, __u64); __uint(max_entries, 16); } weights SEC(".maps");
+struct { __uint(type, BPF_MAP_TYPE_ARRAY); __type(key, __u32); __type(value, __u64); __uint(max_entries, 16); NCCLBPF_CONFIG; } weights SEC(".maps");
 SEC("tuner") int prog(struct ncclbpf_tuner_ctx *ctx) {
   __u32 n = ctx->nranks;
   if (n > 64) n = 64;

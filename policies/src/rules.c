@@ -2,9 +2,10 @@
  * tuner applies it. The tuner parses NCCL_TUNER_CONFIG_FILE (else ./nccl_tuner.conf) strictly
  * and writes the rules into tuner_rules, in file order, before the first decision
  * (tuner/src/rules.rs). The first rule that matches the collective (its type, min_bytes <= size
- * <= max_bytes, and nnodes, nranks, num_pipe_ops, reg_buff each equal or -1) decides algorithm,
- * protocol and, unless the rule says -1, the channel count. No match, or an empty table: no
- * opinion, NCCL keeps its own choice. */
+ * <= max_bytes, and nnodes, nranks, num_pipe_ops each equal or -1) decides algorithm, protocol
+ * and, unless the rule says -1, the channel count. No match, or an empty table: no opinion, NCCL
+ * keeps its own choice. Rules on regBuff are never installed (it is rank-local: see rules.rs),
+ * and the table is config, the same on every rank. */
 #include "ncclbpf.h"
 
 struct {
@@ -12,6 +13,7 @@ struct {
   __type(key, __u32);
   __type(value, struct ncclbpf_tuner_rule);
   __uint(max_entries, NCCLBPF_TUNER_RULES_MAX);
+  NCCLBPF_CONFIG;
 } tuner_rules SEC(".maps");
 
 /* Non-zero when `have` differs from `want`, unless want is -1 (any). Computed without a branch:
@@ -27,7 +29,7 @@ SEC("tuner")
 int rules(struct ncclbpf_tuner_ctx *ctx) {
   __u64 n = ctx->msg_size;
   __u32 coll = ctx->coll_type, nnodes = ctx->nnodes, nranks = ctx->nranks;
-  __u32 pipe_ops = ctx->num_pipe_ops, reg_buff = ctx->reg_buff;
+  __u32 pipe_ops = ctx->num_pipe_ops;
   /* The bound is hidden from the optimizer so that clang keeps the `i < limit` test instead of
    * rewriting it into an `i == NCCLBPF_TUNER_RULES_MAX` exit: our verifier follows either with
    * the constant, but PREVAIL (the differential oracle) bounds only the `<` form. */
@@ -40,7 +42,7 @@ int rules(struct ncclbpf_tuner_ctx *ctx) {
     if (!r || !r->valid) break; /* the end of the table */
     if (n < r->min_bytes || n > r->max_bytes) continue;
     if ((r->coll ^ coll) | differs(r->nnodes, nnodes) | differs(r->nranks, nranks) |
-        differs(r->num_pipe_ops, pipe_ops) | differs(r->reg_buff, reg_buff))
+        differs(r->num_pipe_ops, pipe_ops))
       continue;
     ctx->algo = r->algo;
     ctx->proto = r->proto;

@@ -3,8 +3,8 @@
  * ranks each on its own host): Tree/Simple wins from 1 KiB to 4 MiB, Ring/Simple above; LL only
  * pays for the smallest messages from 4 nodes on. LL128 is never chosen: NCCL cannot use it
  * over NET here (its cost entry is disabled and the tuner never revives one). Thresholds come
- * from a map operators can change while the job runs (the same on every rank: change them on
- * all ranks at once); 0 keeps the default. Channels are left to NCCL. */
+ * from a config map (NCCLBPF_CONFIG: only staged updates change it, at the same collective on
+ * every rank); 0 keeps the default. Channels are left to NCCL. */
 #include "ncclbpf.h"
 
 struct {
@@ -12,6 +12,7 @@ struct {
   __type(key, __u32);
   __type(value, __u64);
   __uint(max_entries, 4);
+  NCCLBPF_CONFIG;
 } tuner_thresholds SEC(".maps");
 
 struct decision_counts {

@@ -31,6 +31,7 @@ fn array(name: &str, kind: MapKind, value_size: u32, max_entries: u32) -> MapDef
         flags: 0,
         initial: None,
         read_only: false,
+        scope: policy_object::Scope::Local,
     }
 }
 

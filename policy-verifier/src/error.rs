@@ -32,8 +32,21 @@ pub enum Reject {
         size: u32,
         value_size: u32,
     },
-    /// Write to a read-only map (`.rodata`).
-    MapReadOnly { reg: u8, map: String },
+    /// Write to a map programs may not write: `.rodata`, or an agreed or config map.
+    MapReadOnly {
+        reg: u8,
+        map: String,
+        scope: policy_object::Scope,
+    },
+    /// A tuner decision (a writable context field) that may depend on a rank-local value:
+    /// `from` names it ("map 'net_bytes'"); `branch` is the conditional jump on it the write
+    /// depends on, when the dependence is through control flow.
+    RankLocal {
+        reg: Option<u8>,
+        field: &'static str,
+        from: String,
+        branch: Option<usize>,
+    },
     /// Stack access outside `[-512, 0)`.
     StackOutOfBounds {
         reg: u8,
@@ -111,6 +124,7 @@ impl Reject {
             Reject::CtxReadOnly { .. } => "ctx_read_only",
             Reject::MapOutOfBounds { .. } => "map_out_of_bounds",
             Reject::MapReadOnly { .. } => "map_read_only",
+            Reject::RankLocal { .. } => "rank_local",
             Reject::StackOutOfBounds { .. } => "stack_out_of_bounds",
             Reject::UninitStack { .. } => "uninit_stack",
             Reject::UninitRegister { .. } => "uninit_register",
@@ -155,7 +169,7 @@ impl Reject {
             | Reject::BadHelperArg { reg, .. }
             | Reject::PointerLeak { reg, .. }
             | Reject::PointerArithmetic { reg, .. } => Some(*reg),
-            Reject::DivByZero { reg } => *reg,
+            Reject::DivByZero { reg } | Reject::RankLocal { reg, .. } => *reg,
             _ => None,
         }
     }
@@ -212,8 +226,36 @@ impl fmt::Display for Reject {
                     )
                 }
             }
-            Reject::MapReadOnly { reg, map } => {
-                write!(f, "R{reg} write into read-only map '{map}'")
+            Reject::MapReadOnly { reg, map, scope } => match scope {
+                policy_object::Scope::Agreed => write!(
+                    f,
+                    "R{reg} write into agreed map '{map}': only the agreement between the ranks of a communicator fills it, so that every rank holds the same"
+                ),
+                policy_object::Scope::Config if !map.starts_with(".rodata") => write!(
+                    f,
+                    "R{reg} write into config map '{map}': configuration changes only through staged updates, which take effect at the same collective on every rank"
+                ),
+                _ => write!(f, "R{reg} write into read-only map '{map}'"),
+            },
+            Reject::RankLocal {
+                reg,
+                field,
+                from,
+                branch,
+            } => {
+                let why = format!(
+                    "{from}, which is rank-local: ranks may decide differently, and a communicator whose ranks disagree hangs (tuner programs decide from the context and from agreed or config maps: NCCLBPF_AGREED, NCCLBPF_CONFIG)"
+                );
+                match (branch, reg) {
+                    (Some(b), _) => write!(
+                        f,
+                        "the write to '{field}' depends on the branch at insn {b} on a value of {why}"
+                    ),
+                    (None, Some(r)) => {
+                        write!(f, "R{r} writes '{field}' from a value of {why}")
+                    }
+                    (None, None) => write!(f, "the write to '{field}' depends on {why}"),
+                }
             }
             Reject::StackOutOfBounds {
                 reg,
@@ -305,10 +347,14 @@ impl fmt::Display for Reject {
                 f,
                 "reference to map #{index}, which the object does not define"
             ),
-            Reject::UnknownHook { section } => write!(
-                f,
-                "section '{section}' names no hook (tuner, net/connect, net/accept, net/isend, net/irecv, net/complete, net/close)"
-            ),
+            Reject::UnknownHook { section } => {
+                let hooks: Vec<&str> = crate::platform::HOOKS.iter().map(|h| h.section).collect();
+                write!(
+                    f,
+                    "section '{section}' names no hook ({})",
+                    hooks.join(", ")
+                )
+            }
             Reject::Internal { what } => write!(
                 f,
                 "internal verifier error ({what}): the program is refused; please report it"

@@ -40,6 +40,7 @@ pub fn map_infos(maps: &[MapDef]) -> Vec<MapInfo> {
             max_entries: m.max_entries,
             read_only: m.read_only,
             global_data: m.initial.is_some(),
+            scope: m.scope,
         })
         .collect()
 }

@@ -1,6 +1,8 @@
 //! What a program may touch: each hook's context fields, the helpers it may call, and the
 //! maps of its object. Mirrors `policies/include/ncclbpf.h`.
 
+pub use policy_object::Scope;
+
 /// Field access rights.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Perm {
@@ -105,7 +107,22 @@ pub struct Hook {
     pub helpers: &'static [i32],
     /// Why helpers missing from `helpers` are missing, for the rejection message.
     pub helper_note: &'static str,
+    /// Whether the program decides for the communicator (tuner hooks): what it writes to the
+    /// context must come out the same on every rank, so it may not depend on a rank-local
+    /// value (the locality rule, [`crate::check`]).
+    pub decides: bool,
+    /// Context fields whose value is this rank's own (read, but tainted in hooks that decide),
+    /// with the reason.
+    pub local_fields: &'static [(&'static str, &'static str)],
 }
+
+/// `reg_buff` comes from each rank's own registration cache (NCCL 2.28-2.30 `ncclPrepareTasks`
+/// / `ncclRegFind`, docs/nccl-collective-facts.md): registration can take effect on one rank
+/// and not on another.
+pub const TUNER_LOCAL_FIELDS: &[(&str, &str)] = &[(
+    "reg_buff",
+    "NCCL looks the buffer up in this rank's own registration cache, which can differ between ranks",
+)];
 
 impl Hook {
     pub fn field_at(&self, off: u32) -> Option<&Field> {
@@ -230,6 +247,8 @@ const fn net(section: &'static str) -> Hook {
         fields: NET_FIELDS,
         helpers: NET_HELPERS,
         helper_note: "",
+        decides: false,
+        local_fields: &[],
     }
 }
 
@@ -241,6 +260,8 @@ pub const HOOKS: &[Hook] = &[
         fields: TUNER_FIELDS,
         helpers: MAP_HELPERS,
         helper_note: "tuner decisions must be identical on every rank, so clocks and CPU ids are not available",
+        decides: true,
+        local_fields: TUNER_LOCAL_FIELDS,
     },
     Hook {
         section: "tuner/chunk",
@@ -248,6 +269,8 @@ pub const HOOKS: &[Hook] = &[
         fields: TUNER_CHUNK_FIELDS,
         helpers: MAP_HELPERS,
         helper_note: "every rank must compute the same chunk size, so clocks and CPU ids are not available",
+        decides: true,
+        local_fields: &[],
     },
     Hook {
         section: "tuner/init",
@@ -255,6 +278,8 @@ pub const HOOKS: &[Hook] = &[
         fields: TUNER_INIT_FIELDS,
         helpers: MAP_HELPERS,
         helper_note: "every rank must write the same constants, so clocks and CPU ids are not available",
+        decides: true,
+        local_fields: &[],
     },
     net("net/connect"),
     net("net/accept"),
@@ -279,6 +304,16 @@ pub struct MapInfo {
     /// Global data (`.rodata`/`.data`/`.bss`): the only maps an `lddw` may point into
     /// directly (src 2).
     pub global_data: bool,
+    /// Who changes its contents: programs may write only [`Scope::Local`] maps, and tuner
+    /// programs may not decide from them.
+    pub scope: Scope,
+}
+
+impl MapInfo {
+    /// Whether a program may write it.
+    pub fn writable(&self) -> bool {
+        !self.read_only && self.scope.program_writable()
+    }
 }
 
 /// Limits of verification.

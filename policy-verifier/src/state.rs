@@ -32,16 +32,64 @@ impl RegType {
     }
 }
 
+/// Where a rank-local value came from: what makes it possibly different on another rank of
+/// the communicator (see [`crate::check`]'s locality rule).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Taint {
+    /// Read from (or found or not found in) a rank-local map.
+    Map(u16),
+    /// Returned by a helper whose result is this rank's own (a clock, a CPU id).
+    Helper(i32),
+    /// A context field whose value is this rank's own (`Hook::local_fields`).
+    Field(&'static str, &'static str),
+}
+
+impl Taint {
+    pub fn describe(self, maps: &[MapInfo]) -> String {
+        match self {
+            Taint::Map(m) => format!(
+                "map '{}'",
+                maps.get(m as usize).map_or("?", |m| m.name.as_str())
+            ),
+            Taint::Helper(id) => format!(
+                "helper {}",
+                crate::platform::helper(id).map_or("?", |h| h.name)
+            ),
+            Taint::Field(name, why) => format!("context field '{name}' ({why})"),
+        }
+    }
+
+    /// The name alone, for register states.
+    pub fn short(self, maps: &[MapInfo]) -> String {
+        match self {
+            Taint::Map(m) => maps
+                .get(m as usize)
+                .map_or("?", |m| m.name.as_str())
+                .to_string(),
+            Taint::Helper(id) => crate::platform::helper(id)
+                .map_or("?", |h| h.name)
+                .to_string(),
+            Taint::Field(name, _) => format!("ctx.{name}"),
+        }
+    }
+}
+
+/// The first taint of two.
+pub fn join(a: Option<Taint>, b: Option<Taint>) -> Option<Taint> {
+    a.or(b)
+}
+
 /// A register: its type, a fixed offset (pointers) and a scalar that is the value (scalars)
 /// or the variable part of the offset (pointers). `id` links copies: scalars copied from one
 /// another share bounds learnt from branches; the copies of one lookup result become non-NULL
-/// together.
+/// together. `taint` is set (in tuner hooks) when the value may differ between ranks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Reg {
     pub ty: RegType,
     pub off: i64,
     pub v: Scalar,
     pub id: u32,
+    pub taint: Option<Taint>,
 }
 
 impl Reg {
@@ -50,6 +98,7 @@ impl Reg {
         off: 0,
         v: Scalar::UNKNOWN,
         id: 0,
+        taint: None,
     };
 
     pub fn scalar(v: Scalar) -> Reg {
@@ -58,6 +107,7 @@ impl Reg {
             off: 0,
             v,
             id: 0,
+            taint: None,
         }
     }
 
@@ -71,6 +121,7 @@ impl Reg {
             off,
             v: Scalar::konst(0),
             id: 0,
+            taint: None,
         }
     }
 
@@ -87,7 +138,7 @@ impl Reg {
                 format!(",var={}", scalar_text(v))
             }
         };
-        match self.ty {
+        let text: String = match self.ty {
             RegType::NotInit => "!init".into(),
             RegType::Scalar => scalar_text(&self.v),
             RegType::Ctx => format!("ctx(off={}{})", self.off, var(&self.v)),
@@ -106,6 +157,10 @@ impl Reg {
                 format!("map_value_or_null({},off={})", map(m), self.off)
             }
             RegType::MapPtr { map: m } => format!("map_ptr({})", map(m)),
+        };
+        match self.taint {
+            Some(t) => format!("{text}[rank-local: {}]", t.short(maps)),
+            None => text,
         }
     }
 
@@ -149,10 +204,37 @@ pub fn scalar_text(v: &Scalar) -> String {
 /// Eight stack bytes: which are initialized (bit k for byte k), and the register spilled
 /// there if any. A spill always covers the whole slot (`init == 0xff`): it is made only by
 /// an aligned 8-byte store through `r10`, or of a pointer through any stack pointer.
+/// `taint`: some byte holds a rank-local value (tuner hooks; a spill keeps its own too).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Slot {
     pub init: u8,
     pub spill: Option<Reg>,
+    pub taint: Option<Taint>,
+}
+
+impl Slot {
+    pub const EMPTY: Slot = Slot {
+        init: 0,
+        spill: None,
+        taint: None,
+    };
+
+    /// The taint of what a read of this slot returns.
+    pub fn read_taint(&self) -> Option<Taint> {
+        join(self.taint, self.spill.and_then(|r| r.taint))
+    }
+}
+
+/// Code that runs only because of a branch on a rank-local value: from the branch at `branch`
+/// (in call frame `frame`) until its immediate post-dominator `end` in the same frame
+/// (`usize::MAX`: until the function returns). Every register or stack byte written there
+/// may differ between ranks, and a tuner decision written there is rejected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Region {
+    pub frame: u8,
+    pub end: usize,
+    pub branch: usize,
+    pub taint: Taint,
 }
 
 pub const SLOTS: usize = 64;
@@ -171,10 +253,7 @@ impl Frame {
         regs[10] = Reg::pointer(RegType::Stack { frame: 0 }, 0);
         Frame {
             regs,
-            stack: [Slot {
-                init: 0,
-                spill: None,
-            }; SLOTS],
+            stack: [Slot::EMPTY; SLOTS],
             ret_pc,
         }
     }
@@ -183,6 +262,8 @@ impl Frame {
 #[derive(Clone, Debug)]
 pub struct State {
     pub frames: Vec<Frame>,
+    /// Open regions of code that depends on rank-local branches (tuner hooks only).
+    pub regions: Vec<Region>,
     /// Branches taken so far (bounded), for messages.
     pub path: Vec<(usize, usize)>,
 }
@@ -207,7 +288,21 @@ impl State {
 
     /// Same machine state (ignoring the path).
     pub fn same_as(&self, o: &State) -> bool {
-        self.frames == o.frames
+        self.frames == o.frames && self.regions == o.regions
+    }
+
+    /// The taint every value written now carries: that of the outermost open region.
+    pub fn control(&self) -> Option<Taint> {
+        self.regions.first().map(|r| r.taint)
+    }
+
+    /// Whether every region open in `new` is open in `self` too (more taint is more general).
+    fn regions_cover(&self, new: &State) -> bool {
+        new.regions.iter().all(|n| {
+            self.regions
+                .iter()
+                .any(|o| (o.frame, o.end) == (n.frame, n.end))
+        })
     }
 
     /// Whether `self`'s verified continuation covers `new`: on what `masks` (one per frame,
@@ -215,7 +310,10 @@ impl State {
     /// of `self`'s. Dead registers and slots are not compared; live scalars that are not
     /// precise only need to be scalars.
     pub fn subsumes(&self, new: &State, masks: &[FrameMask]) -> bool {
-        if self.frames.len() != new.frames.len() || masks.len() != self.frames.len() {
+        if self.frames.len() != new.frames.len()
+            || masks.len() != self.frames.len()
+            || !self.regions_cover(new)
+        {
             return false;
         }
         // Values first; ids (which link copies: bounds learnt on one apply to all, a NULL
@@ -226,7 +324,8 @@ impl State {
             if o.ty == RegType::NotInit {
                 return true;
             }
-            if o.ty != n.ty {
+            // A rank-local value where the proven state had an agreed one is not covered.
+            if o.ty != n.ty || (o.taint.is_none() && n.taint.is_some()) {
                 return false;
             }
             if o.ty == RegType::Scalar && !precise {
@@ -261,18 +360,26 @@ impl State {
                 let precise = m.slots_prec & (1 << k) != 0;
                 match (o.spill, n.spill) {
                     (Some(os), Some(ns)) => {
-                        if !reg_ok(&os, &ns, precise) {
+                        if !reg_ok(&os, &ns, precise)
+                            || (o.read_taint().is_none() && n.read_taint().is_some())
+                        {
                             return false;
                         }
                     }
                     (Some(os), None) => {
                         // A spilled scalar whose value does not matter is eight plain bytes.
-                        if os.ty != RegType::Scalar || precise || n.init != 0xff {
+                        if os.ty != RegType::Scalar
+                            || precise
+                            || n.init != 0xff
+                            || (o.read_taint().is_none() && n.taint.is_some())
+                        {
                             return false;
                         }
                     }
                     (None, ns) => {
-                        if n.init & o.init != o.init {
+                        if n.init & o.init != o.init
+                            || (o.taint.is_none() && n.read_taint().is_some())
+                        {
                             return false;
                         }
                         if let Some(ns) = ns
@@ -304,24 +411,24 @@ impl State {
     /// overlap: their union is again such a range, so nothing is lost. (The join of two
     /// values that differ in more than one place would lose which combinations occur.)
     pub fn merge_exact(&self, o: &State) -> Option<State> {
-        if self.frames.len() != o.frames.len() {
+        if self.frames.len() != o.frames.len() || self.regions != o.regions {
             return None;
         }
         let exact = |r: &Reg| {
             r.ty == RegType::Scalar && r.id == 0 && r.v == Scalar::urange(r.v.umin, r.v.umax)
         };
         let union = |a: &Reg, b: &Reg| -> Option<Reg> {
-            if !exact(a) || !exact(b) {
+            if !exact(a) || !exact(b) || a.taint != b.taint {
                 return None;
             }
             let (lo, hi) = if a.v.umin <= b.v.umin { (a, b) } else { (b, a) };
             if hi.v.umin > lo.v.umax.saturating_add(1) {
                 return None;
             }
-            Some(Reg::scalar(Scalar::urange(
-                lo.v.umin,
-                lo.v.umax.max(hi.v.umax),
-            )))
+            Some(Reg {
+                taint: a.taint,
+                ..Reg::scalar(Scalar::urange(lo.v.umin, lo.v.umax.max(hi.v.umax)))
+            })
         };
         let mut out = self.clone();
         let mut differs = false;
@@ -348,6 +455,9 @@ impl State {
                     let (Some(ra), Some(rb)) = (sa.spill, sb.spill) else {
                         return None;
                     };
+                    if sa.taint != sb.taint {
+                        return None;
+                    }
                     out.frames[k].stack[j].spill = Some(union(&ra, &rb)?);
                 }
             }
@@ -367,14 +477,23 @@ impl State {
             .filter(|&k| f.stack[k].init != 0)
             .map(|k| {
                 let off = -(SLOTS as i64 - k as i64) * 8;
-                match f.stack[k].spill {
-                    Some(r) => format!("fp{off}={}", r.describe(maps)),
-                    None => format!("fp{off}=misc"),
+                match (f.stack[k].spill, f.stack[k].taint) {
+                    (Some(r), _) => format!("fp{off}={}", r.describe(maps)),
+                    (None, Some(t)) => format!("fp{off}=misc[rank-local: {}]", t.short(maps)),
+                    (None, None) => format!("fp{off}=misc"),
                 }
             })
             .collect();
         if !inited.is_empty() {
-            let _ = write!(s, "stack: {}", inited.join(" "));
+            let _ = write!(s, "stack: {} ", inited.join(" "));
+        }
+        for r in &self.regions {
+            let _ = write!(
+                s,
+                "under the rank-local branch at insn {} ({}) ",
+                r.branch,
+                r.taint.short(maps)
+            );
         }
         s.trim_end().to_string()
     }

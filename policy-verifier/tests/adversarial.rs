@@ -64,6 +64,7 @@ fn rodata() -> Vec<MapInfo> {
         value_size: 8,
         max_entries: 1,
         read_only: true,
+        scope: policy_object::Scope::Config,
         global_data: true,
     }]
 }

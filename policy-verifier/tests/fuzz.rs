@@ -72,6 +72,11 @@ fn maps() -> Vec<MapInfo> {
         value_size: v,
         max_entries: n,
         read_only: ro,
+        scope: if ro {
+            policy_object::Scope::Config
+        } else {
+            policy_object::Scope::Local
+        },
         global_data: g,
     };
     vec![
@@ -510,6 +515,11 @@ fn map_infos_of_hostile_definitions_do_not_panic() {
             flags: u32::MAX,
             initial: Some(vec![]),
             read_only: s == 1,
+            scope: if s == 1 {
+                policy_object::Scope::Config
+            } else {
+                policy_object::Scope::Local
+            },
         })
         .collect();
     let maps = map_infos(&defs);

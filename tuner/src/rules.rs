@@ -28,7 +28,7 @@
 //! | 7 | nNodes | a count ≥ 1, or `-1`: any |
 //! | 8 | nRanks | a count ≥ 1 (and ≥ nNodes), or `-1`: any |
 //! | 9 | numPipeOps | a count ≥ 1, or `-1`: any (the default when the field is left out) |
-//! | 10 | regBuff | `0` (buffers not registered), `1` (registered), or `-1`: any (the default) |
+//! | 10 | regBuff | `-1`: any (the default); `0` (buffers not registered) or `1` (registered) parse, but such a rule is skipped (below) |
 //!
 //! Names are lower case, as NCCL's example tuner compares them. Spaces and tabs around a field
 //! are ignored, and so are empty fields at the end of a line (a spreadsheet's export of a short
@@ -41,10 +41,17 @@
 //! # Matching
 //!
 //! Rules are tried in file order; the first one whose collective is the call's, with
-//! `min_bytes <= size <= max_bytes` and nNodes, nRanks, numPipeOps and regBuff each `-1` or
-//! equal to the call's, decides: its algorithm and protocol are chosen (where NCCL can use
-//! them: the combination's cost is set to 0), and its channel count unless it is `-1`. No rule
-//! matches: NCCL's own choice.
+//! `min_bytes <= size <= max_bytes` and nNodes, nRanks and numPipeOps each `-1` or equal to the
+//! call's, decides: its algorithm and protocol are chosen (where NCCL can use them: the
+//! combination's cost is set to 0), and its channel count unless it is `-1`. No rule matches:
+//! NCCL's own choice.
+//!
+//! A rule with regBuff `0` or `1` is skipped (never installed, never matched; logged at load,
+//! and a warning of [`check_file`]): NCCL computes regBuff from each rank's own registration
+//! cache (registration can take effect on one rank and not on another, and buffers of a CUDA
+//! graph capture count as registered), so a rule on it can make the ranks of a communicator
+//! choose differently, which hangs the job. The verifier holds tuner programs to the same rule
+//! (`reg_buff` is a rank-local context field).
 //!
 //! # Strict where NCCL's example is lax
 //!
@@ -156,26 +163,39 @@ pub struct Rule {
     pub nnodes: Option<u32>,
     pub nranks: Option<u32>,
     pub num_pipe_ops: Option<u32>,
-    /// `Some(0)` or `Some(1)`; `None`: any.
+    /// `Some(0)` or `Some(1)`; `None`: any. A rule that names one is skipped
+    /// ([`Rule::skipped`]).
     pub reg_buff: Option<u32>,
 }
 
+/// Why rules on regBuff are skipped.
+pub const REG_BUFF_SKIPPED: &str = "regBuff is rank-local (NCCL looks each buffer up in the \
+     rank's own registration cache, so ranks can see different values and choose differently, \
+     which hangs the job); use -1";
+
 impl Rule {
-    /// Whether the rule applies to the collective the policy sees in `ctx`.
+    /// Whether the rule applies to the collective the policy sees in `ctx` (a skipped rule
+    /// never does).
     pub fn matches(&self, ctx: &TunerCtx) -> bool {
         let field = |want: Option<u32>, have: u32| want.is_none_or(|w| w == have);
-        self.coll == ctx.coll_type
+        self.skipped().is_none()
+            && self.coll == ctx.coll_type
             && (self.min_bytes..=self.max_bytes).contains(&ctx.msg_size)
             && field(self.nnodes, ctx.nnodes)
             && field(self.nranks, ctx.nranks)
             && field(self.num_pipe_ops, ctx.num_pipe_ops)
-            && field(self.reg_buff, ctx.reg_buff)
+    }
+
+    /// Why the rule is not installed, if it is not.
+    pub fn skipped(&self) -> Option<&'static str> {
+        self.reg_buff.is_some().then_some(REG_BUFF_SKIPPED)
     }
 
     /// Whether every collective this rule matches is matched by `earlier` too.
     fn hidden_by(&self, earlier: &Rule) -> bool {
         let covers = |e: Option<u32>, s: Option<u32>| e.is_none() || e == s;
-        earlier.coll == self.coll
+        earlier.skipped().is_none()
+            && earlier.coll == self.coll
             && earlier.min_bytes <= self.min_bytes
             && earlier.max_bytes >= self.max_bytes
             && covers(earlier.nnodes, self.nnodes)
@@ -383,6 +403,9 @@ pub fn check_file(path: impl AsRef<Path>) -> Result<Summary, Vec<RuleError>> {
         .iter()
         .enumerate()
         .filter_map(|(i, r)| {
+            if let Some(why) = r.skipped() {
+                return Some(format!("{file}:{}: warning: skipped: {why}", r.line));
+            }
             let by = rules[..i].iter().find(|e| r.hidden_by(e))?;
             Some(format!(
                 "{file}:{}: warning: never applies: the rule on line {} comes first and matches \
@@ -820,7 +843,20 @@ pub fn install_file(map: &Map, path: &Path) -> Result<usize, String> {
         return Ok(0);
     }
     match load_with_capacity(path, capacity) {
-        Ok(rules) => {
+        Ok(all) => {
+            let (rules, skipped): (Vec<Rule>, Vec<Rule>) =
+                all.into_iter().partition(|r| r.skipped().is_none());
+            if !skipped.is_empty() {
+                let lines: Vec<String> = skipped.iter().map(|r| r.line.to_string()).collect();
+                crate::tlog!(
+                    WARN,
+                    TUNING,
+                    "{file}: rule{} on line{} {} skipped: {REG_BUFF_SKIPPED}",
+                    if skipped.len() == 1 { "" } else { "s" },
+                    if skipped.len() == 1 { "" } else { "s" },
+                    lines.join(", ")
+                );
+            }
             write_table(map, &rules)?;
             crate::tlog!(
                 INFO,
@@ -894,7 +930,7 @@ mod tests {
         e.into_iter().next().unwrap()
     }
 
-    const GOOD: &str = "allreduce,0,65536,tree,simple,2,1,-1,-1,1";
+    const GOOD: &str = "allreduce,0,65536,tree,simple,2,1,-1,-1,-1";
 
     #[test]
     fn the_format_of_nccls_example_file_loads() {
@@ -1286,10 +1322,12 @@ mod tests {
 
     #[test]
     fn matching_follows_nccls_example() {
-        let rules = ok("allreduce,0,65536,tree,simple,2,1,-1,-1,1\n\
+        let rules = ok("allreduce,0,65536,tree,simple,2,1,-1,-1,-1\n\
                         allreduce,0,65536,ring,ll,-1,-1,8,2,-1\n\
                         allreduce,65537,-1,ring,simple,-1,-1,-1\n\
-                        broadcast,100,100,tree,ll128,4,-1,-1\n");
+                        broadcast,100,100,tree,ll128,4,-1,-1\n\
+                        allgather,0,-1,ring,ll,-1,-1,-1,-1,1\n\
+                        allgather,0,-1,ring,ll,-1,-1,-1,-1,0\n");
         let ctx = |coll: u32, bytes: u64, nnodes: u32, nranks: u32, pipe: u32, reg: u32| TunerCtx {
             coll_type: coll,
             msg_size: bytes,
@@ -1308,8 +1346,8 @@ mod tests {
         );
         assert_eq!(
             line(ctx(4, 65536, 1, 8, 2, 0)),
-            Some(2),
-            "regBuff 0 skips rule 1"
+            Some(1),
+            "regBuff is never matched on"
         );
         assert_eq!(
             line(ctx(4, 1024, 2, 8, 2, 1)),
@@ -1333,7 +1371,13 @@ mod tests {
         );
         assert_eq!(line(ctx(0, 100, 3, 3, 1, 0)), Some(4));
         assert_eq!(line(ctx(0, 101, 3, 3, 1, 0)), None);
-        assert_eq!(line(ctx(2, 100, 3, 3, 1, 0)), None, "no allgather rule");
+        for reg in [0, 1] {
+            assert_eq!(
+                line(ctx(2, 100, 3, 3, 1, reg)),
+                None,
+                "the allgather rules are on regBuff: skipped"
+            );
+        }
     }
 
     #[test]
@@ -1428,9 +1472,7 @@ mod tests {
         assert_eq!(
             s.warnings,
             [
-                format!(
-                    "{f}:2: warning: never applies: the rule on line 1 comes first and matches every collective this one matches"
-                ),
+                format!("{f}:2: warning: skipped: {REG_BUFF_SKIPPED}"),
                 format!(
                     "{f}:5: warning: never applies: the rule on line 3 comes first and matches every collective this one matches"
                 ),
@@ -1484,6 +1526,18 @@ mod tests {
             RuleEntry::default(),
             "the table ends after the rules"
         );
+
+        // Rules on regBuff are left out of the table.
+        std::fs::write(
+            &p,
+            format!(
+                "reduce,0,1,ring,ll,-1,-1,-1,-1,1\n{GOOD}\nbroadcast,0,1,ring,ll,-1,-1,-1,-1,0\n"
+            ),
+        )
+        .unwrap();
+        assert_eq!(install_file(&map, &p), Ok(1));
+        assert_eq!((entry(0).valid, entry(0).coll), (1, 4));
+        assert_eq!(entry(1), RuleEntry::default());
 
         // A shorter file ends the table earlier; a missing file empties it.
         std::fs::write(&p, format!("{GOOD}\n")).unwrap();

@@ -153,7 +153,9 @@ fn the_policy_decides_as_the_first_matching_rule() {
         let text = random_file(&mut r, n);
         std::fs::write(&file, &text).unwrap();
         let parsed = rules::parse(&text, "random.conf").unwrap_or_else(|e| panic!("{e:?}"));
-        assert_eq!(rules::install_file(&map, &file), Ok(n));
+        // Rules on regBuff are skipped (rank-local), and never match in the reference either.
+        let installed = parsed.iter().filter(|r| r.skipped().is_none()).count();
+        assert_eq!(rules::install_file(&map, &file), Ok(installed));
         let (mut hits, mut misses) = (0, 0);
         for k in 0..500 {
             let ctx = random_ctx(&mut r);

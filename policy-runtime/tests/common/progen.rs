@@ -61,6 +61,7 @@ pub fn maps() -> Vec<MapDef> {
             flags: 0,
             initial: None,
             read_only: false,
+            scope: policy_object::Scope::Local,
         },
         MapDef {
             name: "ghash".into(),
@@ -71,6 +72,7 @@ pub fn maps() -> Vec<MapDef> {
             flags: 0,
             initial: None,
             read_only: false,
+            scope: policy_object::Scope::Local,
         },
     ]
 }

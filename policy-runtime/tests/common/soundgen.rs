@@ -41,6 +41,7 @@ pub fn maps() -> Vec<MapDef> {
         flags: 0,
         initial: None,
         read_only: false,
+        scope: policy_object::Scope::Local,
     };
     let mut ro = m(".rodata", MapKind::Array, 4, VALUE_SIZE[3], 1);
     ro.initial = Some(

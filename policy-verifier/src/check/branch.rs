@@ -282,8 +282,12 @@ fn mark_ptr(st: &mut State, id: u32, map: Option<u16>) {
                     off: r.off,
                     v: r.v,
                     id: 0,
+                    taint: r.taint,
                 },
-                None => Reg::konst(0),
+                None => Reg {
+                    taint: r.taint,
+                    ..Reg::konst(0)
+                },
             };
         }
     };

@@ -38,10 +38,11 @@ impl Checker<'_> {
                 Arg::MapPtr => match v.ty {
                     RegType::MapPtr { map: m } => {
                         let mi = &self.maps[m as usize];
-                        if h.writes_map && mi.read_only {
+                        if h.writes_map && !mi.writable() {
                             return Err(Reject::MapReadOnly {
                                 reg: r,
                                 map: mi.name.clone(),
+                                scope: mi.scope,
                             });
                         }
                         map = Some(m);
@@ -83,6 +84,7 @@ impl Checker<'_> {
                     off: 0,
                     v: Scalar::konst(0),
                     id: self.fresh_id(),
+                    taint: None,
                 }
             }
         };

@@ -168,10 +168,11 @@ impl Checker<'_> {
                 let m = &self.maps[map as usize];
                 self.value_bounds(breg, m, base, off, size)?;
                 if let Some(v) = write_val {
-                    if m.read_only {
+                    if !m.writable() {
                         return Err(Reject::MapReadOnly {
                             reg: breg,
                             map: m.name.clone(),
+                            scope: m.scope,
                         });
                     }
                     if v.ty.is_pointer() {
@@ -283,6 +284,7 @@ impl Checker<'_> {
             stack[slot_of(lo).0] = Slot {
                 init: 0xff,
                 spill: Some(v),
+                taint: None,
             };
             return Ok(());
         }
@@ -293,6 +295,7 @@ impl Checker<'_> {
                 // Only a spill through r10 keeps the value: pruning's liveness tracks
                 // values through the frame pointer alone.
                 spill: (breg == 10).then_some(v),
+                taint: None,
             };
             return Ok(());
         }
@@ -344,7 +347,10 @@ impl Checker<'_> {
                 return Ok(if r.ty.is_pointer() || breg == 10 {
                     r
                 } else {
-                    Reg::scalar(Scalar::UNKNOWN)
+                    Reg {
+                        taint: r.taint,
+                        ..Reg::scalar(Scalar::UNKNOWN)
+                    }
                 });
             }
         }
@@ -419,10 +425,11 @@ impl Checker<'_> {
             RegType::MapValue { map } => {
                 let m = &self.maps[map as usize];
                 self.value_bounds(i.dst, m, base, i64::from(i.off), size)?;
-                if m.read_only {
+                if !m.writable() {
                     return Err(Reject::MapReadOnly {
                         reg: i.dst,
                         map: m.name.clone(),
+                        scope: m.scope,
                     });
                 }
             }

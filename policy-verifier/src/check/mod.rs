@@ -2,11 +2,13 @@
 //! every path over abstract states, with pruning against states already proven safe. One
 //! instruction's effect lives with its concern: [`alu`] (scalar arithmetic and pointer
 //! offsets), [`mem`] (context, stack, map values, atomics), [`calls`] (helpers, BPF-to-BPF
-//! calls, exit), [`branch`] (conditional jumps and what each edge learns).
+//! calls, exit), [`branch`] (conditional jumps and what each edge learns); beside them,
+//! [`locality`] keeps tuner decisions free of rank-local values.
 
 mod alu;
 mod branch;
 mod calls;
+mod locality;
 mod mem;
 pub mod structure;
 
@@ -47,6 +49,8 @@ pub struct Checker<'a> {
     limits: Limits,
     layout: Layout,
     liveness: Option<Liveness>,
+    /// Immediate post-dominators, for the locality rule (hooks that decide only).
+    ipdom: Vec<usize>,
     explored: HashMap<usize, Vec<Explored>>,
     nodes: Vec<Node>,
     next_id: u32,
@@ -86,6 +90,7 @@ impl<'a> Checker<'a> {
             limits,
             layout: Layout::default(),
             liveness: None,
+            ipdom: Vec::new(),
             explored: HashMap::new(),
             nodes: Vec::new(),
             next_id: 1,
@@ -111,8 +116,17 @@ impl<'a> Checker<'a> {
     pub fn run(mut self) -> Result<Stats, VerifyError> {
         self.structure()?;
         self.liveness = Some(Liveness::compute(self.insns, &self.layout));
+        let decides = self.hook.decides;
+        if decides {
+            self.ipdom = locality::post_dominators(
+                self.insns,
+                &self.layout.subprog_of,
+                &self.layout.second_half,
+            );
+        }
         let mut init = State {
             frames: vec![Frame::new(0)],
+            regions: vec![],
             path: vec![],
         };
         init.frames[0].regs[1] = Reg::pointer(RegType::Ctx, 0);
@@ -123,6 +137,9 @@ impl<'a> Checker<'a> {
         let mut work: Vec<(usize, State, usize)> = vec![(0, init, 0)];
         while let Some((mut pc, mut st, mut node)) = work.pop() {
             loop {
+                if decides {
+                    Self::close_regions(pc, &mut st);
+                }
                 if self.layout.prune_point[pc] {
                     match self.visit(pc, &st, node) {
                         Visit::Prune => {
@@ -165,10 +182,18 @@ impl<'a> Checker<'a> {
                     });
                 }
                 self.stats.max_depth = self.stats.max_depth.max(st.frames.len());
-                let next = match self.step(pc, &mut st) {
+                let flow = match decides.then(|| self.flow(pc, &st)).transpose() {
+                    Ok(flow) => flow,
+                    Err(reject) => return Err(self.err(pc, Some(&st), reject)),
+                };
+                let depth = st.frames.len();
+                let mut next = match self.step(pc, &mut st) {
                     Ok(next) => next,
                     Err(reject) => return Err(self.err(pc, Some(&st), reject)),
                 };
+                if let Some(flow) = &flow {
+                    self.apply_flow(pc, depth, flow, &mut next, &mut st);
+                }
                 // The structure pass makes every subprogram end in exit or a jump; this is
                 // the guard that keeps a mistake there from indexing past the program.
                 let in_range = |n: usize| n < self.insns.len();

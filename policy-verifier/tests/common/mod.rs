@@ -22,6 +22,11 @@ pub fn maps() -> Vec<MapInfo> {
         value_size,
         max_entries,
         read_only,
+        scope: if read_only {
+            policy_object::Scope::Config
+        } else {
+            policy_object::Scope::Local
+        },
         global_data,
     };
     vec![

@@ -100,6 +100,11 @@ fn maps() -> Vec<MapDef> {
             max_entries,
             flags: 0,
             read_only: name == ".rodata",
+            scope: if name == ".rodata" {
+                policy_object::Scope::Config
+            } else {
+                policy_object::Scope::Local
+            },
             initial,
         };
     vec![
