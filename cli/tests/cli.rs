@@ -237,7 +237,7 @@ fn inspect_shows_hooks_maps_instructions_and_source() {
     let insns = prog["instructions"].as_array().unwrap();
     assert!(!insns.is_empty() && insns[0]["pc"] == 0);
     assert!(
-        insns.iter().any(|i| i["line"]["line"] == 43
+        insns.iter().any(|i| i["line"]["line"] == 44
             && i["line"]["file"] == "size_aware.c"
             && i["line"]["text"] == "if (n <= small && ctx->nnodes >= 4) {"),
         "{prog}"

@@ -44,7 +44,7 @@ const EXPECTED: &[(&str, &str, usize)] = &[
     ("call_helper_dst_set", "bad_insn", 1),        // call with dst=3
     ("call_helper_off_set", "bad_insn", 1),        // call with off=4
     ("call_reserved_bits", "bad_insn", 2),         // opcode 0x8d (call with the X bit)
-    ("config_write_update", "map_read_only", 11), // bpf_map_update_elem on a config map
+    ("config_write_update", "map_read_only", 11),  // bpf_map_update_elem on a config map
     ("ctx_misaligned_read", "ctx_out_of_bounds", 0), // u32 at off 2, inside msg_size
     ("ctx_oob", "ctx_out_of_bounds", 0), // R1 invalid context access off=1600 size=8: not a field of the 56-byte context
     ("ctx_padding", "ctx_out_of_bounds", 0), // R1 invalid context access off=52 size=4: not a field of the 56-byte context
@@ -98,26 +98,26 @@ const EXPECTED: &[(&str, &str, usize)] = &[
     ("ptr_sub_two_lookups", "pointer_arithmetic", 18),   // r0 -= r7: values of two lookups
     ("ptr_sub_two_maps", "pointer_arithmetic", 16),      // r1 -= r0: values of two maps
     ("rank_local_branch", "rank_local", 12), // algo written under a branch on a net map value
-    ("rank_local_chunk", "rank_local", 11), // tuner/chunk's chunk_size from a net map
+    ("rank_local_chunk", "rank_local", 11),  // tuner/chunk's chunk_size from a net map
     ("rank_local_direct", "rank_local", 11), // nchannels from a map a net hook counts into
     ("rank_local_early_return", "rank_local", 11), // algo after an early return on a net map value
-    ("rank_local_global", "rank_local", 8), // nchannels from .bss
-    ("rank_local_init", "rank_local", 10), // tuner/init constant from a net map
-    ("rank_local_loop", "rank_local", 17), // a count from a loop bounded by a net map value
+    ("rank_local_global", "rank_local", 8),  // nchannels from .bss
+    ("rank_local_init", "rank_local", 10),   // tuner/init constant from a net map
+    ("rank_local_loop", "rank_local", 17),   // a count from a loop bounded by a net map value
     ("rank_local_merge", "rank_local", 16), // a constant chosen on a rank-local branch, after the join
     ("rank_local_percpu", "rank_local", 11), // algo from a per-CPU map
     ("rank_local_presence", "rank_local", 10), // proto set where a rank-local entry exists
     ("rank_local_subprog", "rank_local", 2), // proto from a subprogram that read a net map
     ("rank_local_via_key", "rank_local", 19), // a config value picked by a rank-local key
     ("rank_local_via_stack", "rank_local", 36), // the value through a spill and a byte copy
-    ("rodata_atomic", "map_read_only", 3),               // lock add into .rodata
-    ("rodata_delete", "map_read_only", 8),               // bpf_map_delete_elem(.rodata map)
-    ("rodata_lookup_write", "map_read_only", 11),        // store into a value of the .rodata map
-    ("rodata_update", "map_read_only", 13),              // bpf_map_update_elem(.rodata map)
-    ("scalar_deref", "invalid_mem_access", 1),           // R1 invalid mem access 'scalar'
-    ("spill_mapptr_as_value", "pointer_leak", 19),       // update value holds a map value pointer
-    ("spill_misaligned_ptr", "pointer_leak", 0),         // *(u64 *)(r10 -12) = r1 (ctx)
-    ("spill_misaligned_ptr_net", "pointer_leak", 10),    // *(u64 *)(r10 -21) = r0 (map value)
+    ("rodata_atomic", "map_read_only", 3),  // lock add into .rodata
+    ("rodata_delete", "map_read_only", 8),  // bpf_map_delete_elem(.rodata map)
+    ("rodata_lookup_write", "map_read_only", 11), // store into a value of the .rodata map
+    ("rodata_update", "map_read_only", 13), // bpf_map_update_elem(.rodata map)
+    ("scalar_deref", "invalid_mem_access", 1), // R1 invalid mem access 'scalar'
+    ("spill_mapptr_as_value", "pointer_leak", 19), // update value holds a map value pointer
+    ("spill_misaligned_ptr", "pointer_leak", 0), // *(u64 *)(r10 -12) = r1 (ctx)
+    ("spill_misaligned_ptr_net", "pointer_leak", 10), // *(u64 *)(r10 -21) = r0 (map value)
     ("spill_overwrite_byte", "corrupt_spill", 1), // *(u8 *)(r10 -8) = 0x40 into a spilled ctx
     ("spill_overwrite_half", "corrupt_spill", 10), // *(u16 *)(r10 -14) = w2 into a spilled map value pointer
     ("spill_overwrite_word", "corrupt_spill", 2),  // *(u32 *)(r10 -4) = w2 into a spilled ctx

@@ -20,7 +20,8 @@
 //! The rule runs beside the instruction semantics: [`Checker::flow`] computes, from the state
 //! before an instruction, what the instruction writes and with which taint (and rejects a
 //! tainted decision); [`Checker::apply_flow`] stamps that on every state the instruction
-//! produced. Net hooks do not decide: nothing is tracked there.
+//! produced. Net hooks do not decide: nothing is tracked there. A deciding hook's return value
+//! is not a decision (the tuner ignores it), so `r0` at the program's exit is not checked.
 
 use super::{Checker, Next, R};
 use crate::error::Reject;
@@ -270,7 +271,14 @@ impl Checker<'_> {
                 } else {
                     regs[i.dst as usize].taint
                 };
-                flow.regs.push((i.dst, join(ctrl, join(src_t(&i), dst_t))));
+                // `neg` and the byte swaps read no source register (the swaps' source bit
+                // is the byte order).
+                let src = if matches!(i.op(), op::NEG | op::END) {
+                    None
+                } else {
+                    src_t(&i)
+                };
+                flow.regs.push((i.dst, join(ctrl, join(src, dst_t))));
             }
             op::LD => flow.regs.push((i.dst, ctrl)),
             op::LDX => {
