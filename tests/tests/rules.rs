@@ -110,8 +110,9 @@ fn cases() -> Vec<Case> {
         (F::ALL_REDUCE, 65536, 1, 0, true, (0, 0, 2)),
         (F::ALL_REDUCE, 65537, 1, 0, true, (1, 1, 0)),
         (F::ALL_REDUCE, 16 << 20, 3, 1, true, (1, 1, 0)),
-        (F::ALL_REDUCE, (16 << 20) + 1, 1, 1, true, (1, 2, 16)),
-        // regBuff 0: past the ring/simple rule; nRanks 4 is not the last rule's 8.
+        // The ring/simple rule names regBuff 1, which is rank-local: it is skipped, whatever
+        // the call's regBuff; nRanks 4 is not the last rule's 8.
+        (F::ALL_REDUCE, (16 << 20) + 1, 1, 1, true, (n0, n1, 0)),
         (F::ALL_REDUCE, (16 << 20) + 1, 1, 0, true, (n0, n1, 0)),
         (F::BROADCAST, 100, 2, 0, true, (1, 0, 4)),
         (F::BROADCAST, 100, 1, 0, true, (n0, n1, 0)),
@@ -152,20 +153,10 @@ fn check(version: u32, cases: &[Case]) {
 }
 
 fn rules_decide() {
-    // v5, v6 (NCCL >= 2.25) and v4 pass regBuff; v3 passes none, so regBuff rules see 0.
-    for v in [6, 5, 4] {
+    // v5, v6 (NCCL >= 2.25) and v4 pass regBuff, v3 none: no rule looks at it.
+    for v in [6, 5, 4, 3] {
         check(v, &cases());
     }
-    let v3: Vec<Case> = cases()
-        .into_iter()
-        .map(|mut c| {
-            if c.3 == 1 && c.0 == NcclFunc::ALL_REDUCE && c.1 > 16 << 20 {
-                c.5 = (NCCL.0, NCCL.1, 0);
-            }
-            c
-        })
-        .collect();
-    check(3, &v3);
     // v2 takes a full (algorithm, protocol) pair and no table: NCCL forces the pair.
     let t = Tuner::open(Some(2), 4, 2).unwrap();
     let c = t.coll_info(1024, &costs(), NA, NP).unwrap();
@@ -180,14 +171,20 @@ fn rules_decide() {
     let log = log_text();
     let file = std::env::var("NCCL_TUNER_CONFIG_FILE").unwrap();
     assert!(
-        log.contains(&format!("7 tuner rules from {file} (the table holds 512)")),
+        log.contains(&format!("6 tuner rules from {file} (the table holds 512)")),
         "{log}"
     );
     assert!(
         log.contains(&format!(
-            "{file}:4: allreduce,16777217,-1,ring,simple,16,2,-1,-1,1"
+            "{file}:3: allreduce,65537,16777216,ring,ll128,-1,-1,4,-1,-1"
         )),
         "each rule is logged as read:\n{log}"
+    );
+    assert!(
+        log.contains(&format!(
+            "{file}: rule on line 4 skipped: regBuff is rank-local"
+        )),
+        "the regBuff rule is skipped, with the reason:\n{log}"
     );
     assert!(log.contains("policy 'rules' from"), "{log}");
     assert_eq!(
@@ -215,7 +212,7 @@ fn default_file() {
     let c = t.coll_info(8, &costs(), NA, NP).unwrap();
     assert_eq!((c.picked(NP), c.nchannels), (Some((0, 0)), 2));
     let log = log_text();
-    assert!(log.contains("7 tuner rules from nccl_tuner.conf"), "{log}");
+    assert!(log.contains("6 tuner rules from nccl_tuner.conf"), "{log}");
 }
 
 #[test]
