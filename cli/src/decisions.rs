@@ -3,7 +3,11 @@
 //! run through the plugin's own [`ncclbpf_tuner::decide::run_policy`] for every power-of-two
 //! size of the range and each collective; the answers are printed as ranges of sizes with the
 //! same decision (the switch points), like aws-ofi-nccl's `show-tuner-decisions`.
+//!
+//! `decisions --compare PID...` instead compares what running processes decided (module
+//! [`crate::compare`]).
 
+use crate::compare;
 use crate::exit::{Failure, Outcome, Verdict};
 use crate::nccl::{Choice, Coll, NCCLS_CHOICE};
 use crate::object;
@@ -24,6 +28,8 @@ use std::path::{Path, PathBuf};
   ncclbpf decisions size_aware.o --coll allreduce --ranks 16 --nodes 4
   ncclbpf decisions size_aware.o --sizes 1K..64M --program size_aware
   ncclbpf decisions --json size_aware.o | jq '.collectives[0].ranges'
+  ncclbpf decisions --compare $(pgrep -f train.py)           # did the ranks decide alike?
+  ncclbpf decisions --compare 4242 4243 --json | jq '.communicators[] | {comm_id, verdict}'
 
 The policy runs as in the plugin (verified, then JIT-compiled, or interpreted with
 NCCL_BPF_JIT=0), once per power-of-two size of --sizes and collective, in that order, with
@@ -34,16 +40,28 @@ after a row's last size, at or before the next row's first. \"NCCL's choice\" is
 NCCL's own choice there. Algorithms: TREE, RING, COLLNET_DIRECT, COLLNET_CHAIN, NVLS, NVLS_TREE,
 PAT; protocols: LL, LL128, SIMPLE.
 
+--compare reads, from each running process, the decisions its tuner made for each
+communicator (map ncclbpf_decisions: per communicator the sequence number of the last decision,
+a digest of all of them, and the digest at every 256th, the last 16 kept) and compares the
+processes that share a communicator at every sequence number they all have a digest for (their
+common checkpoints, and the current one when all stand at the same number). It prints, per
+communicator, each process's seq and digest and where they agree, or the first common point
+where they differ: the decisions diverged after the last agreeing point and at or before that
+one. A communicator in only one of the processes is listed and not compared.
+
 ",
     "Exit status:
-  0  the policy loaded and ran
+  0  the policy loaded and ran; --compare: every communicator compared agrees
   1  the policy is bad: not a valid policy object, or it fails to verify or load (the verifier's
-     message is printed)
-  2  usage or I/O error (no such file, no tuner program, bad arguments)"
+     message is printed); --compare: a communicator's processes decided differently (named,
+     with the first point where they differ)
+  2  usage or I/O error (no such file, no tuner program, bad arguments); --compare: a process
+     that is gone or cannot be read, a process without decision records, nothing compared"
 ))]
 pub struct Args {
     /// A policy object with a `SEC("tuner")` program.
-    pub policy: PathBuf,
+    #[arg(required_unless_present = "compare")]
+    pub policy: Option<PathBuf>,
     /// Collectives, comma-separated.
     #[arg(
         long,
@@ -67,9 +85,23 @@ pub struct Args {
     /// NCCL_BPF_TUNER_PROGRAM picks in the plugin).
     #[arg(long, value_name = "NAME")]
     pub program: Option<String>,
+    /// Compare the decisions running processes made, per communicator, instead of running a
+    /// policy (process ids, e.g. every rank of a job on this host).
+    #[arg(
+        long,
+        num_args = 1..,
+        value_name = "PID",
+        conflicts_with_all = ["policy", "coll", "ranks", "nodes", "sizes", "program"]
+    )]
+    pub compare: Vec<u32>,
     /// Print one JSON document: {policy, program, ranks, nodes, sizes, collectives: [{name,
     /// coll_type, ranges: [{min_bytes, max_bytes, algo, algorithm, proto, protocol,
     /// nchannels}]}]} (algorithm and protocol are NCCL's names, null for NCCL's choice).
+    /// With --compare: {processes: [{pid, records, problem}], communicators: [{comm_id,
+    /// verdict (agree, differ, alone, no_policy, no_common_point), message, agreed_at,
+    /// first_difference: {seq, last_agreement, digests: [{pid, context, digest}]}, contexts:
+    /// [{pid, context, seq, digest, policy, finalized, unsequenced, nranks, nnodes, interval,
+    /// checkpoints: [{seq, digest}]}]}], compared, agree} (ids and digests as hex strings).
     #[arg(long)]
     pub json: bool,
 }
@@ -140,6 +172,14 @@ fn load(policy: &Path, program: Option<&str>) -> Result<LoadedProgram, Failure> 
 }
 
 pub fn run(out: &mut Out, a: &Args) -> Outcome {
+    if !a.compare.is_empty() {
+        return compare::run(out, &a.compare, a.json);
+    }
+    let Some(policy) = a.policy.as_deref() else {
+        return Err(Failure::Usage(
+            "a policy object (or --compare PID...) is needed".into(),
+        ));
+    };
     if a.ranks == 0 || a.nodes == 0 || a.nodes > a.ranks {
         return Err(Failure::Usage(format!(
             "--ranks {} --nodes {}: need 1 <= nodes <= ranks",
@@ -152,7 +192,7 @@ pub fn run(out: &mut Out, a: &Args) -> Outcome {
             colls.push(*c);
         }
     }
-    let loaded = load(&a.policy, a.program.as_deref())?;
+    let loaded = load(policy, a.program.as_deref())?;
     let name = loaded.name.clone();
     let slot = ProgramSlot::new(loaded);
     let mut handle = slot.handle();
@@ -195,7 +235,7 @@ pub fn run(out: &mut Out, a: &Args) -> Outcome {
 
     if a.json {
         out.json(&json!({
-            "policy": a.policy.display().to_string(),
+            "policy": policy.display().to_string(),
             "program": name,
             "ranks": a.ranks,
             "nodes": a.nodes,
@@ -212,7 +252,7 @@ pub fn run(out: &mut Out, a: &Args) -> Outcome {
     outln!(
         out,
         "{name} ({}): {} ranks on {} node{}, {} ({})",
-        a.policy.display(),
+        policy.display(),
         a.ranks,
         a.nodes,
         if a.nodes == 1 { "" } else { "s" },

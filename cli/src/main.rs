@@ -8,6 +8,7 @@
 //! `#[derive(Subcommand)]` enum of its module, e.g. `Rules { #[command(subcommand)] cmd:
 //! rules::Cmd }`, dispatched by that module's `run`.
 
+mod compare;
 mod decisions;
 mod exit;
 mod inspect;
@@ -35,6 +36,7 @@ use std::process::ExitCode;
   ncclbpf verify target/policies/src/size_aware.o
   ncclbpf inspect target/policies/src/size_aware.o
   ncclbpf decisions target/policies/src/size_aware.o --coll allreduce
+  ncclbpf decisions --compare 12345 12346
   ncclbpf maps $(pgrep -n python)
   ncclbpf rules check nccl_tuner.conf
   ncclbpf status --all
@@ -64,7 +66,8 @@ enum Cmd {
     /// Show a policy object's programs (hooks), maps and instructions with C source lines.
     #[command(visible_alias = "disasm")]
     Inspect(inspect::Args),
-    /// Show what a tuner policy decides (algorithm, protocol, channels) by size, without NCCL.
+    /// Show what a tuner policy decides (algorithm, protocol, channels) by size, without NCCL;
+    /// or (--compare) whether running ranks decided alike.
     Decisions(decisions::Args),
     /// Show the maps of a running process and their non-zero entries (read-only).
     Maps(maps::Args),

@@ -13,4 +13,4 @@ pub mod registry;
 
 pub use conn_table::{ConnDirection, ConnSlotGuard, ConnSnapshot, ConnTable};
 pub use map::{ArrayLayout, BPF_ANY, BPF_EXIST, BPF_NOEXIST, Map, MapError, MapSpec, MapType};
-pub use registry::{MapView, Registry, RegistryError, pid_alive, registry_dir};
+pub use registry::{MapView, RUNTIME_PREFIX, Registry, RegistryError, pid_alive, registry_dir};

@@ -2,7 +2,10 @@
 //!
 //! Maps with the same name and shape declared by several programs in one process are one map;
 //! the same name with a different shape is an error naming both declarations. Global-data maps
-//! (`.rodata`, `.data`, `.bss`) are private to their program.
+//! (`.rodata`, `.data`, `.bss`) are private to their program. Names starting with
+//! [`RUNTIME_PREFIX`] (`ncclbpf_`) belong to the plugin itself ([`Registry::runtime`], e.g. the
+//! tuner's `ncclbpf_decisions`): a program cannot declare one, so no policy can bind, read or
+//! write the plugin's own records.
 //!
 //! For outside readers the registry writes `<dir>/<pid>.maps` (directory
 //! `$NCCL_BPF_SHM_DIR`, default `/dev/shm/ncclbpf-<uid>`, mode 0700; file mode 0600), one line
@@ -31,10 +34,19 @@ pub struct Conflict {
     pub new_owner: String,
 }
 
+/// Map names starting with this belong to the plugin ([`Registry::runtime`]); programs cannot
+/// declare them.
+pub const RUNTIME_PREFIX: &str = "ncclbpf_";
+
 #[derive(Debug)]
 pub enum RegistryError {
     /// Same name, different shape.
     Conflict(Box<Conflict>),
+    /// A program declared a name reserved for the plugin's own maps.
+    Reserved {
+        name: String,
+        owner: String,
+    },
     Create {
         name: String,
         source: io::Error,
@@ -52,6 +64,11 @@ impl fmt::Display for RegistryError {
             RegistryError::Create { name, source } => {
                 write!(f, "map '{name}': cannot create shared memory: {source}")
             }
+            RegistryError::Reserved { name, owner } => write!(
+                f,
+                "map '{name}' declared by '{owner}': names starting with '{RUNTIME_PREFIX}' are \
+                 reserved for the plugin's own maps; rename the map"
+            ),
         }
     }
 }
@@ -67,6 +84,19 @@ struct Entry {
 struct Inner {
     shared: HashMap<String, Entry>,
     private: Vec<(String, Weak<Map>)>,
+    /// The plugin's own maps ([`Registry::runtime`]), kept for the process's life.
+    runtime: HashMap<String, Arc<Map>>,
+}
+
+/// Programs may not declare the plugin's names.
+fn not_reserved(spec: &MapSpec, owner: &str) -> Result<(), RegistryError> {
+    if spec.name.starts_with(RUNTIME_PREFIX) {
+        return Err(RegistryError::Reserved {
+            name: spec.name.clone(),
+            owner: owner.to_string(),
+        });
+    }
+    Ok(())
 }
 
 pub struct Registry {
@@ -111,6 +141,7 @@ impl Registry {
 
     /// The shared map named `spec.name`, created on first use.
     pub fn shared(&self, spec: &MapSpec, owner: &str) -> Result<Arc<Map>, RegistryError> {
+        not_reserved(spec, owner)?;
         let mut inner = self.lock();
         if let Some(e) = inner.shared.get(&spec.name) {
             conflict(e, spec, owner)?;
@@ -136,6 +167,7 @@ impl Registry {
     /// Whether [`shared`](Self::shared) would succeed as far as shapes go (the same error if
     /// not), without creating anything.
     pub fn check_shared(&self, spec: &MapSpec, owner: &str) -> Result<(), RegistryError> {
+        not_reserved(spec, owner)?;
         match self.lock().shared.get(&spec.name) {
             Some(e) => conflict(e, spec, owner),
             None => Ok(()),
@@ -155,6 +187,44 @@ impl Registry {
         inner
             .private
             .push((format!("{owner}:{}", spec.name), Arc::downgrade(&map)));
+        self.publish(&inner);
+        Ok(map)
+    }
+
+    /// One of the plugin's own maps (its name starts with [`RUNTIME_PREFIX`]), created on first
+    /// use and listed for outside readers under its name like a shared map; programs never see
+    /// it. The same name with another shape is a [`RegistryError::Conflict`].
+    pub fn runtime(&self, spec: &MapSpec) -> Result<Arc<Map>, RegistryError> {
+        const OWNER: &str = "ncclbpf";
+        let mut inner = self.lock();
+        if let Some(m) = inner.runtime.get(&spec.name) {
+            if m.spec() == spec {
+                return Ok(m.clone());
+            }
+            return Err(RegistryError::Conflict(Box::new(Conflict {
+                name: spec.name.clone(),
+                existing: m.spec().clone(),
+                existing_owner: OWNER.into(),
+                new: spec.clone(),
+                new_owner: OWNER.into(),
+            })));
+        }
+        if !spec.name.starts_with(RUNTIME_PREFIX) {
+            return Err(RegistryError::Create {
+                name: spec.name.clone(),
+                source: io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("the plugin's maps are named {RUNTIME_PREFIX}*"),
+                ),
+            });
+        }
+        let map = Arc::new(
+            Map::create(spec.clone()).map_err(|source| RegistryError::Create {
+                name: spec.name.clone(),
+                source,
+            })?,
+        );
+        inner.runtime.insert(spec.name.clone(), map.clone());
         self.publish(&inner);
         Ok(map)
     }
@@ -192,6 +262,9 @@ impl Registry {
         };
         for (name, e) in &inner.shared {
             line(name, &e.map);
+        }
+        for (name, m) in &inner.runtime {
+            line(name, m);
         }
         for (name, w) in &inner.private {
             if let Some(m) = w.upgrade() {
@@ -486,6 +559,41 @@ mod tests {
         let mode = std::fs::metadata(dir.join(format!("{}.maps", std::process::id()))).unwrap();
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(mode.permissions().mode() & 0o777, 0o600, "owner-only");
+    }
+
+    #[test]
+    fn the_plugins_names_are_its_own() {
+        let dir = scratch();
+        let r = Registry::new(dir.clone());
+        let mine = spec("ncclbpf_records", MapType::Hash, 8);
+        for e in [
+            r.shared(&mine, "policy_a").unwrap_err(),
+            r.check_shared(&mine, "policy_a").unwrap_err(),
+        ] {
+            let msg = e.to_string();
+            assert!(matches!(e, RegistryError::Reserved { .. }), "{msg}");
+            assert!(
+                msg.contains("ncclbpf_records")
+                    && msg.contains("policy_a")
+                    && msg.contains("reserved"),
+                "{msg}"
+            );
+        }
+        let a = r.runtime(&mine).unwrap();
+        assert!(Arc::ptr_eq(&a, &r.runtime(&mine).unwrap()), "one map");
+        let other = spec("ncclbpf_records", MapType::Hash, 16);
+        assert!(matches!(r.runtime(&other), Err(RegistryError::Conflict(_))));
+        assert!(
+            r.runtime(&spec("records", MapType::Hash, 8)).is_err(),
+            "the plugin's maps carry the prefix"
+        );
+        // Still refused to programs once the plugin has it; listed for readers like any map.
+        assert!(r.shared(&mine, "policy_b").is_err());
+        assert!(r.shared_maps().is_empty(), "not among the programs' maps");
+        a.update(&[1; 4], &[2; 8], 0).unwrap();
+        let views = MapView::open_all_in(&dir, std::process::id()).unwrap();
+        let v = views.iter().find(|v| v.name == "ncclbpf_records").unwrap();
+        assert_eq!(v.entries(), vec![(vec![1; 4], vec![vec![2; 8]])]);
     }
 
     #[test]

@@ -708,10 +708,33 @@ impl Tuner {
         Tuner::open_with_constants(version, nranks, nnodes, &mut consts)
     }
 
+    /// [`open`](Self::open) for communicator `comm_id` (what v5+ `init` passes as NCCL's comm
+    /// hash; v2-v4 have none).
+    pub fn open_comm(
+        version: Option<u32>,
+        comm_id: u64,
+        nranks: usize,
+        nnodes: usize,
+    ) -> Result<Tuner, String> {
+        // SAFETY: zeroed constants are a valid (if meaningless) table of doubles.
+        let mut consts: ncclnet_headers::tuner::TunerConstantsV5 = unsafe { std::mem::zeroed() };
+        Tuner::open_full(version, comm_id, nranks, nnodes, &mut consts)
+    }
+
     /// [`open`](Self::open), handing v5+ `init` these cost-model constants (as NCCL does, for
     /// the plugin to change in place).
     pub fn open_with_constants(
         version: Option<u32>,
+        nranks: usize,
+        nnodes: usize,
+        consts: &mut ncclnet_headers::tuner::TunerConstantsV5,
+    ) -> Result<Tuner, String> {
+        Tuner::open_full(version, 0xc0ffee, nranks, nnodes, consts)
+    }
+
+    fn open_full(
+        version: Option<u32>,
+        comm_id: u64,
         nranks: usize,
         nnodes: usize,
         consts: &mut ncclnet_headers::tuner::TunerConstantsV5,
@@ -747,7 +770,7 @@ impl Tuner {
                 TunerTable::V4(x) => x.init.unwrap()(nranks, nnodes, logger(), &mut t.ctx),
                 TunerTable::V5(x) => x.init.unwrap()(
                     &mut t.ctx,
-                    0xc0ffee,
+                    comm_id,
                     nranks,
                     nnodes,
                     logger(),
@@ -756,7 +779,7 @@ impl Tuner {
                 ),
                 TunerTable::V6(x) => x.init.unwrap()(
                     &mut t.ctx,
-                    0xc0ffee,
+                    comm_id,
                     nranks,
                     nnodes,
                     logger(),

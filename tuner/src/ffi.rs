@@ -7,10 +7,12 @@
 
 use crate::decide::{self, Collective, Decision};
 use crate::policy;
+use crate::sequence::Sequence;
 use crate::{chunk, constants};
 use ncclnet_headers::tuner::*;
 use ncclnet_headers::{DebugLogger, Export, NcclFunc, NcclResult};
-use policy_runtime::{ProgramSlot, SlotHandle};
+use policy_runtime::{ProgramSlot, SlotHandle, TunerCtx};
+use shared_maps::Registry;
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -29,6 +31,9 @@ pub struct TunerContext {
     nnodes: u32,
     /// `None` without a (loaded) policy: NCCL keeps its choices and nothing is counted.
     policy: Option<Policy>,
+    /// The decisions' sequence numbers and digest, published in `ncclbpf_decisions` (see
+    /// [`crate::sequence`]); written by the holder of the policy's try-lock only.
+    sequence: Sequence,
     counts: Counts,
     /// What `tuner/chunk` did (getChunkSize), for the summary.
     chunks: ChunkCounts,
@@ -50,6 +55,11 @@ pub struct TunerContext {
 /// context at the same moment can, never waits: it runs the slot's current program through a
 /// handle of its own (`ProgramSlot::handle`: the slot's lock and two `Arc` clones, no
 /// allocation), under the same version rules as any other caller.
+///
+/// The holder of `busy` is also the single writer of the context's [`Sequence`]: it numbers
+/// the decision and folds it into the digest before it lets go. A caller that found the flag
+/// taken is decided and counted as every other, but not sequenced (its order against the
+/// holder's is not defined); the sequence counts it apart (`Sequence::unsequenced`).
 struct Policy {
     slot: &'static ProgramSlot,
     busy: AtomicBool,
@@ -77,20 +87,24 @@ impl Drop for Release<'_> {
 }
 
 impl Policy {
-    #[inline]
-    fn call(&self, ctx: &mut policy_runtime::TunerCtx) {
+    /// Runs the program on `ctx`. `Some` if this caller held `busy`: it holds it until the
+    /// returned guard is dropped, and may write the context's sequence meanwhile.
+    #[inline(always)]
+    fn call(&self, ctx: &mut TunerCtx) -> Option<Release<'_>> {
         if self
             .busy
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
         {
-            let _release = Release(&self.busy);
+            let release = Release(&self.busy);
             // SAFETY: we flipped `busy` from false to true, so no other thread holds the
-            // handle until `_release` stores false (see the `Sync` impl above).
+            // handle until `release` stores false (see the `Sync` impl above).
             let handle = unsafe { &mut *self.handle.get() };
             handle.call(ctx);
+            Some(release)
         } else {
             self.slot.handle().call(ctx);
+            None
         }
     }
 }
@@ -185,26 +199,48 @@ impl ChunkCounts {
 
 impl TunerContext {
     pub fn new(comm_id: u64, nranks: usize, nnodes: usize) -> TunerContext {
-        TunerContext::with_slot(comm_id, nranks, nnodes, policy::slot())
+        TunerContext::with_slot(
+            comm_id,
+            nranks,
+            nnodes,
+            policy::slot(),
+            Some(Registry::global()),
+        )
     }
 
-    /// A context running the programs of `slot` (none: NCCL keeps its choices).
+    /// A context running the programs of `slot` (none: NCCL keeps its choices), its decisions'
+    /// record published in `registry` (none: kept to itself).
     fn with_slot(
         comm_id: u64,
         nranks: usize,
         nnodes: usize,
         slot: Option<&'static ProgramSlot>,
+        registry: Option<&Registry>,
     ) -> TunerContext {
         let policy = slot.map(|slot| Policy {
             slot,
             busy: AtomicBool::new(false),
             handle: UnsafeCell::new(slot.handle()),
         });
+        let (nranks, nnodes) = (
+            nranks.min(u32::MAX as usize) as u32,
+            nnodes.min(u32::MAX as usize) as u32,
+        );
+        let (sequence, problem) =
+            Sequence::new(registry, comm_id, nranks, nnodes, policy.is_some());
+        if let Some(p) = problem {
+            crate::tlog!(
+                WARN,
+                TUNING,
+                "comm {comm_id:#018x}: decisions not published for `ncclbpf decisions --compare`: {p}"
+            );
+        }
         TunerContext {
             comm_id,
-            nranks: nranks.min(u32::MAX as usize) as u32,
-            nnodes: nnodes.min(u32::MAX as usize) as u32,
+            nranks,
+            nnodes,
             policy,
+            sequence,
             counts: Counts::new(),
             chunks: ChunkCounts::default(),
             trace: trace_decisions(),
@@ -244,7 +280,7 @@ impl TunerContext {
             nnodes: self.nnodes,
             max_channels,
         });
-        policy.call(&mut ctx);
+        let owner = policy.call(&mut ctx);
         let d = match table {
             Some((t, na, np)) => decide::apply(&ctx, t, na, np),
             None => Decision {
@@ -255,20 +291,72 @@ impl TunerContext {
             },
         };
         self.counts.add(&d);
+        // Sequenced while `busy` is still held (the single writer), then let go.
+        let seq = match owner {
+            Some(_held) => Some(self.sequence.record(coll.0, n_bytes as u64, &d)),
+            None => {
+                self.sequence.unsequenced();
+                None
+            }
+        };
         if self.trace {
-            crate::tlog!(
-                TRACE,
-                TUNING,
-                "coll {} {} B: algo {} proto {} channels {} ({})",
-                coll.0,
-                n_bytes,
-                d.algo,
-                d.proto,
-                d.nchannels,
-                if d.applied { "applied" } else { "not applied" }
-            );
+            self.trace_line(coll, n_bytes, &d, seq);
         }
         Some(d)
+    }
+
+    /// One decision in NCCL's log: `seq N: coll C B B: algo A proto P channels N (applied),
+    /// digest 0x…` (the fields of the digest, which a tool can recompute from these lines).
+    #[cold]
+    fn trace_line(&self, coll: NcclFunc, n_bytes: usize, d: &Decision, seq: Option<(u64, u64)>) {
+        let (at, digest) = match seq {
+            Some((s, h)) => (s.to_string(), format!(", digest {h:#018x}")),
+            None => (
+                "-".into(),
+                " (outside the sequence: another thread held the context)".into(),
+            ),
+        };
+        crate::tlog!(
+            TRACE,
+            TUNING,
+            "seq {at}: coll {} {} B: algo {} proto {} channels {} ({}){digest}",
+            coll.0,
+            n_bytes,
+            d.algo,
+            d.proto,
+            d.nchannels,
+            if d.applied { "applied" } else { "not applied" }
+        );
+    }
+
+    /// The sequence of this context's decisions (`seq`, digest, calls outside it).
+    pub fn sequence(&self) -> &Sequence {
+        &self.sequence
+    }
+
+    /// The sequence at finalize, as a log line (`None` without a policy: nothing sequenced).
+    /// Not `comm …:` first, which readers of the summary line look for.
+    pub fn sequence_summary(&self) -> Option<String> {
+        self.policy.as_ref()?;
+        let s = &self.sequence;
+        let outside = match s.unsequenced_calls() {
+            0 => String::new(),
+            n => format!(
+                "; {n} call(s) outside the sequence (another thread held the context), so the \
+                 digest may differ from other ranks' even where every decision agreed"
+            ),
+        };
+        Some(format!(
+            "decision digest of comm {:#018x}: seq {}, digest {:#018x}{}{outside}",
+            self.comm_id,
+            s.seq(),
+            s.digest(),
+            if s.published() {
+                ""
+            } else {
+                " (not published)"
+            }
+        ))
     }
 
     /// The decisions so far, as a log line.
@@ -554,6 +642,9 @@ unsafe extern "C" fn finalize(ctx: Vp) -> NcclResult {
     quiet("finalize", || {
         if let Some(c) = context(ctx) {
             crate::tlog!(INFO, TUNING, "{}", c.summary());
+            if let Some(line) = c.sequence_summary() {
+                crate::tlog!(INFO, TUNING, "{line}");
+            }
             // SAFETY: NCCL finalizes each context once; it came from Box::into_raw.
             drop(unsafe { Box::from_raw(ctx as *mut TunerContext) });
         }
@@ -715,7 +806,7 @@ mod tests {
 
     #[test]
     fn summary_keeps_its_format() {
-        let c = TunerContext::with_slot(0xabc, 8, 2, None);
+        let c = TunerContext::with_slot(0xabc, 8, 2, None, None);
         assert_eq!(c.summary(), "comm 0x0000000000000abc: no decisions");
         let mut all = vec![];
         for a in -1..NUM_ALGORITHMS as i32 {
@@ -734,7 +825,7 @@ mod tests {
         }
         assert_eq!(c.summary(), reference_summary(0xabc, &all));
 
-        let c = TunerContext::with_slot(1, 8, 2, None);
+        let c = TunerContext::with_slot(1, 8, 2, None, None);
         for x in [d(1, 2, true), d(-1, 0, true), d(1, 2, true)] {
             c.counts.add(&x);
         }
@@ -760,7 +851,7 @@ mod tests {
 
     #[test]
     fn no_policy_decides_nothing_and_counts_nothing() {
-        let c = TunerContext::with_slot(2, 8, 2, None);
+        let c = TunerContext::with_slot(2, 8, 2, None, None);
         let mut t = vec![1.0f32; 21];
         assert_eq!(
             c.decide(NcclFunc::ALL_REDUCE, 1 << 20, 1, 0, Some((&mut t, 7, 3))),
@@ -768,6 +859,8 @@ mod tests {
         );
         assert_eq!(t, vec![1.0f32; 21]);
         assert_eq!(c.summary(), "comm 0x0000000000000002: no decisions");
+        assert_eq!(c.sequence().seq(), 0, "nothing sequenced");
+        assert_eq!(c.sequence_summary(), None);
     }
 
     /// Several threads on one context while the program is swapped under them: every call
@@ -777,7 +870,7 @@ mod tests {
         const THREADS: usize = 4;
         const CALLS: usize = 100_000;
         let slot: &'static ProgramSlot = Box::leak(Box::new(ProgramSlot::new(program(1))));
-        let ctx = TunerContext::with_slot(0xc0ffee, 8, 2, Some(slot));
+        let ctx = TunerContext::with_slot(0xc0ffee, 8, 2, Some(slot), None);
         let installed = AtomicU32::new(1);
         let done = AtomicU32::new(0);
         let start = std::sync::Barrier::new(THREADS);
@@ -827,6 +920,15 @@ mod tests {
             format!("comm 0x0000000000c0ffee: algo -1 proto 0: {small}, algo 1 proto 2: {big}")
         );
         assert!(!ctx.policy.as_ref().unwrap().busy.load(Ordering::Relaxed));
+        // Every call is in the sequence or counted outside it, none in both.
+        let s = ctx.sequence();
+        assert_eq!(
+            s.seq() + s.unsequenced_calls(),
+            (THREADS * CALLS) as u64,
+            "{} sequenced, {} outside",
+            s.seq(),
+            s.unsequenced_calls()
+        );
     }
 
     /// A call that finds the handle taken (another thread inside it) still decides, through
@@ -834,7 +936,7 @@ mod tests {
     #[test]
     fn a_busy_handle_falls_back_to_the_slot() {
         let slot: &'static ProgramSlot = Box::leak(Box::new(ProgramSlot::new(program(1))));
-        let ctx = TunerContext::with_slot(3, 8, 2, Some(slot));
+        let ctx = TunerContext::with_slot(3, 8, 2, Some(slot), None);
         let p = ctx.policy.as_ref().unwrap();
         p.busy.store(true, Ordering::Relaxed);
         slot.install(program(2)).unwrap();
@@ -859,10 +961,27 @@ mod tests {
             p.busy.load(Ordering::Relaxed),
             "the holder's flag is left alone"
         );
+        let s = ctx.sequence();
+        assert_eq!(
+            (s.seq(), s.unsequenced_calls()),
+            (0, 1),
+            "outside the sequence"
+        );
         p.busy.store(false, Ordering::Release);
         let d = ctx.decide(NcclFunc::ALL_REDUCE, 64, 1, 0, None).unwrap();
         assert_eq!((d.algo, d.proto, d.nchannels, d.applied), (-1, 0, 2, false));
         assert!(!p.busy.load(Ordering::Relaxed));
+        assert_eq!((s.seq(), s.unsequenced_calls()), (1, 1));
+        assert_eq!(s.digest(), crate::digest::fold(0, 1, 4, 64, &d));
+        assert_eq!(
+            ctx.sequence_summary().unwrap(),
+            format!(
+                "decision digest of comm 0x0000000000000003: seq 1, digest {:#018x} (not \
+                 published); 1 call(s) outside the sequence (another thread held the context), \
+                 so the digest may differ from other ranks' even where every decision agreed",
+                s.digest()
+            )
+        );
         assert_eq!(
             ctx.summary(),
             "comm 0x0000000000000003: algo -1 proto 0 (not applied): 1, algo 1 proto 2: 1"

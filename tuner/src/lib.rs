@@ -9,14 +9,19 @@
 //! * [`constants`]: `tuner/init`, a policy's corrections to NCCL's cost-model constants;
 //! * [`chunk`]: `tuner/chunk`, a policy's chunk size (`getChunkSize`);
 //! * [`rules`]: NCCL's tuner rules files (`NCCL_TUNER_CONFIG_FILE`), parsed strictly and
-//!   installed into the `tuner_rules` map of a policy that has one (`policies/src/rules.c`).
+//!   installed into the `tuner_rules` map of a policy that has one (`policies/src/rules.c`);
+//! * [`digest`]: the running digest of a context's decisions, and [`sequence`]: their
+//!   sequence numbers, published in the `ncclbpf_decisions` map for `ncclbpf decisions
+//!   --compare`.
 
 pub mod chunk;
 pub mod constants;
 pub mod decide;
+pub mod digest;
 pub mod ffi;
 pub mod policy;
 pub mod rules;
+pub mod sequence;
 
 /// `tlog!(INFO, TUNING, "format", args...)`: a line prefixed `TUNER/BPF` in NCCL's log.
 #[macro_export]

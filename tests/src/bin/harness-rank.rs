@@ -7,6 +7,10 @@
 //! harness-rank cycles <n>                                        n connect/close cycles, print fds/threads
 //! harness-rank probe                                              one transfer, then print the plugin's log
 //! harness-rank tune <version|0> <nranks> <nnodes>                 tuner decisions for a size sweep
+//! harness-rank decide <calls> <comm>[,<comm>...] [<at>:<bytes>]   tuner contexts (v5) for these comm
+//!                                                                  ids, <calls> collectives each (call
+//!                                                                  <at> of <bytes> instead), then
+//!                                                                  "ready"; finalize on a stdin line
 //! harness-rank job <nranks> <version> <size>...                   the demo: a ring all-reduce job of
 //!                                                                  nranks processes, with timings and
 //!                                                                  per-connection totals
@@ -311,6 +315,59 @@ fn tune(version: u32, nranks: usize, nnodes: usize) {
     print!("{}", ncclbpf_harness::log_text());
 }
 
+/// The collective and size of call `i` of `decide` (the same sequence in every process).
+pub fn decide_call(i: usize) -> (ncclnet_headers::NcclFunc, usize) {
+    use ncclnet_headers::NcclFunc as F;
+    let colls = [
+        F::ALL_REDUCE,
+        F::ALL_GATHER,
+        F::REDUCE_SCATTER,
+        F::ALL_REDUCE,
+        F::BROADCAST,
+    ];
+    (colls[i % colls.len()], 8 << ((i * 7) % 28))
+}
+
+/// `decide`: contexts for `comms` (several of one id: one process holding several ranks), the
+/// same sequence of collectives on each, one call of another size if asked; prints `ready`,
+/// waits for a line (or the end) on stdin, finalizes, prints the log.
+fn decide(calls: usize, comms: &str, change: Option<&String>) {
+    let parse = |s: &str| {
+        s.strip_prefix("0x")
+            .map_or_else(|| s.parse(), |h| u64::from_str_radix(h, 16))
+            .unwrap_or_else(|e| panic!("{s:?}: {e}"))
+    };
+    let mut tuners: Vec<ncclbpf_harness::Tuner> = comms
+        .split(',')
+        .map(|c| ncclbpf_harness::Tuner::open_comm(Some(5), parse(c), 8, 2).unwrap())
+        .collect();
+    let change: Option<(usize, usize)> = change.map(|c| {
+        let (at, bytes) = c.split_once(':').expect("<at>:<bytes>");
+        (at.parse().unwrap(), bytes.parse().unwrap())
+    });
+    let (na, np) = (7, 3);
+    let costs = tune_costs(na, np);
+    for i in 0..calls {
+        let (f, mut bytes) = decide_call(i);
+        if let Some((at, b)) = change
+            && at == i
+        {
+            bytes = b;
+        }
+        for t in &tuners {
+            t.coll_info_for(f, bytes, 1, 0, &costs, na, np).unwrap();
+        }
+    }
+    println!("ready pid={}", std::process::id());
+    use std::io::BufRead;
+    let mut line = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut line);
+    for t in &mut tuners {
+        t.finalize().unwrap();
+    }
+    print!("{}", ncclbpf_harness::log_text());
+}
+
 /// `constants V`: tuner init (v5/v6) with recognisable constants (entry i = i + 0.5); prints
 /// every entry the plugin changed, then the log.
 fn constants(version: u32) {
@@ -442,6 +499,7 @@ fn main() {
         ),
         "constants" => constants(a(1).parse().unwrap()),
         "chunk" => chunk(),
+        "decide" => decide(a(1).parse().unwrap(), a(2), args.get(3)),
         "job" => job(a(1).parse().unwrap(), a(2), &args[3..]),
         m => panic!("unknown mode {m}"),
     }

@@ -1,0 +1,598 @@
+//! Collective sequence numbers and decision digests per tuner context, published for outside
+//! readers (`ncclbpf decisions --compare PID...`) in the process's `ncclbpf_decisions` map.
+//!
+//! A context (one per communicator and process) numbers the decisions its policy makes (`seq`,
+//! from 1) and folds each into a running [`digest`](crate::digest). Every rank of a
+//! communicator that made the same decisions for the same collectives has the same digest at
+//! the same `seq`; a tool that reads two ranks at different moments compares them at their
+//! highest common checkpoint (the digest at every multiple of [`INTERVAL`], the last [`KEPT`]
+//! kept).
+//!
+//! # The map
+//!
+//! `ncclbpf_decisions`, a hash map created by the plugin (not by a policy: programs cannot
+//! declare `ncclbpf_*` names), listed in the registry like every map (`ncclbpf maps PID`,
+//! `MapView::open_all`), owner-only like the others. Key: 16 bytes, the communicator id
+//! (NCCL's comm hash, the same on every rank; 0 from tuner ABI v2-v4, which do not pass it) and
+//! the context's number in this process (0, 1, … in creation order: one process may hold
+//! several ranks of one communicator), both little-endian `u64`. Value: [`RECORD_WORDS`]
+//! little-endian `u64` words:
+//!
+//! | word | content |
+//! |---|---|
+//! | 0 | format, [`FORMAT`] (1) |
+//! | 1 | `2 × seq`, odd while the writer is between `seq` and its digest |
+//! | 2 | the digest after decision `seq` (0 at `seq` 0) |
+//! | 3 | calls decided outside the sequence (see Threads) |
+//! | 4 | the checkpoint interval, [`INTERVAL`] |
+//! | 5, 6 | ranks and nodes NCCL gave the context |
+//! | 7 | flags: 1 a `tuner` policy is attached (without one nothing is sequenced), 2 finalized |
+//! | 8 + 2i, 9 + 2i | checkpoint i of [`KEPT`]: `seq` (0: none yet; `u64::MAX`: being written), digest; checkpoint `s` lies at i = (s / interval) mod 16 |
+//!
+//! A reader takes two copies of the value, one after the other, each word loaded atomically
+//! in order ([`Snapshot::from_reads`]): the pair (seq, digest) is consistent when word 1 is the
+//! same even number in both; a checkpoint when its `seq` is the same in both (and neither 0
+//! nor `u64::MAX`).
+//!
+//! # Cost
+//!
+//! On each decision: two loads from the record, the fold, and three plain stores into it; on
+//! every 256th, three more for the checkpoint. No lock, no allocation, no
+//! system call. Without a policy nothing runs at all: the no-policy `getCollInfo` stays as it
+//! was (staged swaps would need a sequence there too; a context without a policy cannot get
+//! one today, since tuner programs are not reloaded).
+//!
+//! # Threads
+//!
+//! NCCL calls one communicator's `getCollInfo` from one thread at a time, so the decisions of
+//! a context have one order. The sequence has a single writer, the caller that holds the
+//! context's try-lock (see `ffi.rs`). A call that finds it taken (a second thread on the same
+//! context at the same moment, which NCCL does not do) is decided and counted in the summary
+//! as ever, but not sequenced: it increments word 3 instead. The order of such calls is not
+//! defined, so neither would be a digest over them; `--compare` says so when word 3 is not 0.
+//!
+//! # Capacity
+//!
+//! [`MAX_RECORDS`] records per process. A finalized communicator's record stays readable until
+//! its slot is needed by a new one; with every slot held by a live communicator the new
+//! context keeps its sequence privately (logged, and still in its finalize line) and is
+//! missing from the map.
+
+use crate::decide::Decision;
+use crate::digest;
+use shared_maps::{BPF_NOEXIST, Map, MapError, MapSpec, MapType, Registry};
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering, fence};
+
+/// The map's name in the registry.
+pub const MAP_NAME: &str = "ncclbpf_decisions";
+/// Decisions between checkpoints (a power of two).
+pub const INTERVAL: u64 = 256;
+/// Checkpoints kept per record.
+pub const KEPT: usize = 16;
+/// Word 0 of every record.
+pub const FORMAT: u64 = 1;
+/// Records per process.
+pub const MAX_RECORDS: u32 = 256;
+/// Communicator id and context number.
+pub const KEY_SIZE: u32 = 16;
+/// Words of a record.
+pub const RECORD_WORDS: usize = 8 + 2 * KEPT;
+/// Bytes of a record.
+pub const RECORD_SIZE: u32 = (RECORD_WORDS * 8) as u32;
+/// Flag: a `tuner` policy is attached.
+pub const FLAG_POLICY: u64 = 1;
+/// Flag: the context was finalized.
+pub const FLAG_FINALIZED: u64 = 2;
+/// A checkpoint's `seq` while it is being written.
+pub const WRITING: u64 = u64::MAX;
+
+const _: () = assert!(INTERVAL.is_power_of_two());
+
+/// The value layout (see the module docs), as the owner writes it.
+#[repr(C)]
+pub struct Record {
+    format: AtomicU64,
+    seq2: AtomicU64,
+    digest: AtomicU64,
+    unsequenced: AtomicU64,
+    interval: AtomicU64,
+    nranks: AtomicU64,
+    nnodes: AtomicU64,
+    flags: AtomicU64,
+    checkpoints: [[AtomicU64; 2]; KEPT],
+}
+
+const _: () = assert!(size_of::<Record>() == RECORD_SIZE as usize);
+const _: () = assert!(align_of::<Record>() == 8);
+
+impl Record {
+    fn fresh(nranks: u32, nnodes: u32, policy: bool) -> Record {
+        Record {
+            format: AtomicU64::new(FORMAT),
+            seq2: AtomicU64::new(0),
+            digest: AtomicU64::new(0),
+            unsequenced: AtomicU64::new(0),
+            interval: AtomicU64::new(INTERVAL),
+            nranks: AtomicU64::new(nranks.into()),
+            nnodes: AtomicU64::new(nnodes.into()),
+            flags: AtomicU64::new(if policy { FLAG_POLICY } else { 0 }),
+            checkpoints: std::array::from_fn(|_| [AtomicU64::new(0), AtomicU64::new(0)]),
+        }
+    }
+
+    /// The record as value bytes for `map_update_elem`.
+    fn bytes(&self) -> Vec<u8> {
+        let mut words = vec![
+            &self.format,
+            &self.seq2,
+            &self.digest,
+            &self.unsequenced,
+            &self.interval,
+            &self.nranks,
+            &self.nnodes,
+            &self.flags,
+        ];
+        words.extend(self.checkpoints.iter().flatten());
+        words
+            .iter()
+            .flat_map(|w| w.load(Ordering::Relaxed).to_le_bytes())
+            .collect()
+    }
+}
+
+/// The shape of `ncclbpf_decisions`.
+pub fn spec() -> MapSpec {
+    MapSpec {
+        name: MAP_NAME.into(),
+        kind: MapType::Hash,
+        key_size: KEY_SIZE,
+        value_size: RECORD_SIZE,
+        max_entries: MAX_RECORDS,
+    }
+}
+
+/// Where a context's record lives.
+enum Store {
+    /// In the process's `ncclbpf_decisions` map, under `key` (the `Arc` keeps the segment
+    /// mapped).
+    Shared { _map: Arc<Map> },
+    /// Nowhere outside (no registry, or no room): the same writes, to memory of our own.
+    Private { _record: Box<Record> },
+}
+
+/// One context's sequence and digest, and its published record.
+///
+/// The record is the only copy of `seq` and the digest: the writer reads back what it wrote
+/// (two more stores per call for a private copy measured 0.6 ns). Another process of the same
+/// user could write into the segment (as it could ptrace the job); that would only make the
+/// digests wrong, never memory unsafe: every access is atomic and the checkpoint slot index is
+/// computed, not read.
+pub struct Sequence {
+    /// Calls outside the sequence (mirrored in the record).
+    unsequenced: AtomicU64,
+    /// The record: into `store`, valid while it lives.
+    out: NonNull<Record>,
+    store: Store,
+}
+
+// SAFETY: `out` points into `store` (a map segment that the `Arc` keeps mapped, or a box that
+// moves with us); every access through it is atomic, so it may be shared and sent like the
+// atomics themselves.
+unsafe impl Send for Sequence {}
+// SAFETY: as above.
+unsafe impl Sync for Sequence {}
+
+/// The key of context `ordinal` of communicator `comm_id`.
+pub fn key(comm_id: u64, ordinal: u64) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    k[..8].copy_from_slice(&comm_id.to_le_bytes());
+    k[8..].copy_from_slice(&ordinal.to_le_bytes());
+    k
+}
+
+/// Inserts `value` under `key`, making room by dropping finalized records if the map is full.
+fn insert(map: &Map, key: &[u8; 16], value: &[u8]) -> Result<(), String> {
+    for _ in 0..8 {
+        match map.update(key, value, BPF_NOEXIST) {
+            Ok(()) => return Ok(()),
+            Err(MapError::Full) => {
+                let finished = map.entries().into_iter().find(|(_, v)| {
+                    v[0].get(56..64).is_some_and(|f| {
+                        u64::from_le_bytes(f.try_into().expect("8 bytes")) & FLAG_FINALIZED != 0
+                    })
+                });
+                match finished {
+                    // Another context may have taken the same one; then look again.
+                    Some((k, _)) => {
+                        let _ = map.delete(&k);
+                    }
+                    None => {
+                        return Err(format!(
+                            "{MAP_NAME} is full ({MAX_RECORDS} live communicators in this process)"
+                        ));
+                    }
+                }
+            }
+            Err(e) => return Err(format!("{MAP_NAME}: cannot insert a record: {e:?}")),
+        }
+    }
+    Err(format!(
+        "{MAP_NAME}: no room after dropping finalized records"
+    ))
+}
+
+impl Sequence {
+    /// A sequence at 0 for a new context of `comm_id`, published in `registry`'s
+    /// `ncclbpf_decisions` map when there is one (and room). The second value says why the
+    /// record could not be published, if it could not.
+    pub fn new(
+        registry: Option<&Registry>,
+        comm_id: u64,
+        nranks: u32,
+        nnodes: u32,
+        policy: bool,
+    ) -> (Sequence, Option<String>) {
+        static ORDINAL: AtomicU64 = AtomicU64::new(0);
+        let fresh = Record::fresh(nranks, nnodes, policy);
+        let mut problem = None;
+        if let Some(reg) = registry {
+            let k = key(comm_id, ORDINAL.fetch_add(1, Ordering::Relaxed));
+            let published = reg
+                .runtime(&spec())
+                .map_err(|e| e.to_string())
+                .and_then(|map| {
+                    insert(&map, &k, &fresh.bytes())?;
+                    let p = map
+                        .lookup_ptr(&k)
+                        .ok_or_else(|| format!("{MAP_NAME}: the record just inserted is gone"))?;
+                    if !(p as usize).is_multiple_of(align_of::<Record>()) {
+                        let _ = map.delete(&k);
+                        return Err(format!("{MAP_NAME}: misaligned value"));
+                    }
+                    Ok((map, p))
+                });
+            match published {
+                Ok((map, p)) => {
+                    return (
+                        Sequence::with_out(
+                            // SAFETY: checked non-null (lookup_ptr) and aligned above.
+                            unsafe { NonNull::new_unchecked(p as *mut Record) },
+                            Store::Shared { _map: map },
+                        ),
+                        None,
+                    );
+                }
+                Err(e) => problem = Some(e),
+            }
+        }
+        let mut b = Box::new(fresh);
+        let out = NonNull::from(&mut *b);
+        (
+            Sequence::with_out(out, Store::Private { _record: b }),
+            problem,
+        )
+    }
+
+    fn with_out(out: NonNull<Record>, store: Store) -> Sequence {
+        Sequence {
+            unsequenced: AtomicU64::new(0),
+            out,
+            store,
+        }
+    }
+
+    #[inline(always)]
+    fn out(&self) -> &Record {
+        // SAFETY: `out` points at a Record inside `store`, which lives as long as self (a map
+        // value whose key only we delete, never while we live, in a segment the Arc keeps
+        // mapped; or our own box); all its fields are atomics.
+        unsafe { self.out.as_ref() }
+    }
+
+    /// Sequences one decision and publishes it; returns its `seq` and the digest after it.
+    /// Single writer: only the
+    /// caller holding the context's try-lock calls this (a second writer would lose updates,
+    /// never memory safety: every field is atomic).
+    #[inline(always)]
+    pub fn record(&self, coll_type: i32, n_bytes: u64, d: &Decision) -> (u64, u64) {
+        let r = self.out();
+        let seq = (r.seq2.load(Ordering::Relaxed) / 2).wrapping_add(1);
+        let h = digest::fold(r.digest.load(Ordering::Relaxed), seq, coll_type, n_bytes, d);
+        // A seqlock for readers: odd while the digest is not yet the one of `seq`.
+        r.seq2
+            .store(seq.wrapping_mul(2).wrapping_sub(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+        r.digest.store(h, Ordering::Relaxed);
+        r.seq2.store(seq.wrapping_mul(2), Ordering::Release);
+        if seq & (INTERVAL - 1) == 0 {
+            checkpoint(r, seq, h);
+        }
+        (seq, h)
+    }
+
+    /// A call decided outside the sequence (the try-lock was taken).
+    #[cold]
+    pub fn unsequenced(&self) {
+        let n = self.unsequenced.fetch_add(1, Ordering::Relaxed) + 1;
+        self.out().unsequenced.fetch_max(n, Ordering::Relaxed);
+    }
+
+    /// `seq` of the last sequenced decision (0: none).
+    pub fn seq(&self) -> u64 {
+        self.out().seq2.load(Ordering::Relaxed) / 2
+    }
+
+    /// The digest after it.
+    pub fn digest(&self) -> u64 {
+        self.out().digest.load(Ordering::Relaxed)
+    }
+
+    /// Calls decided outside the sequence.
+    pub fn unsequenced_calls(&self) -> u64 {
+        self.unsequenced.load(Ordering::Relaxed)
+    }
+
+    /// Whether the record is in the process's map (else only in this context).
+    pub fn published(&self) -> bool {
+        matches!(self.store, Store::Shared { .. })
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn checkpoint(r: &Record, seq: u64, h: u64) {
+    let c = &r.checkpoints[(seq / INTERVAL) as usize % KEPT];
+    c[0].store(WRITING, Ordering::Relaxed);
+    fence(Ordering::Release);
+    c[1].store(h, Ordering::Relaxed);
+    c[0].store(seq, Ordering::Release);
+}
+
+impl Drop for Sequence {
+    fn drop(&mut self) {
+        // The record stays readable (final seq and digest) until its slot is needed.
+        self.out().flags.fetch_or(FLAG_FINALIZED, Ordering::Release);
+    }
+}
+
+/// One record as an outside reader sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    pub comm_id: u64,
+    /// The context's number in its process.
+    pub context: u64,
+    /// `seq` of the last sequenced decision (when the pair was changing between the two
+    /// reads: the later read's, rounded down).
+    pub seq: u64,
+    /// The digest after `seq`; `None` when it changed between the two reads.
+    pub digest: Option<u64>,
+    pub unsequenced: u64,
+    pub interval: u64,
+    pub nranks: u64,
+    pub nnodes: u64,
+    pub policy: bool,
+    pub finalized: bool,
+    /// Consistent checkpoints, `(seq, digest)` by increasing `seq`.
+    pub checkpoints: Vec<(u64, u64)>,
+}
+
+impl Snapshot {
+    /// The record under `key`, from two copies of its value read one after the other (every
+    /// copy word by word, in order, each word loaded atomically with acquire ordering, as
+    /// `MapView::entries` reads). Fails on a key or value of another shape or format.
+    pub fn from_reads(key: &[u8], first: &[u8], second: &[u8]) -> Result<Snapshot, String> {
+        let words = |b: &[u8]| -> Vec<u64> {
+            b.chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+                .collect()
+        };
+        if key.len() != KEY_SIZE as usize
+            || first.len() != RECORD_SIZE as usize
+            || second.len() != RECORD_SIZE as usize
+        {
+            return Err(format!(
+                "a record of {} B with a {} B key, expected {RECORD_SIZE} B and {KEY_SIZE} B",
+                first.len(),
+                key.len()
+            ));
+        }
+        let (a, b, k) = (words(first), words(second), words(key));
+        if a[0] != FORMAT {
+            return Err(format!(
+                "record format {} (this ncclbpf reads format {FORMAT})",
+                a[0]
+            ));
+        }
+        let interval = a[4];
+        if interval == 0 {
+            return Err("a record with checkpoint interval 0".into());
+        }
+        let stable = a[1] == b[1] && a[1] % 2 == 0;
+        let mut checkpoints: Vec<(u64, u64)> = (0..KEPT)
+            .filter_map(|i| {
+                let (s, d) = (a[8 + 2 * i], a[9 + 2 * i]);
+                let ok = s == b[8 + 2 * i]
+                    && s != 0
+                    && s != WRITING
+                    && s % interval == 0
+                    && (s / interval) as usize % KEPT == i;
+                ok.then_some((s, d))
+            })
+            .collect();
+        checkpoints.sort_unstable();
+        Ok(Snapshot {
+            comm_id: k[0],
+            context: k[1],
+            seq: b[1] / 2,
+            digest: stable.then_some(a[2]),
+            unsequenced: b[3],
+            interval,
+            nranks: a[5],
+            nnodes: a[6],
+            policy: b[7] & FLAG_POLICY != 0,
+            finalized: b[7] & FLAG_FINALIZED != 0,
+            checkpoints,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shared_maps::MapView;
+    use std::path::PathBuf;
+
+    fn scratch() -> PathBuf {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let d = std::env::temp_dir().join(format!(
+            "ncclbpf-seq-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    fn decision(i: u64) -> (i32, u64, Decision) {
+        (
+            (i % 5) as i32,
+            8 << (i % 27),
+            Decision {
+                algo: (i % 3) as i32 - 1,
+                proto: (i % 4) as i32 - 1,
+                nchannels: (i % 7) as u32,
+                applied: i.is_multiple_of(2),
+            },
+        )
+    }
+
+    /// Every record `pid`'s registry in `dir` lists, as a reader gets them.
+    fn read(dir: &std::path::Path) -> Vec<Snapshot> {
+        let views = MapView::open_all_in(dir, std::process::id()).unwrap();
+        let v = views.iter().find(|v| v.name == MAP_NAME).expect("the map");
+        assert_eq!(v.spec, spec());
+        let (a, b) = (v.entries(), v.entries());
+        let mut out: Vec<Snapshot> = a
+            .iter()
+            .zip(&b)
+            .map(|((k, x), (k2, y))| {
+                assert_eq!(k, k2);
+                Snapshot::from_reads(k, &x[0], &y[0]).unwrap()
+            })
+            .collect();
+        out.sort_by_key(|s| s.context);
+        out
+    }
+
+    #[test]
+    fn a_reader_sees_seq_digest_and_the_last_checkpoints() {
+        let dir = scratch();
+        let reg = Registry::new(dir.clone());
+        let (s, problem) = Sequence::new(Some(&reg), 0xfeed, 8, 2, true);
+        assert_eq!(problem, None);
+        assert!(s.published());
+        let got = read(&dir);
+        assert_eq!(got.len(), 1);
+        assert_eq!(
+            (got[0].comm_id, got[0].seq, got[0].digest, got[0].policy),
+            (0xfeed, 0, Some(0), true)
+        );
+        assert_eq!((got[0].nranks, got[0].nnodes, got[0].interval), (8, 2, 256));
+        assert!(got[0].checkpoints.is_empty() && !got[0].finalized);
+
+        // 20 intervals and a bit: checkpoints 5 × 256 … 20 × 256 are the 16 kept.
+        let n = 20 * INTERVAL + 17;
+        let mut h = 0;
+        let mut want = vec![];
+        for i in 1..=n {
+            let (c, b, d) = decision(i);
+            assert_eq!(s.record(c, b, &d).0, i);
+            h = digest::fold(h, i, c, b, &d);
+            if i % INTERVAL == 0 {
+                want.push((i, h));
+            }
+        }
+        assert_eq!((s.seq(), s.digest()), (n, h));
+        let got = &read(&dir)[0];
+        assert_eq!((got.seq, got.digest, got.unsequenced), (n, Some(h), 0));
+        assert_eq!(got.checkpoints, want[want.len() - KEPT..]);
+        assert_eq!(got.checkpoints[0].0, 5 * INTERVAL);
+
+        s.unsequenced();
+        s.unsequenced();
+        assert_eq!(read(&dir)[0].unsequenced, 2);
+        drop(s);
+        let got = &read(&dir)[0];
+        assert!(got.finalized, "kept, marked finalized");
+        assert_eq!((got.seq, got.digest), (n, Some(h)));
+    }
+
+    #[test]
+    fn torn_reads_are_not_taken_for_values() {
+        let r = Record::fresh(4, 1, true);
+        r.seq2.store(6, Ordering::Relaxed);
+        r.digest.store(0xd, Ordering::Relaxed);
+        checkpoint(&r, 256, 0xa);
+        checkpoint(&r, 512, 0xb);
+        let k = key(7, 1);
+        let a = r.bytes();
+        let s = Snapshot::from_reads(&k, &a, &a).unwrap();
+        assert_eq!((s.comm_id, s.context), (7, 1));
+        assert_eq!((s.seq, s.digest), (3, Some(0xd)));
+        assert_eq!(s.checkpoints, [(256, 0xa), (512, 0xb)]);
+        // The writer moved on between the two reads: the pair is not trusted; a checkpoint
+        // rewritten meanwhile, or caught mid-write, is dropped; the others stay.
+        r.seq2.store(7, Ordering::Relaxed);
+        let b = r.bytes();
+        let s = Snapshot::from_reads(&k, &a, &b).unwrap();
+        assert_eq!((s.seq, s.digest), (3, None));
+        r.seq2.store(8, Ordering::Relaxed);
+        r.checkpoints[2][0].store(WRITING, Ordering::Relaxed);
+        let c = r.bytes();
+        let s = Snapshot::from_reads(&k, &c, &c).unwrap();
+        assert_eq!((s.seq, s.digest), (4, Some(0xd)));
+        assert_eq!(s.checkpoints, [(256, 0xa)]);
+        checkpoint(&r, 256 + 16 * 256, 0xc);
+        let s = Snapshot::from_reads(&k, &c, &r.bytes()).unwrap();
+        assert_eq!(s.checkpoints, [], "slot 1 rewritten between the reads");
+        // Another shape or format is refused.
+        assert!(Snapshot::from_reads(&k[..8], &a, &a).is_err());
+        assert!(Snapshot::from_reads(&k, &a[..64], &a[..64]).is_err());
+        let mut other = a.clone();
+        other[0] = 2;
+        let e = Snapshot::from_reads(&k, &other, &other).unwrap_err();
+        assert!(e.contains("format 2"), "{e}");
+    }
+
+    #[test]
+    fn finalized_records_make_room_live_ones_do_not() {
+        let dir = scratch();
+        let reg = Registry::new(dir.clone());
+        let mut live: Vec<Sequence> = (0..MAX_RECORDS as u64)
+            .map(|c| {
+                let (s, p) = Sequence::new(Some(&reg), c, 2, 1, true);
+                assert_eq!(p, None, "comm {c}");
+                s
+            })
+            .collect();
+        // Full of live communicators: the next keeps its sequence to itself, and says why.
+        let (s, p) = Sequence::new(Some(&reg), 1000, 2, 1, true);
+        assert!(!s.published());
+        assert!(p.unwrap().contains("full"));
+        let (c, b, d) = decision(1);
+        assert_eq!(s.record(c, b, &d).0, 1, "still sequenced");
+        // One finalized: its slot goes to the next communicator; the others stay.
+        drop(live.remove(10));
+        let (s, p) = Sequence::new(Some(&reg), 2000, 2, 1, true);
+        assert_eq!(p, None);
+        assert!(s.published());
+        let comms: Vec<u64> = read(&dir).iter().map(|r| r.comm_id).collect();
+        assert_eq!(comms.len(), MAX_RECORDS as usize);
+        assert!(comms.contains(&2000) && !comms.contains(&10) && comms.contains(&11));
+        // Without a registry, nothing is published and nothing is wrong.
+        let (s, p) = Sequence::new(None, 1, 2, 1, false);
+        assert!(!s.published() && p.is_none());
+    }
+}
