@@ -8,6 +8,7 @@
 use crate::decide::{self, Collective, Decision};
 use crate::policy;
 use crate::sequence::Sequence;
+use crate::stage;
 use crate::{chunk, constants};
 use ncclnet_headers::tuner::*;
 use ncclnet_headers::{DebugLogger, Export, NcclFunc, NcclResult};
@@ -16,7 +17,8 @@ use shared_maps::Registry;
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 type Vp = *mut c_void;
 
@@ -33,7 +35,9 @@ pub struct TunerContext {
     policy: Option<Policy>,
     /// The decisions' sequence numbers and digest, published in `ncclbpf_decisions` (see
     /// [`crate::sequence`]); written by the holder of the policy's try-lock only.
-    sequence: Sequence,
+    sequence: Arc<Sequence>,
+    /// Shows the context to staged swaps (`crate::stage`) while it lives.
+    _watch: Option<Arc<stage::Watch>>,
     counts: Counts,
     /// What `tuner/chunk` did (getChunkSize), for the summary.
     chunks: ChunkCounts,
@@ -60,16 +64,37 @@ pub struct TunerContext {
 /// the decision and folds it into the digest before it lets go. A caller that found the flag
 /// taken is decided and counted as every other, but not sequenced (its order against the
 /// holder's is not defined); the sequence counts it apart (`Sequence::unsequenced`).
+///
+/// Staged swaps ([`crate::stage`]): the holder of `busy` also checks, before each decision,
+/// whether the process's history of tuner programs changed or the decision's number reached
+/// the next switch point, and if so moves its handle onto the program that makes that
+/// decision. `slot` always names the program the handle is on, for the fallback path.
 struct Policy {
-    slot: &'static ProgramSlot,
+    /// The program the process started with.
+    base: &'static ProgramSlot,
+    /// The staged programs ([`stage::HISTORY`], or a test's own).
+    history: &'static stage::History,
+    /// The program `state`'s handle is on (`base` or a staged one).
+    slot: AtomicPtr<ProgramSlot>,
     busy: AtomicBool,
-    handle: UnsafeCell<SlotHandle>,
+    state: UnsafeCell<Switching>,
 }
 
-// SAFETY: `handle` is only reached through `Policy::call`, which holds `busy` (acquired with
+/// What the holder of `busy` keeps.
+struct Switching {
+    handle: SlotHandle,
+    /// The history's generation when the handle was last placed.
+    generation: u64,
+    /// The decision number at which the next staged program takes over (`u64::MAX`: none).
+    next_switch: u64,
+}
+
+// SAFETY: `state` is only reached through `Policy::call`, which holds `busy` (acquired with
 // Acquire, released with Release) for the whole access, so at most one thread uses it at a
 // time and each sees the previous user's writes; a `SlotHandle` may move between threads
-// (asserted below). Everything else in the context is immutable or atomic.
+// (asserted below). `slot` always points to a `ProgramSlot` that lives as long as the process
+// (the one loaded at start, or a staged one, which `stage` leaks on purpose). Everything else
+// in the context is immutable or atomic.
 unsafe impl Sync for TunerContext {}
 
 const _: () = {
@@ -87,10 +112,25 @@ impl Drop for Release<'_> {
 }
 
 impl Policy {
-    /// Runs the program on `ctx`. `Some` if this caller held `busy`: it holds it until the
-    /// returned guard is dropped, and may write the context's sequence meanwhile.
+    fn new(base: &'static ProgramSlot, history: &'static stage::History) -> Policy {
+        Policy {
+            base,
+            history,
+            slot: AtomicPtr::new(base as *const ProgramSlot as *mut ProgramSlot),
+            busy: AtomicBool::new(false),
+            state: UnsafeCell::new(Switching {
+                handle: base.handle(),
+                generation: 0,
+                next_switch: 0,
+            }),
+        }
+    }
+
+    /// Runs the program that makes decision number `next` on `ctx`. `Some` if this caller held
+    /// `busy`: it holds it until the returned guard is dropped, and may write the context's
+    /// sequence meanwhile.
     #[inline(always)]
-    fn call(&self, ctx: &mut TunerCtx) -> Option<Release<'_>> {
+    fn call(&self, ctx: &mut TunerCtx, next: u64, comm_id: u64) -> Option<Release<'_>> {
         if self
             .busy
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
@@ -98,14 +138,44 @@ impl Policy {
         {
             let release = Release(&self.busy);
             // SAFETY: we flipped `busy` from false to true, so no other thread holds the
-            // handle until `release` stores false (see the `Sync` impl above).
-            let handle = unsafe { &mut *self.handle.get() };
-            handle.call(ctx);
+            // state until `release` stores false (see the `Sync` impl above).
+            let s = unsafe { &mut *self.state.get() };
+            let g = self.history.generation();
+            if g != s.generation || next >= s.next_switch {
+                self.place(s, g, next, comm_id);
+            }
+            s.handle.call(ctx);
             Some(release)
         } else {
-            self.slot.handle().call(ctx);
+            // SAFETY: `slot` points to a slot that lives as long as the process (see above).
+            let slot = unsafe { &*self.slot.load(Ordering::Acquire) };
+            slot.handle().call(ctx);
             None
         }
+    }
+
+    /// Puts the handle on the program that makes decision `next`.
+    #[cold]
+    fn place(&self, s: &mut Switching, generation: u64, next: u64, comm_id: u64) {
+        let (staged, next_switch) = self.history.program_for(next);
+        let slot = staged.unwrap_or(self.base);
+        let now = self.slot.load(Ordering::Relaxed);
+        if !std::ptr::eq(now, slot) {
+            s.handle = slot.handle();
+            self.slot.store(
+                slot as *const ProgramSlot as *mut ProgramSlot,
+                Ordering::Release,
+            );
+            let p = slot.current();
+            crate::tlog!(
+                INFO,
+                TUNING,
+                "comm {comm_id:#018x}: tuner program '{}' makes decisions from seq {next} on",
+                p.name
+            );
+        }
+        s.generation = generation;
+        s.next_switch = next_switch;
     }
 }
 
@@ -205,6 +275,7 @@ impl TunerContext {
             nnodes,
             policy::slot(),
             Some(Registry::global()),
+            &stage::HISTORY,
         )
     }
 
@@ -216,18 +287,24 @@ impl TunerContext {
         nnodes: usize,
         slot: Option<&'static ProgramSlot>,
         registry: Option<&Registry>,
+        history: &'static stage::History,
     ) -> TunerContext {
-        let policy = slot.map(|slot| Policy {
-            slot,
-            busy: AtomicBool::new(false),
-            handle: UnsafeCell::new(slot.handle()),
-        });
+        let policy = slot.map(|s| Policy::new(s, history));
         let (nranks, nnodes) = (
             nranks.min(u32::MAX as usize) as u32,
             nnodes.min(u32::MAX as usize) as u32,
         );
         let (sequence, problem) =
             Sequence::new(registry, comm_id, nranks, nnodes, policy.is_some());
+        let sequence = Arc::new(sequence);
+        // Contexts with a policy count their decisions, which staged swaps check.
+        let watch = policy.is_some().then(|| {
+            let seq = sequence.clone();
+            history.watch(stage::Watch {
+                comm_id,
+                seq: Box::new(move || seq.seq()),
+            })
+        });
         if let Some(p) = problem {
             crate::tlog!(
                 WARN,
@@ -241,6 +318,7 @@ impl TunerContext {
             nnodes,
             policy,
             sequence,
+            _watch: watch,
             counts: Counts::new(),
             chunks: ChunkCounts::default(),
             trace: trace_decisions(),
@@ -280,7 +358,8 @@ impl TunerContext {
             nnodes: self.nnodes,
             max_channels,
         });
-        let owner = policy.call(&mut ctx);
+        let next = self.sequence.seq().wrapping_add(1);
+        let owner = policy.call(&mut ctx, next, self.comm_id);
         let d = match table {
             Some((t, na, np)) => decide::apply(&ctx, t, na, np),
             None => Decision {
@@ -806,7 +885,7 @@ mod tests {
 
     #[test]
     fn summary_keeps_its_format() {
-        let c = TunerContext::with_slot(0xabc, 8, 2, None, None);
+        let c = TunerContext::with_slot(0xabc, 8, 2, None, None, &stage::HISTORY);
         assert_eq!(c.summary(), "comm 0x0000000000000abc: no decisions");
         let mut all = vec![];
         for a in -1..NUM_ALGORITHMS as i32 {
@@ -825,7 +904,7 @@ mod tests {
         }
         assert_eq!(c.summary(), reference_summary(0xabc, &all));
 
-        let c = TunerContext::with_slot(1, 8, 2, None, None);
+        let c = TunerContext::with_slot(1, 8, 2, None, None, &stage::HISTORY);
         for x in [d(1, 2, true), d(-1, 0, true), d(1, 2, true)] {
             c.counts.add(&x);
         }
@@ -851,7 +930,7 @@ mod tests {
 
     #[test]
     fn no_policy_decides_nothing_and_counts_nothing() {
-        let c = TunerContext::with_slot(2, 8, 2, None, None);
+        let c = TunerContext::with_slot(2, 8, 2, None, None, &stage::HISTORY);
         let mut t = vec![1.0f32; 21];
         assert_eq!(
             c.decide(NcclFunc::ALL_REDUCE, 1 << 20, 1, 0, Some((&mut t, 7, 3))),
@@ -870,7 +949,7 @@ mod tests {
         const THREADS: usize = 4;
         const CALLS: usize = 100_000;
         let slot: &'static ProgramSlot = Box::leak(Box::new(ProgramSlot::new(program(1))));
-        let ctx = TunerContext::with_slot(0xc0ffee, 8, 2, Some(slot), None);
+        let ctx = TunerContext::with_slot(0xc0ffee, 8, 2, Some(slot), None, &stage::HISTORY);
         let installed = AtomicU32::new(1);
         let done = AtomicU32::new(0);
         let start = std::sync::Barrier::new(THREADS);
@@ -931,12 +1010,61 @@ mod tests {
         );
     }
 
+    /// A staged program makes every decision from its start on, in a context that was live
+    /// when it was staged and in one created later alike; the decisions before it stay the
+    /// old program's.
+    #[test]
+    fn a_staged_program_takes_over_at_its_sequence_number() {
+        let history: &'static stage::History = Box::leak(Box::new(stage::History::new()));
+        let slot: &'static ProgramSlot = Box::leak(Box::new(ProgramSlot::new(program(1))));
+        let channels = |ctx: &TunerContext, n: usize| -> Vec<u32> {
+            (0..n)
+                .map(|_| {
+                    let mut table = [5.0f32, 4.0, 3.0, 1.0, 2.0, 6.0];
+                    let d = ctx.decide(
+                        NcclFunc::ALL_REDUCE,
+                        1 << 20,
+                        1,
+                        0,
+                        Some((&mut table, 2, 3)),
+                    );
+                    d.unwrap().nchannels
+                })
+                .collect()
+        };
+        let early = TunerContext::with_slot(1, 8, 2, Some(slot), None, history);
+        assert_eq!(channels(&early, 10), [1; 10]);
+        history
+            .stage(100, ProgramSlot::new(program(2)), "v2", "/v2.o")
+            .unwrap();
+        let got = channels(&early, 150);
+        assert_eq!(early.sequence().seq(), 160);
+        assert!(
+            got[..89].iter().all(|&c| c == 1),
+            "decisions 11..99: {got:?}"
+        );
+        assert!(
+            got[89..].iter().all(|&c| c == 2),
+            "decisions 100..160: {got:?}"
+        );
+        let late = TunerContext::with_slot(2, 8, 2, Some(slot), None, history);
+        let got = channels(&late, 120);
+        assert!(got[..99].iter().all(|&c| c == 1) && got[99..].iter().all(|&c| c == 2));
+        // Too late for a stage at 150 now: the early context is past it.
+        assert!(matches!(
+            history.stage(200, ProgramSlot::new(program(3)), "v3", "/v3.o"),
+            Err(stage::Refusal::TooLate { .. })
+        ));
+        // Unstaging is refused once a context runs the stage.
+        assert!(history.unstage().is_err());
+    }
+
     /// A call that finds the handle taken (another thread inside it) still decides, through
     /// the slot's current program, and is counted.
     #[test]
     fn a_busy_handle_falls_back_to_the_slot() {
         let slot: &'static ProgramSlot = Box::leak(Box::new(ProgramSlot::new(program(1))));
-        let ctx = TunerContext::with_slot(3, 8, 2, Some(slot), None);
+        let ctx = TunerContext::with_slot(3, 8, 2, Some(slot), None, &stage::HISTORY);
         let p = ctx.policy.as_ref().unwrap();
         p.busy.store(true, Ordering::Relaxed);
         slot.install(program(2)).unwrap();

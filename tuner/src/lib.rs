@@ -12,7 +12,9 @@
 //!   installed into the `tuner_rules` map of a policy that has one (`policies/src/rules.c`);
 //! * [`digest`]: the running digest of a context's decisions, and [`sequence`]: their
 //!   sequence numbers, published in the `ncclbpf_decisions` map for `ncclbpf decisions
-//!   --compare`.
+//!   --compare`;
+//! * [`stage`]: staged tuner swaps, a new program from a stated sequence number of every
+//!   communicator (`ncclbpf reload --at-seq`).
 
 pub mod chunk;
 pub mod constants;
@@ -22,6 +24,7 @@ pub mod ffi;
 pub mod policy;
 pub mod rules;
 pub mod sequence;
+pub mod stage;
 
 /// `tlog!(INFO, TUNING, "format", args...)`: a line prefixed `TUNER/BPF` in NCCL's log.
 #[macro_export]
