@@ -76,11 +76,16 @@ enum Cmd {
   ncclbpf reload 12345 target/policies/src/net_stats.o
   ncclbpf reload --all my_net_policy.o
   ncclbpf reload --json 12345 67890 my_net_policy.o
+  ncclbpf reload --at-seq +5000 --all size_aware.o        # a tuner program, 5000 collectives on
 
 Each process loads, verifies and compiles the object on its control thread and swaps every
 net/* program of it in at once; maps with the same name and shape keep their contents. Any
-failure leaves every hook as it was. Tuner programs are refused: a tuner swap must take effect
-at the same collective on every rank, which needs sequence-numbered swaps.
+failure leaves every hook as it was. A plain reload leaves tuner programs out: a tuner swap must
+take effect at the same collective on every rank. --at-seq N stages the object's tuner program
+in every process: each communicator's N-th collective (counted alike on every rank) and all
+later ones are decided by it. A process where a communicator is past N, or fewer than 64
+collectives before it, refuses; then the stage is withdrawn from the processes that accepted,
+so that all switch or none does. `ncclbpf status` shows each communicator's count.
 
 Exit status:
   0  every process accepted
@@ -93,6 +98,11 @@ Exit status:
         /// Every live process of this user with a control socket.
         #[arg(long)]
         all: bool,
+        /// Stage the object's tuner program: it makes every communicator's decisions from
+        /// collective N on (the same collective on every rank); +M: M after the highest count
+        /// any communicator of the processes has now. All processes or none.
+        #[arg(long, value_name = "N|+M")]
+        at_seq: Option<reload::AtSeq>,
         /// Print one JSON document.
         #[arg(long)]
         json: bool,
@@ -129,14 +139,19 @@ fn control(cmd: &Cmd) -> Option<ExitCode> {
         ExitCode::from(reload::FAILED)
     };
     match cmd {
-        Cmd::Reload { args, all, json } => {
+        Cmd::Reload {
+            args,
+            all,
+            at_seq,
+            json,
+        } => {
             let (object, pids) = args.split_last().expect("clap requires one");
             let pids: Result<Vec<u32>, String> = pids
                 .iter()
                 .map(|p| p.parse().map_err(|_| format!("{p:?} is not a process id")))
                 .collect();
             Some(match pids.and_then(|p| reload::Targets::new(p, *all)) {
-                Ok(t) => reload::run(&t, std::path::Path::new(object), *json),
+                Ok(t) => reload::run(&t, std::path::Path::new(object), *at_seq, *json),
                 Err(e) => fail(e),
             })
         }

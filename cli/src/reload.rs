@@ -58,11 +58,156 @@ impl Targets {
     }
 }
 
+/// Where `--at-seq` puts a tuner switch: at decision N of every communicator, or M decisions
+/// after the highest count any communicator of the targets has now (`+M`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtSeq {
+    At(u64),
+    After(u64),
+}
+
+impl std::str::FromStr for AtSeq {
+    type Err = String;
+    fn from_str(v: &str) -> Result<AtSeq, String> {
+        let (rel, n) = match v.strip_prefix('+') {
+            Some(n) => (true, n),
+            None => (false, v),
+        };
+        let n: u64 = n.parse().map_err(|_| {
+            format!("{v:?} is not a sequence number (N, or +M for M after the highest now)")
+        })?;
+        if n == 0 {
+            return Err("sequence numbers start at 1 (and +0 would be now)".into());
+        }
+        Ok(if rel { AtSeq::After(n) } else { AtSeq::At(n) })
+    }
+}
+
 /// `ncclbpf reload`: prints to stdout, usage errors to stderr.
-pub fn run(targets: &Targets, object: &Path, json: bool) -> ExitCode {
+pub fn run(targets: &Targets, object: &Path, at: Option<AtSeq>, json: bool) -> ExitCode {
     let dir = shared_maps::registry_dir();
     let mut out = std::io::stdout().lock();
-    ExitCode::from(run_in(&dir, targets, object, json, &mut out))
+    ExitCode::from(match at {
+        None => run_in(&dir, targets, object, json, &mut out),
+        Some(at) => stage_in(&dir, targets, object, at, json, &mut out),
+    })
+}
+
+/// `ncclbpf reload --at-seq`: stages the object's tuner program in every process (and swaps
+/// its net programs there now); if any process refuses, withdraws the stage from those that
+/// accepted, so that either every process switches at the same sequence number or none does.
+pub fn stage_in(
+    dir: &Path,
+    targets: &Targets,
+    object: &Path,
+    at: AtSeq,
+    json: bool,
+    out: &mut dyn Write,
+) -> u8 {
+    let pids = match pids_in(dir, targets) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("ncclbpf reload: {e}");
+            return FAILED;
+        }
+    };
+    let object = match std::path::absolute(object) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("ncclbpf reload: {}: {e}", object.display());
+            return FAILED;
+        }
+    };
+    let n = match at {
+        AtSeq::At(n) => n,
+        AtSeq::After(m) => {
+            let answers = ask_all(dir, &pids, &Request::Status, STATUS_TIMEOUT);
+            let mut highest = 0u64;
+            for (pid, a) in &answers {
+                match a {
+                    Ok(r) => {
+                        for i in &r.items {
+                            if let Item::Comm { seq, .. } = i {
+                                highest = highest.max(*seq);
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        eprintln!("ncclbpf reload: pid {pid}: not asked: {e}; nothing was staged");
+                        return FAILED;
+                    }
+                }
+            }
+            highest.saturating_add(m)
+        }
+    };
+    let req = Request::Stage {
+        at: n,
+        path: object.clone(),
+    };
+    let answers = ask_all(dir, &pids, &req, RELOAD_TIMEOUT);
+    let accepted: Vec<u32> = answers
+        .iter()
+        .filter(|(_, a)| matches!(a, Ok(r) if r.result.is_ok()))
+        .map(|(p, _)| *p)
+        .collect();
+    let mut code = answers
+        .iter()
+        .map(|(_, a)| match a {
+            Ok(r) if r.result.is_ok() => ACCEPTED,
+            Ok(_) => REJECTED,
+            Err(_) => FAILED,
+        })
+        .max()
+        .unwrap_or(ACCEPTED);
+    // All or none: withdraw from those that accepted when another did not.
+    let withdrawn = if code != ACCEPTED && !accepted.is_empty() {
+        let back = ask_all(dir, &accepted, &Request::Unstage, STATUS_TIMEOUT);
+        if back
+            .iter()
+            .any(|(_, a)| !matches!(a, Ok(r) if r.result.is_ok()))
+        {
+            code = code.max(REJECTED);
+        }
+        back
+    } else {
+        vec![]
+    };
+    let text = if json {
+        let w: Vec<String> = withdrawn
+            .iter()
+            .map(|(pid, a)| answer_json(*pid, a, ["withdrawn", "not_withdrawn"]))
+            .collect();
+        let body = reload_json(&object, &answers);
+        format!(
+            "{{\"at_seq\":{n},\"reload\":{},\"withdrawn\":[{}]}}\n",
+            body.trim_end(),
+            w.join(",")
+        )
+    } else {
+        let mut s = format!("tuner switch at seq {n} of every communicator\n");
+        s.push_str(&reload_text(&answers));
+        for (pid, a) in &withdrawn {
+            let _ = match a {
+                Ok(r) if r.result.is_ok() => {
+                    writeln!(s, "pid {pid}: stage withdrawn (another process refused)")
+                }
+                Ok(r) => writeln!(
+                    s,
+                    "pid {pid}: INCONSISTENT: the stage could not be withdrawn: {}; this process switches at seq {n} and the others do not: stop the job or stage the same program on the others",
+                    r.result.as_ref().err().map_or("", |e| e.as_str())
+                ),
+                Err(e) => writeln!(
+                    s,
+                    "pid {pid}: INCONSISTENT: not asked to withdraw the stage ({e}); it switches at seq {n} and the others do not"
+                ),
+            };
+        }
+        s
+    };
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+    code
 }
 
 /// `ncclbpf status`.
@@ -242,6 +387,18 @@ fn item_text(s: &mut String, i: &Item) {
         } => {
             let _ = writeln!(s, "  {what} {name}:");
             indent(s, "    ", message);
+        }
+        Item::Staged { section, name, at } => {
+            let _ = writeln!(
+                s,
+                "  {section} {name}: staged: makes every communicator's decisions from seq {at} on"
+            );
+        }
+        Item::Comm { id, seq, switch_at } => {
+            let _ = match switch_at {
+                Some(a) => writeln!(s, "  comm {id:#018x}: seq {seq}, switches at seq {a}"),
+                None => writeln!(s, "  comm {id:#018x}: seq {seq}"),
+            };
         }
         Item::Process { .. } | Item::Hook { .. } => {}
         Item::Other(l) => {
@@ -440,6 +597,15 @@ fn item_json(i: &Item) -> String {
             js(what),
             js(name),
             js(message)
+        ),
+        Item::Staged { section, name, at } => format!(
+            "{{\"kind\":\"staged\",\"section\":{},\"name\":{},\"at\":{at}}}",
+            js(section),
+            js(name)
+        ),
+        Item::Comm { id, seq, switch_at } => format!(
+            "{{\"kind\":\"comm\",\"comm_id\":\"{id:#018x}\",\"seq\":{seq},\"switch_at\":{}}}",
+            switch_at.map_or("null".into(), |a| a.to_string())
         ),
         Item::Other(l) => format!("{{\"kind\":\"other\",\"line\":{}}}", js(l)),
     }

@@ -56,6 +56,29 @@ impl Handler for Canned {
                     reason: "tuner \"reload\" refused".into(),
                 },
             ]),
+            Request::Stage { at, path } if path.ends_with("good.o") => Reply::ok(vec![
+                Item::Staged {
+                    section: "tuner".into(),
+                    name: "t".into(),
+                    at: *at,
+                },
+                Item::Comm {
+                    id: 0xc0ffee,
+                    seq: 700,
+                    switch_at: Some(*at),
+                },
+            ]),
+            Request::Stage { at, .. } => Reply::error(
+                vec![Item::Rejected {
+                    what: "tuner".into(),
+                    name: "t".into(),
+                    message: format!("'t' not staged: too late for seq {at}"),
+                }],
+                "no tuner program staged; nothing was changed",
+            ),
+            Request::Unstage => {
+                Reply::ok(vec![Item::Other("unstaged the switch at seq 1000".into())])
+            }
             Request::Reload(p) => Reply::error(
                 vec![Item::Rejected {
                     what: "net/complete".into(),
@@ -216,8 +239,63 @@ fn status_lists_hooks() {
 }
 
 #[test]
+fn staging_is_all_or_nothing() {
+    let me = std::process::id();
+    let run = |pids: Vec<u32>, obj: &str, at: &str, json: bool| {
+        let mut out = vec![];
+        let code = reload::stage_in(
+            dir(),
+            &Targets::Pids(pids),
+            Path::new(obj),
+            at.parse().unwrap(),
+            json,
+            &mut out,
+        );
+        (code, String::from_utf8(out).unwrap())
+    };
+    let (code, out) = run(vec![me], "/p/good.o", "5000", false);
+    assert_eq!(code, ACCEPTED, "{out}");
+    assert!(
+        out.starts_with("tuner switch at seq 5000 of every communicator\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("tuner t: staged: makes every communicator's decisions from seq 5000 on")
+            && out.contains("comm 0x0000000000c0ffee: seq 700, switches at seq 5000"),
+        "{out}"
+    );
+    // Refused: exit 1, nothing to withdraw.
+    let (code, out) = run(vec![me], "/p/late.o", "5000", false);
+    assert_eq!(code, REJECTED, "{out}");
+    assert!(
+        out.contains("too late for seq 5000") && !out.contains("withdrawn"),
+        "{out}"
+    );
+    // One process not reachable: the one that accepted has its stage withdrawn.
+    let (code, out) = run(vec![me, 999_999_999], "/p/good.o", "5000", false);
+    assert_eq!(code, FAILED, "{out}");
+    assert!(
+        out.contains(&format!(
+            "pid {me}: stage withdrawn (another process refused)"
+        )),
+        "{out}"
+    );
+    let (_, out) = run(vec![me, 999_999_999], "/p/good.o", "5000", true);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["at_seq"], 5000);
+    assert_eq!(v["withdrawn"][0]["verdict"], "withdrawn");
+    assert_eq!(v["reload"]["processes"][1]["verdict"], "not_asked");
+    // +M: after the highest count the processes report now (the canned status has none: 0).
+    let (code, out) = run(vec![me], "/p/good.o", "+1000", false);
+    assert_eq!(code, ACCEPTED, "{out}");
+    assert!(out.starts_with("tuner switch at seq 1000 "), "{out}");
+    assert!("+0".parse::<reload::AtSeq>().is_err() && "x".parse::<reload::AtSeq>().is_err());
+}
+
+#[test]
 fn entry_points_for_the_command_line() {
     // What main.rs wires: stdout and the user's registry dir.
-    let _run: fn(&Targets, &Path, bool) -> std::process::ExitCode = reload::run;
+    let _run: fn(&Targets, &Path, Option<reload::AtSeq>, bool) -> std::process::ExitCode =
+        reload::run;
     let _status: fn(&Targets, bool) -> std::process::ExitCode = reload::status;
 }

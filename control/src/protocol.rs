@@ -4,6 +4,9 @@
 //! request = "status" LF
 //!         | "reload " PATH LF              ; PATH: the rest of the line, absolute (the server
 //!                                          ; resolves a relative one against its own cwd)
+//!         | "stage " SEQ " " PATH LF       ; reload, with the tuner programs switched at the
+//!                                          ; SEQ-th call of every communicator
+//!         | "unstage" LF                   ; drop a staged tuner switch no communicator reached
 //! reply   = *item final
 //! final   = "ok" LF                        ; the request did what the items say
 //!         | "error: " TEXT LF              ; nothing was changed
@@ -16,6 +19,8 @@
 //!         | "refused " SECTION " " NAME ": " TEXT LF           ; not swapped, on purpose
 //!         | "ignored " SECTION " " NAME ": " TEXT LF           ; attaches to no hook
 //!         | "rejected " WHAT " " NAME ": " TEXT LF             ; why the request failed
+//!         | "staged " SECTION " " NAME " at=" N LF              ; switched at call N
+//!         | "comm " HEX " seq=" N [" switch_at=" N] LF          ; a tuner context: calls so far
 //!         | "| " TEXT LF                   ; one more line of the item above (a verifier log)
 //! TIMES   = " insns=" N " verify_us=" F " compile_us=" F " swap_us=" F
 //! ```
@@ -36,7 +41,8 @@ pub const MAX_REQUEST: usize = 8192;
 
 /// What the refusal of a tuner program says.
 pub const TUNER_REFUSAL: &str = "a tuner swap must take effect at the same collective on every rank of a communicator, \
-     so tuner reload is refused until sequence-numbered swaps (--at-seq) exist; the tuner is left as it is";
+     so a plain reload leaves the tuner as it is: stage it with `ncclbpf reload --at-seq N`, which switches every \
+     communicator at its N-th collective";
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Request {
@@ -44,6 +50,11 @@ pub enum Request {
     Status,
     /// Load, verify and compile an object and swap its `net/*` programs in.
     Reload(PathBuf),
+    /// As `Reload`, and the object's tuner programs take over at call `at` of every
+    /// communicator (the same collective on every rank).
+    Stage { at: u64, path: PathBuf },
+    /// Drop a staged tuner switch that no communicator has reached.
+    Unstage,
 }
 
 impl Request {
@@ -54,6 +65,33 @@ impl Request {
         if line == b"status" {
             return Ok(Request::Status);
         }
+        if line == b"unstage" {
+            return Ok(Request::Unstage);
+        }
+        if let Some(rest) = line.strip_prefix(b"stage ") {
+            let (n, p) = match rest.iter().position(|&b| b == b' ') {
+                Some(i) => (&rest[..i], &rest[i + 1..]),
+                None => {
+                    return Err("stage needs a sequence number and the path of an object".into());
+                }
+            };
+            let at = std::str::from_utf8(n)
+                .ok()
+                .and_then(|n| n.parse::<u64>().ok())
+                .ok_or_else(|| {
+                    format!(
+                        "stage: {:?} is not a sequence number",
+                        String::from_utf8_lossy(n)
+                    )
+                })?;
+            if p.is_empty() || p.contains(&0) {
+                return Err("stage needs the path of an object".into());
+            }
+            return Ok(Request::Stage {
+                at,
+                path: PathBuf::from(OsStr::from_bytes(p)),
+            });
+        }
         if let Some(p) = line.strip_prefix(b"reload ") {
             if p.is_empty() || p.contains(&0) {
                 return Err("reload needs the path of an object".into());
@@ -61,29 +99,30 @@ impl Request {
             return Ok(Request::Reload(PathBuf::from(OsStr::from_bytes(p))));
         }
         Err(format!(
-            "unknown request {:?}: expected 'status' or 'reload <path>'",
+            "unknown request {:?}: expected 'status', 'reload <path>', 'stage <seq> <path>' or 'unstage'",
             String::from_utf8_lossy(line)
         ))
     }
 
     /// The request as sent, line feed included.
     pub fn to_line(&self) -> Result<Vec<u8>, String> {
-        match self {
-            Request::Status => Ok(b"status\n".to_vec()),
-            Request::Reload(p) => {
-                let b = p.as_os_str().as_bytes();
-                if b.is_empty() || b.contains(&b'\n') || b.contains(&0) {
-                    return Err(format!("path {p:?} cannot be sent on one line"));
-                }
-                let mut out = b"reload ".to_vec();
-                out.extend_from_slice(b);
-                out.push(b'\n');
-                if out.len() > MAX_REQUEST {
-                    return Err(format!("path {p:?} is too long"));
-                }
-                Ok(out)
-            }
+        let (head, p) = match self {
+            Request::Status => return Ok(b"status\n".to_vec()),
+            Request::Unstage => return Ok(b"unstage\n".to_vec()),
+            Request::Reload(p) => ("reload ".to_string(), p),
+            Request::Stage { at, path } => (format!("stage {at} "), path),
+        };
+        let b = p.as_os_str().as_bytes();
+        if b.is_empty() || b.contains(&b'\n') || b.contains(&0) {
+            return Err(format!("path {p:?} cannot be sent on one line"));
         }
+        let mut out = head.into_bytes();
+        out.extend_from_slice(b);
+        out.push(b'\n');
+        if out.len() > MAX_REQUEST {
+            return Err(format!("path {p:?} is too long"));
+        }
+        Ok(out)
     }
 }
 
@@ -144,6 +183,19 @@ pub enum Item {
         what: String,
         name: String,
         message: String,
+    },
+    /// A tuner program staged to take over at call `at` of every communicator.
+    Staged {
+        section: String,
+        name: String,
+        at: u64,
+    },
+    /// A tuner context (one communicator): calls so far, and the call at which a staged
+    /// program takes over, if any.
+    Comm {
+        id: u64,
+        seq: u64,
+        switch_at: Option<u64>,
     },
     /// A line this version does not know.
     Other(String),
@@ -366,6 +418,16 @@ impl Item {
                 &format!("rejected {} {}", tok(what), tok(name)),
                 message,
             ),
+            Item::Staged { section, name, at } => {
+                let _ = writeln!(out, "staged {} {} at={at}", tok(section), tok(name));
+            }
+            Item::Comm { id, seq, switch_at } => {
+                let _ = write!(out, "comm {id:#018x} seq={seq}");
+                if let Some(a) = switch_at {
+                    let _ = write!(out, " switch_at={a}");
+                }
+                out.push('\n');
+            }
             Item::Other(l) => {
                 out.push_str(l);
                 out.push('\n');
@@ -381,6 +443,23 @@ impl Item {
     fn try_parse(line: &str) -> Option<Item> {
         let (verb, rest) = line.split_once(' ')?;
         match verb {
+            "staged" => {
+                let w: Vec<&str> = rest.split(' ').collect();
+                Some(Item::Staged {
+                    section: (*w.first()?).to_string(),
+                    name: (*w.get(1)?).to_string(),
+                    at: num(&fields(rest), "at")?,
+                })
+            }
+            "comm" => {
+                let id = rest.split(' ').next()?.strip_prefix("0x")?;
+                let f = fields(rest);
+                Some(Item::Comm {
+                    id: u64::from_str_radix(id, 16).ok()?,
+                    seq: num(&f, "seq")?,
+                    switch_at: num(&f, "switch_at"),
+                })
+            }
             "process" => {
                 let f = fields(rest);
                 Some(Item::Process {
@@ -495,6 +574,62 @@ mod tests {
         let r = Request::Reload("/x/y.o".into());
         assert_eq!(Request::parse(&r.to_line().unwrap()).unwrap(), r);
         assert!(Request::Reload("/x\n/y.o".into()).to_line().is_err());
+        assert_eq!(Request::parse(b"unstage\n").unwrap(), Request::Unstage);
+        assert_eq!(
+            Request::parse(b"stage 4096 /a b/t.o\n").unwrap(),
+            Request::Stage {
+                at: 4096,
+                path: "/a b/t.o".into()
+            }
+        );
+        for bad in [
+            &b"stage\n"[..],
+            b"stage 12\n",
+            b"stage 12 \n",
+            b"stage -1 /t.o\n",
+            b"stage x /t.o\n",
+        ] {
+            assert!(
+                Request::parse(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        let r = Request::Stage {
+            at: u64::MAX,
+            path: "/x/t.o".into(),
+        };
+        assert_eq!(Request::parse(&r.to_line().unwrap()).unwrap(), r);
+        assert_eq!(
+            Request::parse(&Request::Unstage.to_line().unwrap()).unwrap(),
+            Request::Unstage
+        );
+    }
+
+    #[test]
+    fn staging_items_round_trip() {
+        let r = Reply::ok(vec![
+            Item::Staged {
+                section: "tuner".into(),
+                name: "size_aware".into(),
+                at: 100_000,
+            },
+            Item::Comm {
+                id: 0xc0ffee,
+                seq: 42,
+                switch_at: Some(100_000),
+            },
+            Item::Comm {
+                id: u64::MAX,
+                seq: 0,
+                switch_at: None,
+            },
+        ]);
+        assert_eq!(
+            r.to_text(),
+            "staged tuner size_aware at=100000\ncomm 0x0000000000c0ffee seq=42 switch_at=100000\ncomm 0xffffffffffffffff seq=0\nok\n"
+        );
+        assert_eq!(Reply::parse(r.to_text().lines()).unwrap(), r);
     }
 
     #[test]

@@ -23,7 +23,10 @@ impl Handler for Stub {
                 live_programs: 0,
             }]),
             Request::Reload(p) if p.ends_with("panic.o") => panic!("stub panics on {p:?}"),
-            Request::Reload(p) => Reply::error(vec![], format!("cannot read {}", p.display())),
+            Request::Reload(p) | Request::Stage { path: p, .. } => {
+                Reply::error(vec![], format!("cannot read {}", p.display()))
+            }
+            Request::Unstage => Reply::ok(vec![]),
         }
     }
     fn log(&self, _warn: bool, msg: &str) {

@@ -10,13 +10,17 @@
 //! with another shape rejects the whole reload with the registry's message; the same shape is
 //! the same map, so counts carry on), then all are bound and compiled, and only then the new
 //! set of programs replaces the old in one store. Any failure leaves every hook as it was.
-//! Tuner programs in the object are refused (a tuner swap must happen at the same collective
-//! on every rank, which needs sequence-numbered swaps), and do not stop the net programs.
+//! A plain `reload` refuses the object's tuner programs (a tuner swap must happen at the same
+//! collective on every rank) and still swaps its net programs. `stage SEQ PATH` stages the
+//! object's tuner program at decision SEQ of every communicator (`ncclbpf_tuner::stage`) and
+//! swaps its net programs now; `unstage` withdraws the last stage while no communicator reached
+//! it. `status` lists the staged programs and every tuner context with its decision count.
 
 use crate::config::Config;
 use crate::hooks::{self, Attached, HOOK_SECTIONS, NetSet};
 use ncclbpf_control::protocol::{Item, ProgramInfo, Reply, Request, Swap, TUNER_REFUSAL};
 use ncclbpf_control::server::{self, Handler, Peer};
+use ncclbpf_tuner::stage::{HISTORY, History, StageError};
 use policy_runtime::program::{LIVE_PROGRAMS, check_maps};
 use policy_runtime::{LoadError, LoadOptions, LoadedProgram, Tier};
 use shared_maps::{Registry, RegistryError};
@@ -34,6 +38,22 @@ impl Handler for Plugin {
             Request::Reload(path) => {
                 let r = reload(path, Registry::global(), &LoadOptions::default());
                 log_reload(path, peer, &r);
+                r
+            }
+            Request::Stage { at, path } => {
+                let r = stage(
+                    path,
+                    *at,
+                    Registry::global(),
+                    &LoadOptions::default(),
+                    &HISTORY,
+                );
+                log_reload(path, peer, &r);
+                r
+            }
+            Request::Unstage => {
+                let r = unstage(&HISTORY);
+                log_reload(Path::new("(unstage)"), peer, &r);
                 r
             }
         }
@@ -62,9 +82,10 @@ fn log_reload(path: &Path, peer: Peer, r: &Reply) {
                     s.section, s.new, s.generation
                 ),
             }),
-            Item::Refused { section, name, .. } => what.push(format!(
-                "{section} '{name}' refused (tuner reload needs --at-seq)"
-            )),
+            Item::Refused { section, name, .. } => what.push(format!("{section} '{name}' refused")),
+            Item::Staged { section, name, at } => {
+                what.push(format!("{section} '{name}' staged from seq {at}"))
+            }
             Item::Rejected {
                 what: w,
                 name,
@@ -131,7 +152,136 @@ pub fn status() -> Reply {
             }),
         });
     }
+    items.extend(tuner_items(&HISTORY));
     Reply::ok(items)
+}
+
+/// The staged tuner programs and every tuner context with its decision count.
+fn tuner_items(history: &History) -> Vec<Item> {
+    let staged = history.staged();
+    let mut items: Vec<Item> = staged
+        .iter()
+        .map(|(at, name, _)| Item::Staged {
+            section: "tuner".into(),
+            name: name.clone(),
+            at: *at,
+        })
+        .collect();
+    for (id, seq) in history.contexts() {
+        items.push(Item::Comm {
+            id,
+            seq,
+            switch_at: staged.iter().map(|s| s.0).find(|&a| a > seq),
+        });
+    }
+    items
+}
+
+/// `stage SEQ PATH`: the object's tuner program takes over at decision SEQ of every
+/// communicator ([`ncclbpf_tuner::stage`]), and its net programs, if it has any, are swapped in
+/// now as by `reload`. All or nothing: a net reload that fails withdraws the stage.
+pub fn stage(
+    path: &Path,
+    at: u64,
+    registry: &Registry,
+    opts: &LoadOptions,
+    history: &History,
+) -> Reply {
+    let shown = path.display().to_string();
+    let obj = {
+        let _one = RELOAD.lock().unwrap_or_else(|e| e.into_inner());
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) => {
+                return Reply::error(vec![], format!("cannot read {shown}: {e}; {UNCHANGED}"));
+            }
+        };
+        match policy_object::Object::parse(&bytes) {
+            Ok(o) => o,
+            Err(e) => return Reply::error(vec![], format!("{shown}: {e}; {UNCHANGED}")),
+        }
+    };
+    let staged = match ncclbpf_tuner::stage::stage_object(&obj, &shown, at, registry, history) {
+        Ok(s) => s,
+        Err(e) => {
+            let name = match &e {
+                StageError::Load { name, .. } | StageError::Refused { name, .. } => name.clone(),
+                _ => "-".into(),
+            };
+            return Reply::error(
+                vec![Item::Rejected {
+                    what: "tuner".into(),
+                    name,
+                    message: e.to_string(),
+                }],
+                format!("no tuner program staged: {e}; {UNCHANGED}"),
+            );
+        }
+    };
+    let mut items = vec![];
+    if obj
+        .programs
+        .iter()
+        .any(|p| hooks::hook_of(&p.section).is_some())
+    {
+        let r = reload(path, registry, opts);
+        if let Err(e) = &r.result {
+            let withdrawn = match history.unstage() {
+                Ok(_) => "the tuner stage was withdrawn".to_string(),
+                Err((a, ctxs)) => format!(
+                    "the tuner stage at seq {a} could NOT be withdrawn: {} context(s) already run it",
+                    ctxs.len()
+                ),
+            };
+            return Reply::error(r.items, format!("{e}; {withdrawn}"));
+        }
+        items.extend(
+            r.items
+                .into_iter()
+                .filter(|i| !matches!(i, Item::Refused { section, .. } if section == "tuner")),
+        );
+    }
+    for (section, name, reason) in staged.refused {
+        items.push(Item::Refused {
+            section,
+            name,
+            reason,
+        });
+    }
+    items.push(Item::Staged {
+        section: "tuner".into(),
+        name: staged.name,
+        at: staged.at,
+    });
+    items.extend(
+        tuner_items(history)
+            .into_iter()
+            .filter(|i| matches!(i, Item::Comm { .. })),
+    );
+    Reply::ok(items)
+}
+
+/// `unstage`: drops the last staged tuner program if no communicator reached it.
+pub fn unstage(history: &History) -> Reply {
+    match history.unstage() {
+        Ok(Some(at)) => Reply::ok(vec![Item::Other(format!(
+            "unstaged the switch at seq {at}"
+        ))]),
+        Ok(None) => Reply::ok(vec![Item::Other("nothing was staged".into())]),
+        Err((at, ctxs)) => {
+            let list: Vec<String> = ctxs
+                .iter()
+                .map(|(c, s)| format!("comm {c:#018x} at seq {s}"))
+                .collect();
+            Reply::error(
+                vec![],
+                format!(
+                    "the switch at seq {at} stays: {} already run the staged program",
+                    list.join(", ")
+                ),
+            )
+        }
+    }
 }
 
 /// Reloads are one at a time (the control thread serves one client at a time anyway).

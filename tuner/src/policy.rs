@@ -31,6 +31,17 @@ pub enum Note {
     Problem(String),
 }
 
+/// Loads `name` of `obj` (a policy with a `tuner_rules` map gets its rules first); errors
+/// name `path`.
+pub fn load_program(
+    obj: &Object,
+    name: &str,
+    path: &str,
+    registry: &Registry,
+) -> Result<LoadedProgram, String> {
+    load_one(obj, name, path, registry)
+}
+
 /// Loads `name` of `obj` (a policy with a `tuner_rules` map gets its rules first).
 fn load_one(
     obj: &Object,

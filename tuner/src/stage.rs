@@ -62,6 +62,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A stage that stays: its start and the contexts (comm id, decisions) that reached it.
+pub type Reached = (u64, Vec<(u64, u64)>);
+
 /// Why a stage was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
@@ -197,7 +200,7 @@ impl History {
 
     /// Drops the last stage: `Ok(Some(start))`, `Ok(None)` when nothing is staged. `Err` with
     /// its start and the contexts that already reached it (it is then kept: they run it).
-    pub fn unstage(&self) -> Result<Option<u64>, (u64, Vec<(u64, u64)>)> {
+    pub fn unstage(&self) -> Result<Option<u64>, Reached> {
         let mut h = lock(&self.entries);
         let Some(last) = h.last() else {
             return Ok(None);
@@ -223,6 +226,129 @@ impl History {
             .map(|e| (e.from, e.name.clone(), e.source.clone()))
             .collect()
     }
+}
+
+/// What [`stage_object`] staged, and what it left out on purpose.
+#[derive(Debug)]
+pub struct Staged {
+    pub name: String,
+    pub at: u64,
+    /// (section, program, why): `tuner/init` and `tuner/chunk` programs, which are not staged.
+    pub refused: Vec<(String, String, String)>,
+}
+
+/// Why [`stage_object`] staged nothing.
+#[derive(Debug)]
+pub enum StageError {
+    /// The process started without a `tuner` policy: its communicators count nothing.
+    NoPolicy,
+    /// The object has no `tuner` program (or several, and none is named).
+    NoProgram(String),
+    /// The program failed to load, verify or compile (the whole message).
+    Load {
+        name: String,
+        message: String,
+    },
+    Refused {
+        name: String,
+        refusal: Refusal,
+    },
+}
+
+impl std::fmt::Display for StageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StageError::NoPolicy => write!(
+                f,
+                "this process started without a tuner policy, so its communicators' collectives \
+                 were not counted and no switch point can be the same on every rank (start jobs \
+                 with NCCL_BPF_POLICY naming a tuner program, noop.o for no opinion)"
+            ),
+            StageError::NoProgram(why) => write!(f, "{why}"),
+            StageError::Load { name, message } => write!(f, "'{name}': {message}"),
+            StageError::Refused { name, refusal } => write!(f, "'{name}' not staged: {refusal}"),
+        }
+    }
+}
+
+/// Loads, verifies and compiles the `tuner` program of `obj` (read from `path`) with maps from
+/// `registry` (a map of the same name and shape is the same map, state and all; a rules table
+/// is filled as at start), and stages it at decision `at` in `history`. `tuner/init` and
+/// `tuner/chunk` programs are left out (init ran when each communicator was made; chunk sizes
+/// are not staged), and said so.
+pub fn stage_object(
+    obj: &policy_object::Object,
+    path: &str,
+    at: u64,
+    registry: &shared_maps::Registry,
+    history: &History,
+) -> Result<Staged, StageError> {
+    if crate::policy::slot().is_none() {
+        return Err(StageError::NoPolicy);
+    }
+    stage_program(obj, path, at, registry, history)
+}
+
+/// [`stage_object`] without the process check (tests).
+pub fn stage_program(
+    obj: &policy_object::Object,
+    path: &str,
+    at: u64,
+    registry: &shared_maps::Registry,
+    history: &History,
+) -> Result<Staged, StageError> {
+    let tuners: Vec<&policy_object::Program> = obj
+        .programs
+        .iter()
+        .filter(|p| p.section == "tuner")
+        .collect();
+    let prog = match tuners.as_slice() {
+        [one] => *one,
+        [] => {
+            return Err(StageError::NoProgram(format!(
+                "{path} has no program in a 'tuner' section"
+            )));
+        }
+        many => {
+            let names: Vec<&str> = many.iter().map(|p| p.name.as_str()).collect();
+            return Err(StageError::NoProgram(format!(
+                "{path} has {} tuner programs ({}): which to stage is ambiguous",
+                many.len(),
+                names.join(", ")
+            )));
+        }
+    };
+    let refused = obj
+        .programs
+        .iter()
+        .filter(|p| p.section == "tuner/init" || p.section == "tuner/chunk")
+        .map(|p| {
+            let why = if p.section == "tuner/init" {
+                "tuner/init ran when each communicator was made; it is not staged"
+            } else {
+                "tuner/chunk programs are not staged (the chunk size stays with the program the process started with)"
+            };
+            (p.section.clone(), p.name.clone(), why.to_string())
+        })
+        .collect();
+    let loaded =
+        crate::policy::load_program(obj, &prog.name, path, registry).map_err(|message| {
+            StageError::Load {
+                name: prog.name.clone(),
+                message,
+            }
+        })?;
+    history
+        .stage(at, ProgramSlot::new(loaded), &prog.name, path)
+        .map_err(|refusal| StageError::Refused {
+            name: prog.name.clone(),
+            refusal,
+        })?;
+    Ok(Staged {
+        name: prog.name.clone(),
+        at,
+        refused,
+    })
 }
 
 #[cfg(test)]

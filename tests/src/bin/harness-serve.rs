@@ -4,6 +4,12 @@
 //! harness-serve serve                 init, connect a loopback pair, print "ready <pid>", then
 //!                                     move checked messages until stdin says "stop" (or closes);
 //!                                     print "stopped <messages> <bytes>" and the plugin's log
+//! harness-serve tuner <comm_id>       init (for the control socket), open the tuner (v5) for
+//!                                     communicator comm_id, print "ready <pid>", then decide
+//!                                     all-reduces of cycling sizes, one every 100 µs, until stdin
+//!                                     says "stop"; print "stopped <calls>" and "channels S:N ..."
+//!                                     (the decision number S from which the channel count was
+//!                                     N), then the plugin's log
 //! harness-serve as-uid <uid> <socket> switch to uid (and its gid), connect to the control
 //!                                     socket, send "status", print what comes back
 //! ```
@@ -24,20 +30,7 @@ const SIZES: [usize; 4] = [100, 4096, 300_000, 1 << 20];
 fn serve() {
     let n = Net::ready(None);
     let (s, r) = n.connect_pair(0).expect("connect a loopback pair");
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            for line in std::io::stdin().lock().lines() {
-                match line {
-                    Ok(l) if l.trim() == "stop" => break,
-                    Ok(_) => {}
-                    Err(_) => break,
-                }
-            }
-            stop.store(true, Ordering::SeqCst);
-        });
-    }
+    let stop = stopper();
     println!("ready {}", std::process::id());
     std::io::stdout().flush().unwrap();
     let (mut messages, mut bytes) = (0u64, 0u64);
@@ -55,6 +48,58 @@ fn serve() {
     n.close_send(s).unwrap();
     n.close_recv(r).unwrap();
     println!("stopped {messages} {bytes}");
+    print!("{}", log_text());
+    std::io::stdout().flush().unwrap();
+}
+
+/// Stops the loop when stdin says "stop" (or closes).
+fn stopper() -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            match line {
+                Ok(l) if l.trim() == "stop" => break,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        s.store(true, Ordering::SeqCst);
+    });
+    stop
+}
+
+fn tuner(comm_id: u64) {
+    let _net = Net::ready(None);
+    let t = ncclbpf_harness::Tuner::open_comm(Some(5), comm_id, 4, 2).expect("open the tuner");
+    let stop = stopper();
+    println!("ready {}", std::process::id());
+    std::io::stdout().flush().unwrap();
+    let costs: Vec<f32> = (0..21).map(|i| 10.0 + i as f32).collect();
+    let mut changes: Vec<(u64, i32)> = vec![];
+    let mut calls = 0u64;
+    while !stop.load(Ordering::SeqCst) {
+        let size = 1usize << (10 + calls % 12);
+        let c = t
+            .coll_info_for(
+                ncclnet_headers::NcclFunc::ALL_REDUCE,
+                size,
+                1,
+                0,
+                &costs,
+                7,
+                3,
+            )
+            .expect("getCollInfo");
+        calls += 1;
+        if changes.last().is_none_or(|&(_, n)| n != c.nchannels) {
+            changes.push((calls, c.nchannels));
+        }
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    }
+    println!("stopped {calls}");
+    let list: Vec<String> = changes.iter().map(|(s, n)| format!("{s}:{n}")).collect();
+    println!("channels {}", list.join(" "));
     print!("{}", log_text());
     std::io::stdout().flush().unwrap();
 }
@@ -88,9 +133,12 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         ["serve"] => serve(),
+        ["tuner", comm] => tuner(comm.parse().expect("comm id")),
         ["as-uid", uid, socket] => as_uid(uid.parse().expect("uid"), socket),
         _ => {
-            eprintln!("usage: harness-serve serve | harness-serve as-uid <uid> <socket>");
+            eprintln!(
+                "usage: harness-serve serve | harness-serve tuner <comm_id> | harness-serve as-uid <uid> <socket>"
+            );
             std::process::exit(2);
         }
     }
