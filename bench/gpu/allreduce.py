@@ -3,6 +3,13 @@
 Every rank fills its tensor with integer-valued floats drawn from a generator seeded by its
 rank, so every rank can compute the exact expected sum and check the result at every size.
 Rank 0 prints one line per size: bytes, mean time per all_reduce (us), bus bandwidth.
+
+Opt-in knobs (unset: one sweep, then exit):
+  REPEAT=R       run the size sweep R times (every result checked; RESULT lines then carry
+                 round=K, from 1);
+  HOLD_FILE=path after the last size (and a barrier), print "HOLDING rank=R pid=P" and wait
+                 until that file exists (at most HOLD_TIMEOUT seconds, default 120) before
+                 destroying the process group, so tools can read the live ranks.
 """
 import os
 import sys
@@ -38,7 +45,9 @@ def main():
     label = sys.argv[1] if len(sys.argv) > 1 else "?"
     bad = 0
     calls = {}
-    for nbytes in SIZES:
+    repeat = int(os.environ.get("REPEAT", "1"))
+    rounds = [(r, nbytes) for r in range(1, repeat + 1) for nbytes in SIZES]
+    for rnd, nbytes in rounds:
         n = max(1, nbytes // 4)
         expected = sum(values(r, n, dev) for r in range(world))
         mine = values(rank, n, dev)
@@ -58,9 +67,10 @@ def main():
         torch.cuda.synchronize()
         us = (time.perf_counter() - t0) / iters * 1e6
         busbw = 2 * (world - 1) / world * nbytes / us / 1e3
-        calls[nbytes] = 1 + warm + iters
+        calls[nbytes] = calls.get(nbytes, 0) + 1 + warm + iters
         if rank == 0:
-            print(f"RESULT {label} ranks={world} bytes={nbytes} us={us:.1f} busbw={busbw:.3f} correct={'yes' if ok else 'NO'}", flush=True)
+            tag = f" round={rnd}" if "REPEAT" in os.environ else ""
+            print(f"RESULT {label} ranks={world} bytes={nbytes} us={us:.1f} busbw={busbw:.3f} correct={'yes' if ok else 'NO'}{tag}", flush=True)
     torch.cuda.synchronize()
     dist.barrier()
     torch.cuda.synchronize()
@@ -75,6 +85,16 @@ def main():
         import subprocess
         out = subprocess.run(os.environ["MAPS_CMD"].split() + [str(os.getpid())], capture_output=True, text=True)
         print(f"MAPS rank={rank} rc={out.returncode}\n{out.stdout}{out.stderr}", flush=True)
+    if os.environ.get("HOLD_FILE"):
+        hold = os.environ["HOLD_FILE"]
+        limit = float(os.environ.get("HOLD_TIMEOUT", "120"))
+        print(f"HOLDING rank={rank} pid={os.getpid()} checks={len(rounds)} bad={bad}", flush=True)
+        t0 = time.monotonic()
+        while not os.path.exists(hold) and time.monotonic() - t0 < limit:
+            time.sleep(0.05)
+        waited = time.monotonic() - t0
+        seen = "released" if os.path.exists(hold) else "timed out"
+        print(f"HOLD {seen} rank={rank} after {waited:.1f} s", flush=True)
     dist.destroy_process_group()
     sys.exit(1 if bad else 0)
 

@@ -78,7 +78,9 @@ struct ncclbpf_tuner_ctx {
   __s32 algo;         /* write: NCCL_ALGO_* or -1 */
   __s32 proto;        /* write: NCCL_PROTO_* or -1 */
   __u32 nchannels;    /* write: 0 keeps NCCL's channel count for this collective; n replaces
-                       * it, and NCCL's scheduler caps it at the communicator's channels */
+                       * it, and NCCL's scheduler caps it at the communicator's channels
+                       * (CollNet and NVLS across nodes take it unchecked: there the plugin
+                       * passes no count above 1) */
   __u32 reserved;
 };
 

@@ -43,6 +43,36 @@ impl Decision {
     }
 }
 
+/// Whether a channel count `n` may be handed to NCCL for a collective NCCL will run with
+/// algorithm `algo` (`None`: not known) on `nnodes` nodes.
+///
+/// NCCL 2.28-2.30 (`topoGetAlgoInfo` / `scheduleCollTasksToPlan`, docs/nccl-collective-facts.md
+/// §2.4) clamps a tuner's count to the communicator's channels for Ring, Tree, PAT and NVLS on
+/// one node, but uses it unchecked as the channel count for CollNet (Direct, Chain) and for
+/// NVLS across nodes, where more than the communicator has is unsafe; the tuner is never told
+/// the communicator's count. One channel is always within it.
+pub fn channels_allowed(n: u32, algo: Option<i32>, nnodes: u32) -> bool {
+    use ncclnet_headers::tuner::Algo;
+    n <= 1
+        || algo.is_some_and(|a| {
+            !(a == Algo::COLLNET_DIRECT.0
+                || a == Algo::COLLNET_CHAIN.0
+                || (nnodes > 1 && (a == Algo::NVLS.0 || a == Algo::NVLS_TREE.0)))
+        })
+}
+
+/// The algorithm NCCL picks from a row-major cost table: its first smallest usable entry
+/// (NCCL's loop over algorithms, then protocols, keeping a strictly smaller cost).
+pub fn nccl_pick(table: &[f32], num_algo: usize, num_proto: usize) -> Option<i32> {
+    let mut best: Option<(usize, f32)> = None;
+    for (i, &v) in table.iter().enumerate().take(num_algo * num_proto) {
+        if v >= 0.0 && best.is_none_or(|(_, b)| v < b) {
+            best = Some((i, v));
+        }
+    }
+    best.map(|(i, _)| (i / num_proto) as i32)
+}
+
 /// The policy's context for `c`: NCCL's arguments, and "NCCL's choice" (-1, -1, 0) as the
 /// answer until the program writes one.
 #[inline]
@@ -144,6 +174,31 @@ mod tests {
             proto,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn channel_counts_are_kept_from_algorithms_that_do_not_clamp_them() {
+        use ncclnet_headers::tuner::Algo;
+        for a in [Algo::TREE.0, Algo::RING.0, Algo::PAT.0] {
+            assert!(channels_allowed(32, Some(a), 4));
+        }
+        for a in [Algo::COLLNET_DIRECT.0, Algo::COLLNET_CHAIN.0] {
+            assert!(!channels_allowed(2, Some(a), 1) && channels_allowed(1, Some(a), 1));
+        }
+        for a in [Algo::NVLS.0, Algo::NVLS_TREE.0] {
+            assert!(channels_allowed(16, Some(a), 1), "one node: clamped");
+            assert!(!channels_allowed(16, Some(a), 2), "across nodes: unchecked");
+        }
+        assert!(!channels_allowed(2, None, 1) && channels_allowed(1, None, 8));
+        // NCCL's pick: first smallest usable entry; -1 unusable.
+        let t = [5.0, -1.0, 3.0, 3.0, 9.0, 7.0, -1.0, 2.0, 2.0];
+        assert_eq!(nccl_pick(&t, 3, 3), Some(2));
+        assert_eq!(nccl_pick(&[-1.0; 6], 2, 3), None);
+        assert_eq!(
+            nccl_pick(&[1.0, 0.0, 0.0, 0.0], 2, 2),
+            Some(0),
+            "ties: the first"
+        );
     }
 
     #[test]

@@ -237,9 +237,28 @@ impl Counts {
 struct ChunkCounts {
     changed: AtomicU64,
     refused: AtomicU64,
+    /// Channel counts not handed to NCCL (see [`decide::channels_allowed`]).
+    channels_refused: AtomicU64,
 }
 
 impl ChunkCounts {
+    #[cold]
+    fn channels_refused(&self, n: u32, algo: Option<i32>) {
+        if self.channels_refused.fetch_add(1, Ordering::Relaxed) == 0 {
+            let algo = algo.map_or("an algorithm not known here".to_string(), |a| {
+                format!("algorithm {a}")
+            });
+            crate::tlog!(
+                WARN,
+                TUNING,
+                "channel count {n} not applied: NCCL runs this collective with {algo}, for which \
+                 it uses a tuner's count unchecked (CollNet, NVLS across nodes), and the tuner is \
+                 not told the communicator's channel count; NCCL's count kept (later ones counted \
+                 at finalize)"
+            );
+        }
+    }
+
     fn note(&self, o: &chunk::ChunkOutcome) {
         match *o {
             chunk::ChunkOutcome::Kept => {}
@@ -263,7 +282,18 @@ impl ChunkCounts {
             self.changed.load(Ordering::Relaxed),
             self.refused.load(Ordering::Relaxed),
         );
-        (c + r > 0).then(|| format!("; chunk sizes: {c} changed, {r} refused"))
+        let ch = self.channels_refused.load(Ordering::Relaxed);
+        let chunks = (c + r > 0).then(|| format!("; chunk sizes: {c} changed, {r} refused"));
+        let channels =
+            (ch > 0).then(|| format!("; channel counts not applied (unchecked by NCCL): {ch}"));
+        match (chunks, channels) {
+            (None, None) => None,
+            (a, b) => Some(format!(
+                "{}{}",
+                a.unwrap_or_default(),
+                b.unwrap_or_default()
+            )),
+        }
     }
 }
 
@@ -611,13 +641,20 @@ fn passed_channels(n_channels: *mut c_int) -> u32 {
     u32::try_from(unsafe { *n_channels }).unwrap_or(0)
 }
 
-fn set_channels(n_channels: *mut c_int, d: &Decision) {
-    if let Some(n) = d.channels()
-        && !n_channels.is_null()
-    {
-        // SAFETY: NCCL passes a valid pointer to its channel count.
-        unsafe { *n_channels = n.min(c_int::MAX as u32) as c_int };
+/// Hands NCCL the decision's channel count, unless NCCL would run the collective with an
+/// algorithm (`algo`: as far as known) that takes the count unchecked
+/// ([`decide::channels_allowed`]); such a refusal is counted, and logged the first time.
+fn set_channels(c: &TunerContext, n_channels: *mut c_int, d: &Decision, algo: Option<i32>) {
+    let Some(n) = d.channels() else { return };
+    if n_channels.is_null() {
+        return;
     }
+    if !decide::channels_allowed(n, algo, c.nnodes) {
+        c.chunks.channels_refused(n, algo);
+        return;
+    }
+    // SAFETY: NCCL passes a valid pointer to its channel count.
+    unsafe { *n_channels = n.min(c_int::MAX as u32) as c_int };
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -642,7 +679,16 @@ unsafe extern "C" fn get_coll_info_v4(
             passed_channels(n_channels),
             cost_table(table, num_algo, num_proto),
         ) {
-            set_channels(n_channels, &d);
+            // The algorithm NCCL will run: its pick from the table as the policy left it.
+            let algo = || {
+                cost_table(table, num_algo, num_proto)
+                    .and_then(|(t, na, np)| decide::nccl_pick(t, na, np))
+            };
+            if d.channels().is_some_and(|n| n > 1) {
+                set_channels(c, n_channels, &d, algo());
+            } else {
+                set_channels(c, n_channels, &d, None);
+            }
         }
     });
     NcclResult::SUCCESS
@@ -712,7 +758,9 @@ unsafe extern "C" fn get_coll_info_v2(
             }
             d.applied = true;
         }
-        set_channels(n_channels, &d);
+        // v2: NCCL runs the pair it was given; without one its pick is not known here.
+        let algo = d.applied.then_some(d.algo);
+        set_channels(c, n_channels, &d, algo);
     });
     NcclResult::SUCCESS
 }
@@ -1008,6 +1056,67 @@ mod tests {
             s.seq(),
             s.unsequenced_calls()
         );
+    }
+
+    /// A channel count is not handed to NCCL where NCCL would take it unchecked: CollNet, or
+    /// NVLS across nodes, as NCCL's pick from the table the policy left.
+    #[test]
+    fn channel_counts_stay_out_of_algorithms_that_do_not_clamp_them() {
+        let obj = policy_object::Object {
+            programs: vec![policy_object::Program {
+                name: "eight".into(),
+                section: "tuner".into(),
+                insns: policy_object::asm::assemble("stw [%r1+48], 8\nmov %r0, 0\nexit").unwrap(),
+                lines: vec![],
+            }],
+            maps: vec![],
+        };
+        let reg = Registry::new(
+            std::env::temp_dir().join(format!("ncclbpf-tuner-ch-{}", std::process::id())),
+        );
+        let p = LoadedProgram::load(&obj, None, &reg, &LoadOptions::default()).unwrap();
+        let slot: &'static ProgramSlot = Box::leak(Box::new(ProgramSlot::new(p)));
+        let call = |nnodes: usize, cheapest: usize| -> i32 {
+            let ctx = Box::into_raw(Box::new(TunerContext::with_slot(
+                9,
+                8,
+                nnodes,
+                Some(slot),
+                None,
+                &stage::HISTORY,
+            )));
+            let mut table = [10.0f32; 21];
+            table[cheapest * 3 + 2] = 1.0;
+            let mut n = 0;
+            // SAFETY: a live context, a 7 x 3 table and an out-pointer, as NCCL passes them.
+            let r = unsafe {
+                get_coll_info_v4(
+                    ctx as Vp,
+                    NcclFunc::ALL_REDUCE,
+                    1 << 20,
+                    1,
+                    // NCCL passes its float[7][3] as `float**`.
+                    table.as_mut_ptr() as *mut *mut f32,
+                    7,
+                    3,
+                    0,
+                    &mut n,
+                )
+            };
+            assert_eq!(r, NcclResult::SUCCESS);
+            // SAFETY: made above, used no more.
+            let c = unsafe { Box::from_raw(ctx) };
+            let refused = c.chunks.channels_refused.load(Ordering::Relaxed);
+            assert_eq!(refused, u64::from(n == 0), "{}", c.summary());
+            n
+        };
+        assert_eq!(call(1, 1), 8, "ring: NCCL clamps it");
+        assert_eq!(call(1, 0), 8, "tree");
+        assert_eq!(call(1, 2), 0, "collnet direct: unchecked");
+        assert_eq!(call(1, 3), 0, "collnet chain: unchecked");
+        assert_eq!(call(1, 4), 8, "nvls on one node: clamped");
+        assert_eq!(call(2, 4), 0, "nvls across nodes: unchecked");
+        assert_eq!(call(2, 5), 0, "nvls tree across nodes");
     }
 
     /// A staged program makes every decision from its start on, in a context that was live
