@@ -41,6 +41,7 @@ pub fn map_infos(maps: &[MapDef]) -> Vec<MapInfo> {
             read_only: m.read_only,
             global_data: m.initial.is_some(),
             scope: m.scope,
+            array: m.kind != policy_object::MapKind::Hash,
         })
         .collect()
 }

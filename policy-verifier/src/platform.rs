@@ -307,6 +307,9 @@ pub struct MapInfo {
     /// Who changes its contents: programs may write only [`Scope::Local`] maps, and tuner
     /// programs may not decide from them.
     pub scope: Scope,
+    /// An array (or per-CPU array): every key below `max_entries` has an entry, so whether a
+    /// lookup finds one depends on the key alone, not on what any rank stored.
+    pub array: bool,
 }
 
 impl MapInfo {

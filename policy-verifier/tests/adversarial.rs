@@ -66,6 +66,7 @@ fn rodata() -> Vec<MapInfo> {
         read_only: true,
         scope: policy_object::Scope::Config,
         global_data: true,
+        array: false,
     }]
 }
 

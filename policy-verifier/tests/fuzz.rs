@@ -78,6 +78,7 @@ fn maps() -> Vec<MapInfo> {
             policy_object::Scope::Local
         },
         global_data: g,
+        array: false,
     };
     vec![
         m("m", 4, 16, 4, false, false),

@@ -25,6 +25,7 @@ fn maps() -> Vec<MapInfo> {
         max_entries: 1,
         read_only: ro,
         global_data: global,
+        array: false,
         scope,
     };
     vec![
@@ -161,18 +162,39 @@ fn a_rank_local_offset_into_config_is_rank_local() {
     accepts("config byte", &p);
 }
 
+/// A branch the verifier decides one way still depends on its operand when that is rank-local:
+/// what the verifier knows of it may hold on this path only (bounds an earlier rank-local branch
+/// refined). So it opens a region on its one edge; on an agreed operand it does not.
 #[test]
-fn a_branch_decided_for_every_value_does_not_depend_on_it() {
-    // r1 is a byte: r1 > 255 is never true, so only one edge exists.
+fn a_decided_branch_on_a_rank_local_value_still_opens_a_region() {
+    let p = |load: Insn| {
+        program(&[
+            load,                    // 5: a byte
+            jmp_imm(JGT, 1, 255, 2), // 6: never taken
+            mov64_imm(2, 1),         // 7
+            stx(W, 9, 40, 2),        // 8
+            mov64_imm(0, 0),         // 9
+            exit(),                  // 10
+        ])
+    };
+    rejects(
+        "rank-local byte",
+        &p(ldx(B, 1, 6, 0)),
+        "rank_local",
+        PRELUDE + 3,
+    );
+    accepts("a byte of config", &p(ldx(B, 1, 7, 0)));
+    // The case it is for: the second test of a value an earlier branch on it refined.
     let p = program(&[
-        ldx(B, 1, 6, 0),         // 5
-        jmp_imm(JGT, 1, 255, 2), // 6
-        mov64_imm(2, 1),         // 7
-        stx(W, 9, 40, 2),        // 8
-        mov64_imm(0, 0),         // 9
-        exit(),                  // 10
+        ldx(DW, 1, 6, 0),      // 5
+        jmp_imm(JGT, 1, 5, 0), // 6: both edges go to 7, r1 <= 5 on one of them
+        jmp_imm(JGT, 1, 5, 2), // 7: decided on each path, differently
+        mov64_imm(2, 1),       // 8
+        stx(W, 9, 40, 2),      // 9: ctx->algo on the paths where r1 <= 5
+        mov64_imm(0, 0),       // 10
+        exit(),                // 11
     ]);
-    accepts("decided branch", &p);
+    rejects("refined twice", &p, "rank_local", PRELUDE + 4);
 }
 
 #[test]

@@ -222,7 +222,9 @@ impl Checker<'_> {
             && self.insns[pc + 1..target].iter().enumerate().all(|(k, i)| {
                 !matches!(i.class(), op::JMP | op::JMP32) || self.layout.second_half[pc + 1 + k]
             });
-        if !straight {
+        // In a hook that decides, every instruction goes through the locality rule (`flow`),
+        // which this shortcut would skip: there both edges are explored as they are.
+        if !straight || self.hook.decides {
             return self.both(pc, target, taken, fall);
         }
         let mut f = fall.clone();

@@ -137,7 +137,143 @@ pub(super) fn post_dominators(
         .collect()
 }
 
+/// What the code between a conditional jump and its post-dominator may write: registers,
+/// stack slots of the jump's frame addressed through `r10`, and whether it may write stack
+/// anywhere else (through another pointer, or in a called subprogram).
+///
+/// All of it is rank-local after a jump on a rank-local value, on every edge: on the edge that
+/// does not write a register, the register keeps its old value while the other edge changes
+/// it, and which edge ran differs between ranks. Tainting only what each path writes would miss
+/// that (`dst = &ctx->algo; if (local) dst = &scratch; *dst = 1;` writes the decision on some
+/// ranks only).
+#[derive(Clone, Copy, Default)]
+pub(super) struct MayWrite {
+    regs: u16,
+    slots: u64,
+    /// Registers that stores and atomics other than through `r10` use as their base.
+    bases: u16,
+    /// Whether it calls a subprogram (which may write its caller's stack).
+    calls: bool,
+}
+
+impl MayWrite {
+    /// Whether the code may write stack other than its `r10` slots, given the registers at the
+    /// jump: a store's base that the code does not reassign keeps its type there, and a map
+    /// value or the context is not stack.
+    fn any_stack(&self, st: &State) -> bool {
+        let f = st.cur();
+        self.calls
+            || (0..11).any(|r| {
+                self.bases & (1 << r) != 0
+                    && (self.regs & (1 << r) != 0
+                        || !matches!(
+                            f.regs[r].ty,
+                            RegType::MapValue { .. }
+                                | RegType::MapValueOrNull { .. }
+                                | RegType::Ctx
+                        ))
+            })
+    }
+
+    fn taint(&self, st: &mut State, t: Taint) {
+        let any_stack = self.any_stack(st);
+        let frame = st.frames.len() - 1;
+        for (k, f) in st.frames.iter_mut().enumerate() {
+            if k == frame {
+                for r in 0..11 {
+                    if self.regs & (1 << r) != 0 && f.regs[r].ty != RegType::NotInit {
+                        f.regs[r].taint = join(f.regs[r].taint, Some(t));
+                    }
+                }
+            }
+            for (j, slot) in f.stack.iter_mut().enumerate() {
+                if any_stack || (k == frame && self.slots & (1 << j) != 0) {
+                    slot.taint = join(slot.taint, Some(t));
+                    if let Some(sp) = slot.spill.as_mut() {
+                        sp.taint = join(sp.taint, Some(t));
+                    }
+                }
+            }
+        }
+    }
+}
+
 impl Checker<'_> {
+    /// [`MayWrite`] of the code reachable from the jump at `pc` before `end` (its
+    /// post-dominator, `usize::MAX`: the function's exits), within its function.
+    fn may_write(&self, pc: usize, end: usize) -> MayWrite {
+        let n = self.insns.len();
+        let func = self.layout.subprog_of.get(pc).copied();
+        let mut w = MayWrite::default();
+        let mut seen = vec![false; n];
+        let mut todo: Vec<usize> = vec![];
+        let push = |t: i64, todo: &mut Vec<usize>| {
+            if t >= 0 && (t as usize) < n {
+                todo.push(t as usize);
+            }
+        };
+        let i = self.insns[pc];
+        push(pc as i64 + 1, &mut todo);
+        if let Some(t) = super::structure::jump_target(&i, pc) {
+            push(t, &mut todo);
+        }
+        let reg = |w: &mut MayWrite, r: u8| w.regs |= 1 << (r & 15);
+        while let Some(at) = todo.pop() {
+            if at == end || seen[at] || self.layout.subprog_of.get(at).copied() != func {
+                continue;
+            }
+            seen[at] = true;
+            let i = self.insns[at];
+            let mut next = Some(at as i64 + 1);
+            match i.class() {
+                op::ALU | op::ALU64 | op::LDX => reg(&mut w, i.dst),
+                op::LD => {
+                    reg(&mut w, i.dst);
+                    next = Some(at as i64 + 2);
+                }
+                op::ST | op::STX => {
+                    let lo = i64::from(i.off) + STACK_SIZE;
+                    let hi = lo + i.access_size() as i64 - 1;
+                    if i.dst == 10 && lo >= 0 && hi < STACK_SIZE {
+                        for k in (lo / 8)..=(hi / 8) {
+                            w.slots |= 1 << k;
+                        }
+                    } else if i.dst != 10 {
+                        w.bases |= 1 << (i.dst & 15);
+                    }
+                    if i.class() == op::STX && i.mode() != op::MEM {
+                        if i.imm == op::ATOMIC_CMPXCHG {
+                            reg(&mut w, 0);
+                        } else if i.imm & op::FETCH != 0 {
+                            reg(&mut w, i.src);
+                        }
+                    }
+                }
+                _ => match i.op() {
+                    op::EXIT => next = None,
+                    op::CALL => {
+                        // Helpers clobber r1-r5 (left uninitialized) and set r0; a subprogram
+                        // may write its caller's stack through pointers it was given.
+                        reg(&mut w, 0);
+                        if super::structure::is_pseudo_call(&i) {
+                            w.calls = true;
+                        }
+                    }
+                    op::JA => next = super::structure::jump_target(&i, at),
+                    _ => {
+                        if let Some(t) = super::structure::jump_target(&i, at) {
+                            push(t, &mut todo);
+                        }
+                    }
+                },
+            }
+            if let Some(t) = next {
+                push(t, &mut todo);
+            }
+        }
+        w
+    }
+
     fn local_map(&self, m: u16) -> Option<Taint> {
         let mi = &self.maps[m as usize];
         (mi.scope == Scope::Local).then_some(Taint::Map(m))
@@ -303,9 +439,17 @@ impl Checker<'_> {
                     }
                     self.slot_writes(st, base, off, size, t, &mut flow);
                 } else {
-                    // An atomic: memory gets the operand's taint, and a fetch returns memory's.
+                    // An atomic: memory gets the operand's taint (and, for cmpxchg, the
+                    // comparand's: whether it is written depends on r0), and a fetch returns
+                    // memory's.
                     let old = self.mem_taint(st, base, off, size);
-                    self.slot_writes(st, base, off, size, join(ctrl, join(v_t, old)), &mut flow);
+                    let cmp = if i.imm == op::ATOMIC_CMPXCHG {
+                        regs[0].taint
+                    } else {
+                        None
+                    };
+                    let t = join(ctrl, join(v_t, join(old, cmp)));
+                    self.slot_writes(st, base, off, size, t, &mut flow);
                     let fetched = join(ctrl, join(old, v_t));
                     if i.imm == op::ATOMIC_CMPXCHG {
                         flow.regs.push((0, fetched));
@@ -349,7 +493,15 @@ impl Checker<'_> {
             t = join(t, r.taint);
             match (arg, r.ty) {
                 (platform::Arg::MapPtr, RegType::MapPtr { map: m }) => {
-                    t = join(t, self.local_map(m));
+                    // Whether a lookup in an array finds an entry depends on the key alone
+                    // (its values are still rank-local: loads through the result are tainted);
+                    // in a hash map it depends on what this rank stored, as do the results of
+                    // updates and deletes.
+                    let array_lookup =
+                        id == platform::HELPER_MAP_LOOKUP && self.maps[m as usize].array;
+                    if !array_lookup {
+                        t = join(t, self.local_map(m));
+                    }
                     map = Some(m);
                 }
                 (platform::Arg::MapKey | platform::Arg::MapValue, _) => {
@@ -401,29 +553,33 @@ impl Checker<'_> {
             let n = s.frames.len();
             s.regions.retain(|r| (r.frame as usize) < n);
         };
-        match next {
-            Next::Go(_) | Next::Done => apply(st),
-            Next::GoWith(_, s) => apply(s),
-            Next::Branch { cont, other } => {
-                apply(&mut cont.1);
-                apply(&mut other.1);
-                if let Some(t) = flow.branch {
-                    let region = Region {
-                        frame: (depth - 1) as u8,
-                        end: self.ipdom.get(pc).copied().unwrap_or(usize::MAX),
-                        branch: pc,
-                        taint: t,
-                    };
-                    for s in [&mut cont.1, &mut other.1] {
-                        if !s
-                            .regions
-                            .iter()
-                            .any(|r| (r.frame, r.end) == (region.frame, region.end))
-                        {
-                            s.regions.push(region);
-                        }
-                    }
+        let states: Vec<&mut State> = match next {
+            Next::Go(_) | Next::Done => vec![st],
+            Next::GoWith(_, s) => vec![s],
+            Next::Branch { cont, other } => vec![&mut cont.1, &mut other.1],
+        };
+        // A conditional jump on a rank-local value opens a region on every edge it takes, also
+        // when the verifier knows only one is possible here: that knowledge may come from this
+        // path, which itself may depend on rank-local values (bounds an earlier rank-local
+        // branch refined, a pointer a NULL check turned into a map value).
+        let region = flow.branch.map(|t| Region {
+            frame: (depth - 1) as u8,
+            end: self.ipdom.get(pc).copied().unwrap_or(usize::MAX),
+            branch: pc,
+            taint: t,
+        });
+        let writes = region.map(|r| self.may_write(pc, r.end));
+        for s in states {
+            apply(s);
+            if let (Some(region), Some(writes)) = (region, writes) {
+                if !s
+                    .regions
+                    .iter()
+                    .any(|r| (r.frame, r.end) == (region.frame, region.end))
+                {
+                    s.regions.push(region);
                 }
+                writes.taint(s, region.taint);
             }
         }
     }

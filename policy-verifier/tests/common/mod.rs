@@ -28,6 +28,7 @@ pub fn maps() -> Vec<MapInfo> {
             policy_object::Scope::Local
         },
         global_data,
+        array: false,
     };
     vec![
         m("arr", 4, 32, 4, false, false),
