@@ -167,6 +167,17 @@ impl Checker<'_> {
                 what: "32-bit comparison of a pointer".into(),
             });
         }
+        // `jset` tests bits of the address itself (where the stack or a map lies), never just
+        // where two pointers are relative to each other.
+        if o == op::JSET {
+            return Err(Reject::PointerArithmetic {
+                reg: preg,
+                what: format!(
+                    "bit test (jset) on {}: it reads the address",
+                    ptr.type_name()
+                ),
+            });
+        }
         let eq_ne = matches!(o, op::JEQ | op::JNE);
         if zero(&other) && eq_ne {
             if let RegType::MapValueOrNull { map } = ptr.ty {
