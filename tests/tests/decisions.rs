@@ -438,13 +438,13 @@ fn the_published_digest_is_the_documented_fold_of_the_logged_decisions() {
         };
         n += 1;
         assert_eq!(seq, n, "{t}");
-        let words = [
-            bytes,
-            u64::from(coll as u32) | (u64::from(algo as i32 as u32) << 32),
-            (nch as u64) | (u64::from(proto as i32 as u32) << 32),
-            (seq << 1) | applied,
-        ];
-        h = words.iter().fold(h, |h, &w| absorb(h, w));
+        let w1 = bytes ^ seq.rotate_left(40);
+        let w2 = (nch as u64 & 0xffff_ffff)
+            | ((algo as u64 & 0xff) << 32)
+            | ((proto as u64 & 0xff) << 40)
+            | ((coll as u64 & 0xff) << 48)
+            | (applied << 56);
+        h = absorb(absorb(h, w1), w2);
         assert_eq!(format!("{h:#018x}"), *f.last().unwrap(), "{t}");
         if seq % 256 == 0 {
             let cps = published["checkpoints"].as_array().unwrap();

@@ -126,17 +126,18 @@ impl Policy {
         }
     }
 
-    /// Runs the program that makes decision number `next` on `ctx`. `Some` if this caller held
-    /// `busy`: it holds it until the returned guard is dropped, and may write the context's
-    /// sequence meanwhile.
+    /// Runs on `ctx` the program that makes this decision. `Some` if this caller held `busy`:
+    /// it holds it until the returned guard is dropped, and may write the context's sequence
+    /// meanwhile, as decision number `.1` (read under `busy`: the single writer's).
     #[inline(always)]
-    fn call(&self, ctx: &mut TunerCtx, next: u64, comm_id: u64) -> Option<Release<'_>> {
+    fn call(&self, ctx: &mut TunerCtx, seq: &Sequence, comm_id: u64) -> Option<(Release<'_>, u64)> {
         if self
             .busy
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
         {
             let release = Release(&self.busy);
+            let next = seq.seq().wrapping_add(1);
             // SAFETY: we flipped `busy` from false to true, so no other thread holds the
             // state until `release` stores false (see the `Sync` impl above).
             let s = unsafe { &mut *self.state.get() };
@@ -145,7 +146,7 @@ impl Policy {
                 self.place(s, g, next, comm_id);
             }
             s.handle.call(ctx);
-            Some(release)
+            Some((release, next))
         } else {
             // SAFETY: `slot` points to a slot that lives as long as the process (see above).
             let slot = unsafe { &*self.slot.load(Ordering::Acquire) };
@@ -388,8 +389,7 @@ impl TunerContext {
             nnodes: self.nnodes,
             max_channels,
         });
-        let next = self.sequence.seq().wrapping_add(1);
-        let owner = policy.call(&mut ctx, next, self.comm_id);
+        let owner = policy.call(&mut ctx, &self.sequence, self.comm_id);
         let d = match table {
             Some((t, na, np)) => decide::apply(&ctx, t, na, np),
             None => Decision {
@@ -402,7 +402,7 @@ impl TunerContext {
         self.counts.add(&d);
         // Sequenced while `busy` is still held (the single writer), then let go.
         let seq = match owner {
-            Some(_held) => Some(self.sequence.record(coll.0, n_bytes as u64, &d)),
+            Some((_held, next)) => Some(self.sequence.record_at(next, coll.0, n_bytes as u64, &d)),
             None => {
                 self.sequence.unsequenced();
                 None
@@ -641,17 +641,24 @@ fn passed_channels(n_channels: *mut c_int) -> u32 {
     u32::try_from(unsafe { *n_channels }).unwrap_or(0)
 }
 
-/// Hands NCCL the decision's channel count, unless NCCL would run the collective with an
+/// Hands NCCL channel count `n` (the decision's), unless NCCL would run the collective with an
 /// algorithm (`algo`: as far as known) that takes the count unchecked
 /// ([`decide::channels_allowed`]); such a refusal is counted, and logged the first time.
-fn set_channels(c: &TunerContext, n_channels: *mut c_int, d: &Decision, algo: Option<i32>) {
-    let Some(n) = d.channels() else { return };
+fn set_channels(
+    c: &TunerContext,
+    n_channels: *mut c_int,
+    n: u32,
+    algo: impl FnOnce() -> Option<i32>,
+) {
     if n_channels.is_null() {
         return;
     }
-    if !decide::channels_allowed(n, algo, c.nnodes) {
-        c.chunks.channels_refused(n, algo);
-        return;
+    if n > 1 {
+        let algo = algo();
+        if !decide::channels_allowed(n, algo, c.nnodes) {
+            c.chunks.channels_refused(n, algo);
+            return;
+        }
     }
     // SAFETY: NCCL passes a valid pointer to its channel count.
     unsafe { *n_channels = n.min(c_int::MAX as u32) as c_int };
@@ -680,14 +687,11 @@ unsafe extern "C" fn get_coll_info_v4(
             cost_table(table, num_algo, num_proto),
         ) {
             // The algorithm NCCL will run: its pick from the table as the policy left it.
-            let algo = || {
-                cost_table(table, num_algo, num_proto)
-                    .and_then(|(t, na, np)| decide::nccl_pick(t, na, np))
-            };
-            if d.channels().is_some_and(|n| n > 1) {
-                set_channels(c, n_channels, &d, algo());
-            } else {
-                set_channels(c, n_channels, &d, None);
+            if let Some(n) = d.channels() {
+                set_channels(c, n_channels, n, || {
+                    cost_table(table, num_algo, num_proto)
+                        .and_then(|(t, na, np)| decide::nccl_pick(t, na, np))
+                });
             }
         }
     });
@@ -759,8 +763,9 @@ unsafe extern "C" fn get_coll_info_v2(
             d.applied = true;
         }
         // v2: NCCL runs the pair it was given; without one its pick is not known here.
-        let algo = d.applied.then_some(d.algo);
-        set_channels(c, n_channels, &d, algo);
+        if let Some(n) = d.channels() {
+            set_channels(c, n_channels, n, || d.applied.then_some(d.algo));
+        }
     });
     NcclResult::SUCCESS
 }

@@ -297,8 +297,15 @@ impl Sequence {
     /// never memory safety: every field is atomic).
     #[inline(always)]
     pub fn record(&self, coll_type: i32, n_bytes: u64, d: &Decision) -> (u64, u64) {
+        let seq = self.seq().wrapping_add(1);
+        self.record_at(seq, coll_type, n_bytes, d)
+    }
+
+    /// [`record`](Self::record) for a caller that already read the number this decision gets
+    /// (`seq() + 1`, under the same try-lock).
+    #[inline(always)]
+    pub fn record_at(&self, seq: u64, coll_type: i32, n_bytes: u64, d: &Decision) -> (u64, u64) {
         let r = self.out();
-        let seq = (r.seq2.load(Ordering::Relaxed) / 2).wrapping_add(1);
         let h = digest::fold(r.digest.load(Ordering::Relaxed), seq, coll_type, n_bytes, d);
         // A seqlock for readers: odd while the digest is not yet the one of `seq`.
         r.seq2
