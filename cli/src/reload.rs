@@ -23,7 +23,7 @@
 use ncclbpf_control::{ClientError, Item, ProgramInfo, Reply, Request, Swap};
 use std::fmt::Write as _;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -104,19 +104,8 @@ pub fn stage_in(
     json: bool,
     out: &mut dyn Write,
 ) -> u8 {
-    let pids = match pids_in(dir, targets) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("ncclbpf reload: {e}");
-            return FAILED;
-        }
-    };
-    let object = match std::path::absolute(object) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("ncclbpf reload: {}: {e}", object.display());
-            return FAILED;
-        }
+    let Some((pids, object)) = targets_and_object(dir, targets, object) else {
+        return FAILED;
     };
     let n = match at {
         AtSeq::At(n) => n,
@@ -260,22 +249,22 @@ fn ask_all(
     })
 }
 
+/// The processes to ask and the object's absolute path (each process resolves a path from its
+/// own working directory); `None` after saying why on stderr.
+fn targets_and_object(dir: &Path, targets: &Targets, object: &Path) -> Option<(Vec<u32>, PathBuf)> {
+    let pids = pids_in(dir, targets)
+        .map_err(|e| eprintln!("ncclbpf reload: {e}"))
+        .ok()?;
+    let object = std::path::absolute(object)
+        .map_err(|e| eprintln!("ncclbpf reload: {}: {e}", object.display()))
+        .ok()?;
+    Some((pids, object))
+}
+
 /// [`run`] with the registry dir and the output given (tests).
 pub fn run_in(dir: &Path, targets: &Targets, object: &Path, json: bool, out: &mut dyn Write) -> u8 {
-    let pids = match pids_in(dir, targets) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("ncclbpf reload: {e}");
-            return FAILED;
-        }
-    };
-    // The process resolves the path, from its own working directory: send it absolute.
-    let object = match std::path::absolute(object) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("ncclbpf reload: {}: {e}", object.display());
-            return FAILED;
-        }
+    let Some((pids, object)) = targets_and_object(dir, targets, object) else {
+        return FAILED;
     };
     let answers = ask_all(dir, &pids, &Request::Reload(object.clone()), RELOAD_TIMEOUT);
     let code = answers

@@ -4,72 +4,14 @@
 //! must not hide a rank-local path behind an agreed one.
 
 use policy_object::Insn;
-use policy_object::Scope;
 use policy_object::insn::build::{
     alu64_imm, alu64_reg, atomic, call, call_local, exit, ja, jmp_imm, jmp_reg, ld_map,
     ld_map_value, ldx, mov64_imm, mov64_reg, st, stx, to_be,
 };
 use policy_object::insn::{ADD, AND, ATOMIC_XCHG, B, DW, JEQ, JGE, JGT, JLT, W};
-use policy_verifier::platform::{MapInfo, hook};
-use policy_verifier::{Limits, verify_insns};
 
-const BSS: i32 = 0; // .bss: writable global data, rank-local
-const RODATA: i32 = 1; // .rodata: config
-const AGREED: i32 = 2; // an agreed array
-
-fn maps() -> Vec<MapInfo> {
-    let m = |name: &str, global: bool, ro: bool, scope| MapInfo {
-        name: name.into(),
-        key_size: 4,
-        value_size: 64,
-        max_entries: 1,
-        read_only: ro,
-        global_data: global,
-        array: false,
-        scope,
-    };
-    vec![
-        m(".bss", true, false, Scope::Local),
-        m(".rodata", true, true, Scope::Config),
-        m("agreed", false, false, Scope::Agreed),
-    ]
-}
-
-/// `r9 = ctx; r6 = &.bss; r7 = &.rodata`, then `body` (instructions 5.. of the program).
-fn program(body: &[Insn]) -> Vec<Insn> {
-    let mut v = vec![mov64_reg(9, 1)];
-    v.extend(ld_map_value(6, BSS, 0));
-    v.extend(ld_map_value(7, RODATA, 0));
-    v.extend_from_slice(body);
-    v
-}
-
-const PRELUDE: usize = 5;
-
-fn verdict(section: &str, insns: &[Insn]) -> Result<(), (String, usize, String)> {
-    let h = hook(section).unwrap();
-    verify_insns(insns, h, &maps(), Limits::default())
-        .map(|_| ())
-        .map_err(|e| (e.kind().to_string(), e.insn, e.to_string()))
-}
-
-#[track_caller]
-fn rejects(name: &str, insns: &[Insn], kind: &str, at: usize) {
-    match verdict("tuner", insns) {
-        Err((k, i, text)) => assert!(
-            k == kind && i == at,
-            "{name}: want {kind} at {at}, got {k} at {i}:\n{text}"
-        ),
-        Ok(()) => panic!("{name}: accepted, want {kind} at {at}"),
-    }
-}
-
-#[track_caller]
-fn accepts(name: &str, insns: &[Insn]) {
-    if let Err((_, _, text)) = verdict("tuner", insns) {
-        panic!("{name}: rejected:\n{text}");
-    }
-}
+mod locality_common;
+use locality_common::*;
 
 #[test]
 fn a_spill_through_another_stack_pointer_keeps_the_taint() {
@@ -83,7 +25,7 @@ fn a_spill_through_another_stack_pointer_keeps_the_taint() {
         mov64_imm(0, 0),
         exit(),
     ]);
-    rejects("spill via r2", &p, "rank_local", PRELUDE + 5);
+    rejects_at("spill via r2", &p, "rank_local", PRELUDE + 5);
     // Byte by byte: one tainted byte taints the slot.
     let p = program(&[
         ldx(B, 1, 6, 3),   // 5: r1 = .bss[3]
@@ -94,7 +36,7 @@ fn a_spill_through_another_stack_pointer_keeps_the_taint() {
         mov64_imm(0, 0),
         exit(),
     ]);
-    rejects("byte store", &p, "rank_local", PRELUDE + 4);
+    rejects_at("byte store", &p, "rank_local", PRELUDE + 4);
     // An agreed 8-byte store over the whole slot replaces the taint.
     let p = program(&[
         ldx(B, 1, 6, 3),
@@ -120,7 +62,7 @@ fn an_atomic_exchange_moves_the_taint_into_the_slot() {
         mov64_imm(0, 0),
         exit(),
     ]);
-    rejects("xchg", &p, "rank_local", PRELUDE + 4);
+    rejects_at("xchg", &p, "rank_local", PRELUDE + 4);
 }
 
 #[test]
@@ -142,7 +84,7 @@ fn a_callee_writing_its_callers_stack_taints_it() {
         mov64_imm(0, 0),            // 17
         exit(),                     // 18
     ]);
-    rejects("callee store", &p, "rank_local", PRELUDE + 5);
+    rejects_at("callee store", &p, "rank_local", PRELUDE + 5);
 }
 
 #[test]
@@ -156,7 +98,7 @@ fn a_rank_local_offset_into_config_is_rank_local() {
         mov64_imm(0, 0),
         exit(),
     ]);
-    rejects("offset", &p, "rank_local", PRELUDE + 4);
+    rejects_at("offset", &p, "rank_local", PRELUDE + 4);
     // The same read at a constant offset is config.
     let p = program(&[ldx(B, 2, 7, 5), stx(W, 9, 40, 2), mov64_imm(0, 0), exit()]);
     accepts("config byte", &p);
@@ -177,7 +119,7 @@ fn a_decided_branch_on_a_rank_local_value_still_opens_a_region() {
             exit(),                  // 10
         ])
     };
-    rejects(
+    rejects_at(
         "rank-local byte",
         &p(ldx(B, 1, 6, 0)),
         "rank_local",
@@ -194,7 +136,7 @@ fn a_decided_branch_on_a_rank_local_value_still_opens_a_region() {
         mov64_imm(0, 0),       // 10
         exit(),                // 11
     ]);
-    rejects("refined twice", &p, "rank_local", PRELUDE + 4);
+    rejects_at("refined twice", &p, "rank_local", PRELUDE + 4);
 }
 
 #[test]
@@ -228,7 +170,7 @@ fn diamond(store: u8) -> Vec<Insn> {
 #[test]
 fn a_region_ends_where_the_paths_meet() {
     accepts("value computed after the meeting point", &diamond(3));
-    rejects(
+    rejects_at(
         "value assigned inside the region",
         &diamond(2),
         "rank_local",
@@ -252,7 +194,7 @@ fn a_loop_that_runs_a_rank_local_number_of_times() {
             exit(),
         ])
     };
-    rejects("the count", &body(2), "rank_local", PRELUDE + 6);
+    rejects_at("the count", &body(2), "rank_local", PRELUDE + 6);
     accepts("a constant after the loop", &body(3));
 }
 
@@ -276,7 +218,7 @@ fn pruning_never_covers_a_rank_local_state_with_an_agreed_one() {
             mov64_imm(0, 0),
             exit(),
         ]);
-        rejects(
+        rejects_at(
             &format!(
                 "rank-local on the {} edge",
                 if local_on_jump {

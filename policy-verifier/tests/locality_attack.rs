@@ -8,8 +8,6 @@
 //!   why); they assert the refusal, so a change in either direction is noticed.
 //! * `rejected_*` / `accepted_*`: attacks (and near-misses) the rule already handles.
 
-use policy_object::Insn;
-use policy_object::Scope;
 use policy_object::insn::build::{
     alu32_imm, alu64_imm, alu64_reg, atomic, bswap, call, call_local, exit, ja, jmp_imm, jmp_reg,
     jmp32_imm, ld_map, ld_map_value, ldx, mov32_reg, mov64_imm, mov64_reg, movsx64, neg64, st, stx,
@@ -17,91 +15,9 @@ use policy_object::insn::build::{
 use policy_object::insn::{
     ADD, AND, ATOMIC_ADD, ATOMIC_CMPXCHG, B, DIV, DW, FETCH, JEQ, JGT, JLT, JNE, OR, RSH, W,
 };
-use policy_verifier::platform::{MapInfo, hook};
-use policy_verifier::{Limits, verify_insns};
 
-const BSS: i32 = 0; // .bss: writable global data, rank-local
-const RODATA: i32 = 1; // .rodata: config
-const AGREED: i32 = 2; // an agreed array (value 64 bytes)
-const NET: i32 = 3; // a rank-local map (key 4, value 8), e.g. counters the net hooks fill
-const CFG: i32 = 4; // a config map (key 4, value 8)
-const COUNTS: i32 = 5; // a rank-local array (key 4, value 8): every key below 1 has an entry
-
-fn maps() -> Vec<MapInfo> {
-    let m = |name: &str, global: bool, ro: bool, scope, vs: u32| MapInfo {
-        name: name.into(),
-        key_size: 4,
-        value_size: vs,
-        max_entries: 1,
-        read_only: ro,
-        global_data: global,
-        array: global,
-        scope,
-    };
-    vec![
-        m(".bss", true, false, Scope::Local, 64),
-        m(".rodata", true, true, Scope::Config, 64),
-        m("agreed", false, false, Scope::Agreed, 64),
-        m("net_lat", false, false, Scope::Local, 8),
-        m("cfg", false, false, Scope::Config, 8),
-        MapInfo {
-            array: true,
-            ..m("counts", false, false, Scope::Local, 8)
-        },
-    ]
-}
-
-/// `r9 = ctx; r6 = &.bss; r7 = &.rodata`, then `body` (instructions 5.. of the program).
-fn program(body: &[Insn]) -> Vec<Insn> {
-    let mut v = vec![mov64_reg(9, 1)];
-    v.extend(ld_map_value(6, BSS, 0));
-    v.extend(ld_map_value(7, RODATA, 0));
-    v.extend_from_slice(body);
-    v
-}
-
-/// `fp-4 = 0; r0 = bpf_map_lookup_elem(&net_lat, &fp-4)`: instructions 5..=10 after the
-/// prelude, the result (rank-local: its presence is this rank's own) in r0.
-fn lookup_net() -> Vec<Insn> {
-    let mut v = vec![st(W, 10, -4, 0)]; // 5
-    v.extend(ld_map(1, NET)); // 6, 7
-    v.push(mov64_reg(2, 10)); // 8
-    v.push(alu64_imm(ADD, 2, -4)); // 9
-    v.push(call(1)); // 10
-    v
-}
-
-fn verdict(section: &str, insns: &[Insn]) -> Result<(), (String, usize, String)> {
-    let h = hook(section).unwrap();
-    verify_insns(insns, h, &maps(), Limits::default())
-        .map(|_| ())
-        .map_err(|e| (e.kind().to_string(), e.insn, e.to_string()))
-}
-
-#[track_caller]
-fn rejects_in(section: &str, name: &str, insns: &[Insn], kind: &str) {
-    match verdict(section, insns) {
-        Err((k, _, text)) => {
-            if std::env::var_os("SHOW_REJECTIONS").is_some() {
-                eprintln!("{name}: {text}\n");
-            }
-            assert!(k == kind, "{name}: want {kind}, got {k}:\n{text}")
-        }
-        Ok(()) => panic!("{name}: ACCEPTED, want {kind}"),
-    }
-}
-
-#[track_caller]
-fn rejects(name: &str, insns: &[Insn], kind: &str) {
-    rejects_in("tuner", name, insns, kind)
-}
-
-#[track_caller]
-fn accepts(name: &str, insns: &[Insn]) {
-    if let Err((_, _, text)) = verdict("tuner", insns) {
-        panic!("{name}: rejected:\n{text}");
-    }
-}
+mod locality_common;
+use locality_common::*;
 
 // =========================================================================================
 // Holes
