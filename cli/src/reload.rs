@@ -140,15 +140,7 @@ pub fn stage_in(
         .filter(|(_, a)| matches!(a, Ok(r) if r.result.is_ok()))
         .map(|(p, _)| *p)
         .collect();
-    let mut code = answers
-        .iter()
-        .map(|(_, a)| match a {
-            Ok(r) if r.result.is_ok() => ACCEPTED,
-            Ok(_) => REJECTED,
-            Err(_) => FAILED,
-        })
-        .max()
-        .unwrap_or(ACCEPTED);
+    let mut code = exit_code(&answers);
     // All or none: withdraw from those that accepted when another did not.
     let withdrawn = if code != ACCEPTED && !accepted.is_empty() {
         let back = ask_all(dir, &accepted, &Request::Unstage, STATUS_TIMEOUT);
@@ -249,6 +241,20 @@ fn ask_all(
     })
 }
 
+/// The exit status over every process's answer: the worst of accepted (0), rejected (1), not
+/// asked (2).
+fn exit_code(answers: &[(u32, Result<Reply, ClientError>)]) -> u8 {
+    answers
+        .iter()
+        .map(|(_, a)| match a {
+            Ok(r) if r.result.is_ok() => ACCEPTED,
+            Ok(_) => REJECTED,
+            Err(_) => FAILED,
+        })
+        .max()
+        .unwrap_or(ACCEPTED)
+}
+
 /// The processes to ask and the object's absolute path (each process resolves a path from its
 /// own working directory); `None` after saying why on stderr.
 fn targets_and_object(dir: &Path, targets: &Targets, object: &Path) -> Option<(Vec<u32>, PathBuf)> {
@@ -267,15 +273,7 @@ pub fn run_in(dir: &Path, targets: &Targets, object: &Path, json: bool, out: &mu
         return FAILED;
     };
     let answers = ask_all(dir, &pids, &Request::Reload(object.clone()), RELOAD_TIMEOUT);
-    let code = answers
-        .iter()
-        .map(|(_, a)| match a {
-            Ok(r) if r.result.is_ok() => ACCEPTED,
-            Ok(_) => REJECTED,
-            Err(_) => FAILED,
-        })
-        .max()
-        .unwrap_or(ACCEPTED);
+    let code = exit_code(&answers);
     let text = if json {
         reload_json(&object, &answers)
     } else {
@@ -296,15 +294,7 @@ pub fn status_in(dir: &Path, targets: &Targets, json: bool, out: &mut dyn Write)
         }
     };
     let answers = ask_all(dir, &pids, &Request::Status, STATUS_TIMEOUT);
-    let code = answers
-        .iter()
-        .map(|(_, a)| match a {
-            Ok(r) if r.result.is_ok() => ACCEPTED,
-            Ok(_) => REJECTED,
-            Err(_) => FAILED,
-        })
-        .max()
-        .unwrap_or(ACCEPTED);
+    let code = exit_code(&answers);
     let text = if json {
         status_json(&answers)
     } else {
