@@ -513,6 +513,87 @@ fn a_staged_tuner_switches_every_rank_at_the_same_collective() {
     }
 }
 
+/// `ncclbpf` next to this test binary (`<target>/<profile>/ncclbpf`), or `NCCLBPF_CLI`.
+fn cli() -> PathBuf {
+    if let Some(p) = std::env::var_os("NCCLBPF_CLI") {
+        return p.into();
+    }
+    let exe = std::env::current_exe().unwrap();
+    let p = exe.parent().unwrap().parent().unwrap().join("ncclbpf");
+    assert!(
+        p.exists(),
+        "{} missing: build the workspace first",
+        p.display()
+    );
+    p
+}
+
+/// Four ranks of one communicator deciding at four different paces (one every 100, 130, 160 and
+/// 200 µs, so their counts drift apart, by thousands over the test, within the 16 checkpoints
+/// `--compare` can still line up): a program staged at one sequence number takes over at exactly
+/// that collective on all four, and `ncclbpf decisions --compare` finds their digests equal at
+/// their highest common checkpoint past the switch.
+#[test]
+fn four_ranks_at_their_own_pace_switch_at_the_same_collective() {
+    let dir = scratch("skew");
+    let objs = scratch("skew-objects");
+    let three = fixture("tuner_three", &objs);
+    let env = [("NCCL_BPF_POLICY", shipped("src/bad_channels.o"))];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.to_str().unwrap())).collect();
+    let comm = 0x5e3du64.to_string();
+    let ranks: Vec<Server> = ["100", "130", "160", "200"]
+        .iter()
+        .map(|us| Server::start_mode(&["tuner", &comm, us], &dir, &env))
+        .collect();
+    eventually("every rank decides", || {
+        ranks
+            .iter()
+            .all(|r| r.comms().first().is_some_and(|c| c.1 > 50))
+    });
+    let high = ranks.iter().map(|r| r.comms()[0].1).max().unwrap();
+    let at = high + 2000;
+    for r in &ranks {
+        let st = r.ask(Request::Stage {
+            at,
+            path: three.clone(),
+        });
+        assert_eq!(st.result, Ok(()), "{}", st.to_text());
+    }
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while ranks.iter().any(|r| r.comms()[0].1 < at + 300) {
+        assert!(
+            Instant::now() < deadline,
+            "the slowest rank did not pass seq {at}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let pids: Vec<String> = ranks.iter().map(|r| r.pid.to_string()).collect();
+    let out = Command::new(cli())
+        .args(["decisions", "--json", "--compare"])
+        .args(&pids)
+        .env("NCCL_BPF_SHM_DIR", &dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let c = &v["communicators"][0];
+    assert_eq!(c["verdict"], "agree", "{text}");
+    assert!(
+        c["agreed_at"].as_u64().unwrap() >= at,
+        "agreed past the switch: {text}"
+    );
+    for r in ranks {
+        let (_, log) = r.stop();
+        assert_eq!(Server::channels(&log), [(1, 1), (at, 3)], "{log}");
+    }
+}
+
 #[test]
 fn another_uid_is_refused() {
     let dir = scratch("uid");

@@ -4,9 +4,9 @@
 //! harness-serve serve                 init, connect a loopback pair, print "ready <pid>", then
 //!                                     move checked messages until stdin says "stop" (or closes);
 //!                                     print "stopped <messages> <bytes>" and the plugin's log
-//! harness-serve tuner <comm_id>       init (for the control socket), open the tuner (v5) for
+//! harness-serve tuner <comm_id> [us]  init (for the control socket), open the tuner (v5) for
 //!                                     communicator comm_id, print "ready <pid>", then decide
-//!                                     all-reduces of cycling sizes, one every 100 µs, until stdin
+//!                                     all-reduces of cycling sizes, one every `us` µs (100), until stdin
 //!                                     says "stop"; print "stopped <calls>" and "channels S:N ..."
 //!                                     (the decision number S from which the channel count was
 //!                                     N), then the plugin's log
@@ -69,7 +69,7 @@ fn stopper() -> Arc<AtomicBool> {
     stop
 }
 
-fn tuner(comm_id: u64) {
+fn tuner(comm_id: u64, pause_us: u64) {
     let _net = Net::ready(None);
     let t = ncclbpf_harness::Tuner::open_comm(Some(5), comm_id, 4, 2).expect("open the tuner");
     let stop = stopper();
@@ -95,7 +95,7 @@ fn tuner(comm_id: u64) {
         if changes.last().is_none_or(|&(_, n)| n != c.nchannels) {
             changes.push((calls, c.nchannels));
         }
-        std::thread::sleep(std::time::Duration::from_micros(100));
+        std::thread::sleep(std::time::Duration::from_micros(pause_us));
     }
     println!("stopped {calls}");
     let list: Vec<String> = changes.iter().map(|(s, n)| format!("{s}:{n}")).collect();
@@ -133,7 +133,8 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         ["serve"] => serve(),
-        ["tuner", comm] => tuner(comm.parse().expect("comm id")),
+        ["tuner", comm] => tuner(comm.parse().expect("comm id"), 100),
+        ["tuner", comm, us] => tuner(comm.parse().expect("comm id"), us.parse().expect("µs")),
         ["as-uid", uid, socket] => as_uid(uid.parse().expect("uid"), socket),
         _ => {
             eprintln!(
