@@ -7,6 +7,12 @@
 //! control stream is non-blocking and progressed by NCCL's proxy thread inside `isend`, `irecv`
 //! and `test`, so small messages never wait for a thread hand-off.
 //!
+//! The control stream also carries *control frames* between messages ([`Comm::send_frame`],
+//! [`Comm::take_frames`]; [`wire::FRAME_FLAG`]): the plugin's own bytes, for the agreement
+//! between ranks, which never consume a posted receive. A frame is written only between
+//! messages, and read while the receiver progresses its posted receives (a frame waits behind
+//! a message until that message's receive is posted).
+//!
 //! Messages match in posting order. A receive smaller than the incoming message fails the
 //! request with [`NetError::Truncated`] and the connection with it (its byte stream is then out
 //! of step). A peer that closes or dies fails every pending request as soon as its socket
@@ -127,7 +133,20 @@ struct State {
     reported: bool,
     /// The connection's hooks: here, so that every hook call runs under this lock.
     hooks: ConnHooks,
+    /// Control frames to send (header included), oldest first; `frame_cursor` bytes of the
+    /// first are written.
+    frames_out: VecDeque<Vec<u8>>,
+    frame_cursor: usize,
+    /// The frame being received (its length once its header is read) and those received.
+    frame_in: Option<(usize, Vec<u8>)>,
+    inbox: VecDeque<Vec<u8>>,
+    /// Frames dropped because the inbox was full.
+    frames_dropped: u64,
 }
+
+/// Received frames kept until [`Comm::take_frames`]; beyond that the oldest are dropped (and
+/// counted).
+pub const MAX_INBOX: usize = 1024;
 
 impl State {
     /// The fifo head's control-stream part (header and inline payload) is complete.
@@ -211,6 +230,11 @@ impl Comm {
                 next_stream: 0,
                 error: None,
                 reported: false,
+                frames_out: VecDeque::new(),
+                frame_cursor: 0,
+                frame_in: None,
+                inbox: VecDeque::new(),
+                frames_dropped: 0,
                 hooks: ConnHooks::on_open(ConnInfo {
                     direction,
                     conn_id,
@@ -453,11 +477,119 @@ impl Comm {
         }
     }
 
+    /// Queues a control frame for the peer (a send comm only) and writes what it can now; the
+    /// rest goes out as the comm progresses, always between messages.
+    pub fn send_frame(&self, payload: &[u8]) -> NetResult<()> {
+        if self.direction != ConnDirection::Send {
+            return Err(NetError::Misuse("control frames go from send comms".into()));
+        }
+        if payload.len() > wire::MAX_FRAME {
+            return Err(NetError::Misuse(format!(
+                "control frame of {} bytes, over the {}-byte limit",
+                payload.len(),
+                wire::MAX_FRAME
+            )));
+        }
+        let mut st = lock(&self.state);
+        if let Some(e) = st.report() {
+            return Err(e);
+        }
+        let mut f = wire::frame_header(payload.len()).to_vec();
+        f.extend_from_slice(payload);
+        st.frames_out.push_back(f);
+        self.progress_send(&mut st);
+        Ok(())
+    }
+
+    /// The control frames received so far (and the count dropped for want of room), oldest
+    /// first; progresses a receive comm first.
+    pub fn take_frames(&self) -> (Vec<Vec<u8>>, u64) {
+        let mut st = lock(&self.state);
+        if self.direction == ConnDirection::Recv {
+            self.progress_recv(&mut st);
+        }
+        let dropped = std::mem::take(&mut st.frames_dropped);
+        (st.inbox.drain(..).collect(), dropped)
+    }
+
+    /// Writes queued frames while no message is half written; `false` if one is still pending
+    /// (the socket is full) or the comm failed.
+    fn send_frames(st: &mut State) -> bool {
+        while st.cursor == 0 {
+            let State {
+                control,
+                frames_out,
+                frame_cursor,
+                error,
+                ..
+            } = &mut *st;
+            let Some(f) = frames_out.front() else {
+                return true;
+            };
+            match control.write(&f[*frame_cursor..]) {
+                Ok(0) => {
+                    *error = Some(NetError::io("send", io::ErrorKind::WriteZero.into()));
+                    return false;
+                }
+                Ok(n) => {
+                    *frame_cursor += n;
+                    if *frame_cursor == f.len() {
+                        frames_out.pop_front();
+                        *frame_cursor = 0;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    *error = Some(NetError::io("send on control stream", e));
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Reads the `len` bytes of the control frame whose header was just read; `true` once it
+    /// is in the inbox (the header is then consumed), `false` if more must come first or the
+    /// comm failed.
+    fn receive_frame(st: &mut State, len: usize) -> bool {
+        let (_, buf) = st
+            .frame_in
+            .get_or_insert_with(|| (len, Vec::with_capacity(len)));
+        while buf.len() < len {
+            let mut chunk = [0u8; 4096];
+            let want = (len - buf.len()).min(chunk.len());
+            match read_some(&mut st.control, &mut chunk[..want]) {
+                Ok(0) => return false,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                Err(e) => {
+                    st.error = Some(e);
+                    return false;
+                }
+            }
+        }
+        let (_, frame) = st.frame_in.take().expect("set above");
+        if st.inbox.len() >= MAX_INBOX {
+            st.inbox.pop_front();
+            st.frames_dropped += 1;
+        }
+        st.inbox.push_back(frame);
+        st.cursor = 0;
+        true
+    }
+
     fn progress_send(&self, st: &mut State) {
         if st.error.is_some() {
             return;
         }
         loop {
+            // Frames go out first, and only between messages (`cursor == 0`); a frame half
+            // written holds the messages behind it.
+            if st.frame_cursor > 0 || (st.cursor == 0 && !st.frames_out.is_empty()) {
+                if !Self::send_frames(st) {
+                    return;
+                }
+            }
             let State {
                 control,
                 reqs,
@@ -523,6 +655,25 @@ impl Comm {
                     Ok(n) => *cursor += n,
                     Err(e) => {
                         *error = Some(e);
+                        return;
+                    }
+                }
+            }
+            if !r.header_done
+                && let Some(len) = wire::frame_len(u64::from_le_bytes(*header))
+            {
+                match len {
+                    Ok(len) => {
+                        if !Self::receive_frame(st, len) {
+                            return;
+                        }
+                        continue;
+                    }
+                    Err(e) => {
+                        st.error = Some(NetError::Broken {
+                            msg: format!("the peer broke the framing: {e}"),
+                            code: NcclResult::REMOTE_ERROR,
+                        });
                         return;
                     }
                 }
@@ -782,6 +933,104 @@ mod tests {
             assert!(Instant::now() < deadline, "request neither done nor failed");
             std::thread::sleep(Duration::from_millis(1));
         }
+    }
+
+    /// Frames sent between messages arrive in order, consume no receive, and leave the
+    /// messages (inline and chunked) intact.
+    #[test]
+    fn control_frames_travel_between_messages() {
+        let (s, r) = pair(0xf2a0_0001, 0xf2a0_0002);
+        let mut small: Vec<u8> = (0..100u8).collect();
+        let mut big: Vec<u8> = (0..BIG).map(|i| (i * 7) as u8).collect();
+        let (mut into_small, mut into_big) = (vec![0u8; 100], vec![0u8; BIG]);
+        s.send_frame(b"first").unwrap();
+        let a = s.isend(buf(&mut small)).unwrap().unwrap();
+        s.send_frame(&[0xab; 3000]).unwrap();
+        let b = s.isend(buf(&mut big)).unwrap().unwrap();
+        s.send_frame(b"").unwrap();
+        s.send_frame(b"last").unwrap();
+        let ra = r.irecv(buf(&mut into_small)).unwrap().unwrap();
+        let rb = r.irecv(buf(&mut into_big)).unwrap().unwrap();
+        assert_eq!(wait(&s, a).unwrap(), 100);
+        assert_eq!(wait(&s, b).unwrap(), BIG);
+        assert_eq!(wait(&r, ra).unwrap(), 100);
+        assert_eq!(wait(&r, rb).unwrap(), BIG);
+        assert!(into_small == small && into_big == big, "messages intact");
+        // The last frames follow the last message: one more receive reads them.
+        let mut tail = vec![0u8; 8];
+        let rt = r.irecv(buf(&mut tail)).unwrap().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut got = vec![];
+        while got.len() < 4 {
+            let (f, dropped) = r.take_frames();
+            assert_eq!(dropped, 0);
+            got.extend(f);
+            assert!(Instant::now() < deadline, "frames missing: {}", got.len());
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(
+            got,
+            [
+                b"first".to_vec(),
+                vec![0xab; 3000],
+                vec![],
+                b"last".to_vec()
+            ]
+        );
+        assert_eq!(
+            r.test(rt.idx as usize).unwrap(),
+            None,
+            "no frame completes a receive"
+        );
+        s.close();
+        r.close();
+    }
+
+    #[test]
+    fn frames_are_bounded_and_go_one_way() {
+        let (s, r) = pair(0xf2a0_0003, 0xf2a0_0004);
+        let e = s.send_frame(&vec![0u8; wire::MAX_FRAME + 1]).unwrap_err();
+        assert!(e.to_string().contains("over the 65536-byte limit"), "{e}");
+        assert!(r.send_frame(b"x").is_err(), "a receive comm sends none");
+        // More frames than the inbox holds: the oldest go, counted.
+        for i in 0..(MAX_INBOX + 5) as u32 {
+            s.send_frame(&i.to_le_bytes()).unwrap();
+        }
+        let mut one = [1u8; 1];
+        let q = s.isend(buf(&mut one)).unwrap().unwrap();
+        let mut into = [0u8; 1];
+        let rq = r.irecv(buf(&mut into)).unwrap().unwrap();
+        assert_eq!(wait(&s, q).unwrap(), 1);
+        assert_eq!(wait(&r, rq).unwrap(), 1);
+        let (f, dropped) = r.take_frames();
+        assert_eq!((f.len(), dropped), (MAX_INBOX, 5));
+        assert_eq!(f[0], 5u32.to_le_bytes(), "the oldest five were dropped");
+        s.close();
+        r.close();
+    }
+
+    /// A frame header no sender of ours writes (over the limit) fails the connection with a
+    /// message, instead of reading 2^63 bytes.
+    #[test]
+    fn a_broken_frame_header_fails_the_connection() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let mut raw = TcpStream::connect(addr).unwrap();
+        let ctl = l.accept().unwrap().0;
+        let shape = Shape {
+            nstreams: 0,
+            inline_bytes: 64 * 1024,
+            min_chunk: 64 * 1024,
+        };
+        let ep = Endpoint { dev: 0, comm_id: 0 };
+        let r = Comm::new(ConnDirection::Recv, 0xf2a0_0005, ep, shape, ctl, vec![]).unwrap();
+        raw.write_all(&(wire::FRAME_FLAG | (wire::MAX_FRAME as u64 + 1)).to_le_bytes())
+            .unwrap();
+        let mut into = [0u8; 16];
+        let rq = r.irecv(buf(&mut into)).unwrap().unwrap();
+        let e = wait(&r, rq).unwrap_err();
+        assert!(e.to_string().contains("broke the framing"), "{e}");
+        r.close();
     }
 
     #[test]

@@ -185,6 +185,37 @@ impl Hello {
 /// Control-stream header before each message: its size in bytes.
 pub const MSG_HEADER_SIZE: usize = 8;
 
+/// A header with this bit set starts a *control frame* instead of a message: the plugin's own
+/// bytes (the rank agreement's records), its length in the low 32 bits, the frame right after
+/// the header on the control stream. Frames never sit inside a message, never consume a posted
+/// receive and are invisible to NCCL. A message is never this large (NCCL's sizes are below
+/// 2^31, `maxP2pBytes`).
+pub const FRAME_FLAG: u64 = 1 << 63;
+
+/// The largest control frame.
+pub const MAX_FRAME: usize = 64 * 1024;
+
+/// The header of a control frame of `len` bytes (at most [`MAX_FRAME`]).
+pub fn frame_header(len: usize) -> [u8; MSG_HEADER_SIZE] {
+    (FRAME_FLAG | len as u64).to_le_bytes()
+}
+
+/// The length of the control frame a header starts: `None` for a message header, `Err` for a
+/// frame header that no sender of ours writes.
+pub fn frame_len(header: u64) -> Option<Result<usize, String>> {
+    if header & FRAME_FLAG == 0 {
+        return None;
+    }
+    let len = header & !FRAME_FLAG;
+    Some(if len as usize <= MAX_FRAME {
+        Ok(len as usize)
+    } else {
+        Err(format!(
+            "control frame header {header:#018x}: {len} bytes, over the {MAX_FRAME}-byte limit"
+        ))
+    })
+}
+
 /// Whether a message of `size` bytes travels whole on the control stream.
 pub fn is_inline(shape: &Shape, size: usize) -> bool {
     shape.nstreams == 0 || size <= shape.inline_bytes as usize
