@@ -585,10 +585,10 @@ impl Comm {
         loop {
             // Frames go out first, and only between messages (`cursor == 0`); a frame half
             // written holds the messages behind it.
-            if st.frame_cursor > 0 || (st.cursor == 0 && !st.frames_out.is_empty()) {
-                if !Self::send_frames(st) {
-                    return;
-                }
+            if (st.frame_cursor > 0 || (st.cursor == 0 && !st.frames_out.is_empty()))
+                && !Self::send_frames(st)
+            {
+                return;
             }
             let State {
                 control,
