@@ -241,6 +241,17 @@ pub fn stage(
                 .filter(|i| !matches!(i, Item::Refused { section, .. } if section == "tuner")),
         );
     }
+    if staged.rules_kept {
+        items.push(Item::Ignored {
+            section: "map".into(),
+            name: ncclbpf_tuner::rules::MAP_NAME.into(),
+            reason:
+                "the staged program shares the running program's rules table as it is: a stage \
+                     does not read the rules file again (that would change the running rules at \
+                     once, not at the stated collective)"
+                    .into(),
+        });
+    }
     for (section, name, reason) in staged.refused {
         items.push(Item::Refused {
             section,

@@ -235,6 +235,10 @@ pub struct Staged {
     pub at: u64,
     /// (section, program, why): `tuner/init` and `tuner/chunk` programs, which are not staged.
     pub refused: Vec<(String, String, String)>,
+    /// Set when the staged program shares the running program's rules table as it is (a
+    /// stage does not read the rules file again: that would change the running program's rules
+    /// at once, on each rank whenever the stage reached it, not at the stated decision).
+    pub rules_kept: bool,
 }
 
 /// Why [`stage_object`] staged nothing.
@@ -331,13 +335,22 @@ pub fn stage_program(
             (p.section.clone(), p.name.clone(), why.to_string())
         })
         .collect();
-    let loaded =
-        crate::policy::load_program(obj, &prog.name, path, registry).map_err(|message| {
-            StageError::Load {
-                name: prog.name.clone(),
-                message,
-            }
-        })?;
+    let table = crate::rules::MAP_NAME;
+    let rules_kept = obj.maps.iter().any(|m| m.name == table)
+        && registry
+            .shared_maps()
+            .iter()
+            .any(|m| m.spec().name == table);
+    let loaded = if rules_kept {
+        policy_runtime::LoadedProgram::load(obj, Some(&prog.name), registry, &Default::default())
+            .map_err(|e| format!("{path}: {e}"))
+    } else {
+        crate::policy::load_program(obj, &prog.name, path, registry)
+    }
+    .map_err(|message| StageError::Load {
+        name: prog.name.clone(),
+        message,
+    })?;
     history
         .stage(at, ProgramSlot::new(loaded), &prog.name, path)
         .map_err(|refusal| StageError::Refused {
@@ -348,6 +361,7 @@ pub fn stage_program(
         name: prog.name.clone(),
         at,
         refused,
+        rules_kept,
     })
 }
 

@@ -329,3 +329,29 @@ fn the_c_struct_is_the_rust_twin() {
         (4, RuleEntry::SIZE, MAX_RULES)
     );
 }
+
+/// A staged rules program shares the running program's table: staging does not read the rules
+/// file again (here there is none, which would have emptied the table), so the running program's
+/// rules do not change before the stated collective, and the staged one starts with them.
+#[test]
+fn a_staged_rules_program_keeps_the_running_table() {
+    let tmp = Tmp::new("stage");
+    let reg = Registry::new(tmp.0.join("shm"));
+    let (_running, map) = load(&built("src/rules.o"), &reg);
+    let file = tmp.0.join("nccl_tuner.conf");
+    std::fs::write(&file, "allreduce,0,-1,ring,simple,4,-1,-1\n").unwrap();
+    assert_eq!(rules::install_file(&map, &file), Ok(1));
+    let before = map.get(&0u32.to_le_bytes()).unwrap();
+    let bytes = std::fs::read(built("src/rules.o")).unwrap();
+    let obj = policy_object::Object::parse(&bytes).unwrap();
+    let history = ncclbpf_tuner::stage::History::new();
+    let staged =
+        ncclbpf_tuner::stage::stage_program(&obj, "rules.o", 1000, &reg, &history).unwrap();
+    assert!(staged.rules_kept);
+    assert_eq!(
+        map.get(&0u32.to_le_bytes()).unwrap(),
+        before,
+        "the table is as it was"
+    );
+    assert_eq!(history.staged().len(), 1);
+}
