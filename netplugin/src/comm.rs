@@ -583,11 +583,9 @@ impl Comm {
             return;
         }
         loop {
-            // Frames go out first, and only between messages (`cursor == 0`); a frame half
-            // written holds the messages behind it.
-            if (st.frame_cursor > 0 || (st.cursor == 0 && !st.frames_out.is_empty()))
-                && !Self::send_frames(st)
-            {
+            // Frames go out first, and only between messages (`send_frames` writes while
+            // `cursor == 0`); a frame half written holds the messages behind it.
+            if !st.frames_out.is_empty() && !Self::send_frames(st) {
                 return;
             }
             let State {

@@ -50,6 +50,22 @@ fn logger() -> DebugLogger {
 pub const VERSIONS: [u32; 6] = [12, 11, 10, 9, 8, 7];
 
 /// Where the library under test is: `$NCCLBPF_PLUGIN`, else the release build, else debug.
+/// The `ncclbpf` command next to the running test binary (`<target>/<profile>/deps/<test>`:
+/// the command is `<target>/<profile>/ncclbpf`), or `NCCLBPF_CLI`.
+pub fn cli_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("NCCLBPF_CLI") {
+        return p.into();
+    }
+    let exe = std::env::current_exe().unwrap();
+    let p = exe.parent().unwrap().parent().unwrap().join("ncclbpf");
+    assert!(
+        p.exists(),
+        "{} missing: build it (cargo build --release -p ncclbpf-cli) or set NCCLBPF_CLI",
+        p.display()
+    );
+    p
+}
+
 pub fn plugin_path() -> PathBuf {
     if let Some(p) = std::env::var_os("NCCLBPF_PLUGIN") {
         return PathBuf::from(p);

@@ -15,18 +15,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 const RANK_BIN: &str = env!("CARGO_BIN_EXE_harness-rank");
 
 fn cli() -> PathBuf {
-    if let Some(p) = std::env::var_os("NCCLBPF_CLI") {
-        return p.into();
-    }
-    // <target>/<profile>/deps/decisions-<hash>: the command is <target>/<profile>/ncclbpf.
-    let exe = std::env::current_exe().unwrap();
-    let p = exe.parent().unwrap().parent().unwrap().join("ncclbpf");
-    assert!(
-        p.exists(),
-        "{} missing: build it (cargo build --release -p ncclbpf-cli) or set NCCLBPF_CLI",
-        p.display()
-    );
-    p
+    ncclbpf_harness::cli_path()
 }
 
 fn size_aware() -> PathBuf {

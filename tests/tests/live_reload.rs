@@ -513,19 +513,8 @@ fn a_staged_tuner_switches_every_rank_at_the_same_collective() {
     }
 }
 
-/// `ncclbpf` next to this test binary (`<target>/<profile>/ncclbpf`), or `NCCLBPF_CLI`.
 fn cli() -> PathBuf {
-    if let Some(p) = std::env::var_os("NCCLBPF_CLI") {
-        return p.into();
-    }
-    let exe = std::env::current_exe().unwrap();
-    let p = exe.parent().unwrap().parent().unwrap().join("ncclbpf");
-    assert!(
-        p.exists(),
-        "{} missing: build the workspace first",
-        p.display()
-    );
-    p
+    ncclbpf_harness::cli_path()
 }
 
 /// Four ranks of one communicator deciding at four different paces (one every 100, 130, 160 and

@@ -39,8 +39,9 @@ pub struct TunerContext {
     /// Shows the context to staged swaps (`crate::stage`) while it lives.
     _watch: Option<Arc<stage::Watch>>,
     counts: Counts,
-    /// What `tuner/chunk` did (getChunkSize), for the summary.
-    chunks: ChunkCounts,
+    /// What the plugin changed or refused of the policies' answers (chunk sizes, channel
+    /// counts), for the summary.
+    adjusted: Adjustments,
     /// Whether per-decision TRACE lines are wanted (read once per process).
     trace: bool,
 }
@@ -232,17 +233,18 @@ impl Counts {
     }
 }
 
-/// `getChunkSize` outcomes: changed, refused (a value under the protocol's grain; the first is
-/// logged at once), kept.
+/// What the plugin did with answers it does not pass on as given: `getChunkSize` outcomes
+/// (changed; refused, a value under the protocol's grain, the first logged at once) and channel
+/// counts kept from NCCL (see [`decide::channels_allowed`]).
 #[derive(Default)]
-struct ChunkCounts {
+struct Adjustments {
     changed: AtomicU64,
     refused: AtomicU64,
     /// Channel counts not handed to NCCL (see [`decide::channels_allowed`]).
     channels_refused: AtomicU64,
 }
 
-impl ChunkCounts {
+impl Adjustments {
     #[cold]
     fn channels_refused(&self, n: u32, algo: Option<i32>) {
         if self.channels_refused.fetch_add(1, Ordering::Relaxed) == 0 {
@@ -351,7 +353,7 @@ impl TunerContext {
             sequence,
             _watch: watch,
             counts: Counts::new(),
-            chunks: ChunkCounts::default(),
+            adjusted: Adjustments::default(),
             trace: trace_decisions(),
         }
     }
@@ -495,7 +497,7 @@ impl TunerContext {
             } else {
                 parts.join(", ")
             },
-            self.chunks.summary().unwrap_or_default()
+            self.adjusted.summary().unwrap_or_default()
         )
     }
 }
@@ -656,7 +658,7 @@ fn set_channels(
     if n > 1 {
         let algo = algo();
         if !decide::channels_allowed(n, algo, c.nnodes) {
-            c.chunks.channels_refused(n, algo);
+            c.adjusted.channels_refused(n, algo);
             return;
         }
     }
@@ -815,7 +817,7 @@ unsafe extern "C" fn get_chunk_size(
         // SAFETY: NCCL passes its chunk size, in/out, valid for the call (checked non-null).
         let chunk = unsafe { &mut *chunk_size };
         let outcome = chunk::run_chunk(prog, &q, chunk);
-        c.chunks.note(&outcome);
+        c.adjusted.note(&outcome);
     });
     NcclResult::SUCCESS
 }
@@ -1111,7 +1113,7 @@ mod tests {
             assert_eq!(r, NcclResult::SUCCESS);
             // SAFETY: made above, used no more.
             let c = unsafe { Box::from_raw(ctx) };
-            let refused = c.chunks.channels_refused.load(Ordering::Relaxed);
+            let refused = c.adjusted.channels_refused.load(Ordering::Relaxed);
             assert_eq!(refused, u64::from(n == 0), "{}", c.summary());
             n
         };
