@@ -1,0 +1,201 @@
+//! The records a process holds, by communicator and epoch, each once.
+//!
+//! Records are flooded (every rank forwards what it has not seen on every connection it has),
+//! so the same record arrives several times; the board keeps the first and tells the caller
+//! whether it was new, which is what decides whether it is forwarded. Memory is bounded: a
+//! communicator keeps [`EPOCHS_KEPT`] epochs, an epoch at most [`MAX_ORIGINS`] records, the
+//! board at most [`MAX_COMMS`] communicators (the least recently touched goes first). Records
+//! of epochs below a communicator's floor (already combined and dropped) are refused as stale
+//! and never forwarded again, so a record cannot circle the ranks for ever.
+
+use crate::record::Record;
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+
+/// Epochs a communicator keeps.
+pub const EPOCHS_KEPT: usize = 64;
+/// Records an epoch keeps (ranks of one communicator).
+pub const MAX_ORIGINS: usize = 65_536;
+/// Communicators the board keeps.
+pub const MAX_COMMS: usize = 1024;
+/// Epochs kept below the newest combined one (late copies of them are then recognised as
+/// duplicates rather than new).
+const KEEP_BELOW_DONE: u64 = 8;
+
+/// What became of a record offered to the board.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Insert {
+    /// First seen: kept (and to be forwarded).
+    New,
+    /// Already held.
+    Duplicate,
+    /// Its epoch is gone (combined and dropped), or the epoch is full.
+    Stale,
+}
+
+#[derive(Default)]
+struct CommBoard {
+    epochs: BTreeMap<u64, Epoch>,
+    /// Epochs below are gone.
+    floor: u64,
+    touched: u64,
+}
+
+#[derive(Default)]
+struct Epoch {
+    records: BTreeMap<u64, Record>,
+    /// When a record of ours (posted here) entered, and when the epoch first held as many
+    /// records as the communicator has ranks.
+    posted: Option<Instant>,
+    complete: Option<Instant>,
+}
+
+#[derive(Default)]
+pub struct Board {
+    comms: HashMap<u64, CommBoard>,
+    clock: u64,
+}
+
+impl Board {
+    /// Offers `r`; `own` if it was made in this process (its time starts the latency clock).
+    pub fn insert(&mut self, r: Record, own: bool) -> Insert {
+        self.clock += 1;
+        let clock = self.clock;
+        if !self.comms.contains_key(&r.comm_id) && self.comms.len() >= MAX_COMMS {
+            let oldest = self
+                .comms
+                .iter()
+                .min_by_key(|(_, c)| c.touched)
+                .map(|(k, _)| *k);
+            if let Some(k) = oldest {
+                self.comms.remove(&k);
+            }
+        }
+        let c = self.comms.entry(r.comm_id).or_default();
+        c.touched = clock;
+        if r.epoch < c.floor {
+            return Insert::Stale;
+        }
+        if !c.epochs.contains_key(&r.epoch) && c.epochs.len() >= EPOCHS_KEPT {
+            // The oldest epoch goes (and with it every older one).
+            if let Some((&low, _)) = c.epochs.iter().next() {
+                if r.epoch < low {
+                    return Insert::Stale;
+                }
+                c.epochs.remove(&low);
+                c.floor = c.floor.max(low + 1);
+            }
+        }
+        let e = c.epochs.entry(r.epoch).or_default();
+        if e.records.contains_key(&r.origin) {
+            return Insert::Duplicate;
+        }
+        if e.records.len() >= MAX_ORIGINS {
+            return Insert::Stale;
+        }
+        let now = Instant::now();
+        if own && e.posted.is_none() {
+            e.posted = Some(now);
+        }
+        let nranks = r.nranks as usize;
+        e.records.insert(r.origin, r);
+        if e.complete.is_none() && e.records.len() >= nranks {
+            e.complete = Some(now);
+        }
+        Insert::New
+    }
+
+    /// The records of `epoch` of `comm`, by origin.
+    pub fn records(&self, comm: u64, epoch: u64) -> Option<&BTreeMap<u64, Record>> {
+        self.comms
+            .get(&comm)?
+            .epochs
+            .get(&epoch)
+            .map(|e| &e.records)
+    }
+
+    /// Time from this process's record to the epoch's last, once both are known.
+    pub fn latency(&self, comm: u64, epoch: u64) -> Option<std::time::Duration> {
+        let e = self.comms.get(&comm)?.epochs.get(&epoch)?;
+        Some(e.complete?.saturating_duration_since(e.posted?))
+    }
+
+    /// `epoch` of `comm` was combined: epochs well below it can go.
+    pub fn done(&mut self, comm: u64, epoch: u64) {
+        if let Some(c) = self.comms.get_mut(&comm) {
+            let floor = epoch.saturating_sub(KEEP_BELOW_DONE);
+            if floor > c.floor {
+                c.floor = floor;
+                c.epochs = c.epochs.split_off(&floor);
+            }
+        }
+    }
+
+    /// Every record held, oldest epoch first (for a connection that opens late).
+    pub fn all(&self) -> impl Iterator<Item = &Record> {
+        self.comms
+            .values()
+            .flat_map(|c| c.epochs.values().flat_map(|e| e.records.values()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(comm: u64, origin: u64, epoch: u64, nranks: u32) -> Record {
+        Record {
+            comm_id: comm,
+            origin,
+            epoch,
+            nranks,
+            colls: 8,
+            pid: 1,
+            host: "h".into(),
+            config: 0,
+            decisions: 0,
+            duration_ns: 0,
+            bytes: 0,
+            words: vec![],
+        }
+    }
+
+    #[test]
+    fn each_record_is_new_once() {
+        let mut b = Board::default();
+        assert_eq!(b.insert(rec(1, 10, 0, 2), true), Insert::New);
+        assert_eq!(b.insert(rec(1, 10, 0, 2), false), Insert::Duplicate);
+        assert_eq!(b.insert(rec(2, 10, 0, 2), false), Insert::New, "another comm");
+        assert_eq!(b.insert(rec(1, 11, 0, 2), false), Insert::New);
+        assert_eq!(b.records(1, 0).unwrap().len(), 2);
+        assert!(b.latency(1, 0).is_some(), "complete with 2 of 2");
+        assert!(b.latency(2, 0).is_none(), "no record of ours there");
+    }
+
+    #[test]
+    fn combined_epochs_go_and_their_late_copies_are_stale() {
+        let mut b = Board::default();
+        for e in 0..20 {
+            b.insert(rec(1, 10, e, 1), true);
+        }
+        b.done(1, 19);
+        assert!(b.records(1, 5).is_none());
+        assert!(b.records(1, 11).is_some());
+        assert_eq!(b.insert(rec(1, 99, 3, 1), false), Insert::Stale);
+        assert_eq!(b.insert(rec(1, 10, 12, 1), false), Insert::Duplicate);
+    }
+
+    #[test]
+    fn memory_is_bounded_by_epochs_and_communicators() {
+        let mut b = Board::default();
+        for e in 0..(EPOCHS_KEPT as u64 + 10) {
+            b.insert(rec(1, 10, e, 1), false);
+        }
+        assert_eq!(b.comms[&1].epochs.len(), EPOCHS_KEPT);
+        assert_eq!(b.insert(rec(1, 10, 0, 1), false), Insert::Stale);
+        for c in 0..(MAX_COMMS as u64 + 5) {
+            b.insert(rec(100 + c, 1, 0, 1), false);
+        }
+        assert_eq!(b.comms.len(), MAX_COMMS);
+    }
+}

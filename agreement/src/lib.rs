@@ -1,0 +1,445 @@
+//! Rank agreement (issue 9, `docs/agreement.md`): every rank of a communicator ends an epoch
+//! every K collectives, makes a [`Record`] of it, and the records travel to every other rank
+//! over the plugin's own connections; once a rank holds all `nranks` records of an epoch it
+//! [`combine`]s them, the same way on every rank, into the values tuner programs see.
+//!
+//! * [`record`]: a record and its bytes on the wire (a control frame's payload);
+//! * [`board`]: the records a process holds, each once, bounded;
+//! * [`combine`]: the deterministic combination, and the checks that every rank runs the same
+//!   configuration and made the same decisions;
+//! * this module: the process's exchange, between the tuner (which posts its records and waits
+//!   for the others') and the net plugin (which carries them: [`take_outgoing`], [`deliver`],
+//!   [`set_pump`]).
+//!
+//! Records are flooded: a process sends its own records, and every record it receives for the
+//! first time, on every send connection it has (to whichever communicator it belongs), and a
+//! connection that opens late first gets every record held ([`backlog`]). So a record reaches
+//! every rank that the ranks' connections link together, whichever communicator's connections
+//! those are.
+
+pub mod board;
+pub mod combine;
+pub mod record;
+
+pub use board::Insert;
+pub use combine::{Combined, Reduce, Verdict, combine};
+pub use record::{DecodeError, Record};
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+/// The agreement's settings (the same on every rank, or the first agreement says so).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Params {
+    /// Collectives per epoch (K), `NCCL_BPF_AGREEMENT_EPOCH`.
+    pub epoch: u64,
+    /// Epochs between an epoch's end and the collective that sees it (D), `NCCL_BPF_AGREEMENT_DELAY`.
+    pub delay: u64,
+    /// How long a rank waits for the records it needs, `NCCL_BPF_AGREEMENT_TIMEOUT` (seconds).
+    pub timeout: Duration,
+}
+
+pub const EPOCH_ENV: &str = "NCCL_BPF_AGREEMENT_EPOCH";
+pub const DELAY_ENV: &str = "NCCL_BPF_AGREEMENT_DELAY";
+pub const TIMEOUT_ENV: &str = "NCCL_BPF_AGREEMENT_TIMEOUT";
+
+impl Default for Params {
+    fn default() -> Params {
+        Params {
+            epoch: 64,
+            delay: 2,
+            timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+impl Params {
+    /// From the environment; a bad value is an error naming the variable (the caller logs it
+    /// and runs without the agreement).
+    pub fn from_env() -> Result<Params, String> {
+        Params::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Params, String> {
+        let d = Params::default();
+        let num = |k: &str, lo: u64, hi: u64, dflt: u64| -> Result<u64, String> {
+            match get(k) {
+                None => Ok(dflt),
+                Some(v) => match v.trim().parse::<u64>() {
+                    Ok(n) if (lo..=hi).contains(&n) => Ok(n),
+                    _ => Err(format!("{k}={v:?}: expected a whole number from {lo} to {hi}")),
+                },
+            }
+        };
+        Ok(Params {
+            epoch: num(EPOCH_ENV, 1, 1 << 20, d.epoch)?,
+            delay: num(DELAY_ENV, 2, 64, d.delay)?,
+            timeout: Duration::from_secs(num(TIMEOUT_ENV, 1, 86_400, d.timeout.as_secs())?),
+        })
+    }
+
+    /// The first collective at which epoch `e` is seen: `(e + D)·K`.
+    pub fn applies_at(&self, e: u64) -> u64 {
+        (e + self.delay).saturating_mul(self.epoch)
+    }
+}
+
+/// What became of a frame from the wire.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Delivered {
+    /// A record seen for the first time: kept, and queued to be forwarded.
+    New,
+    /// Already held (or of an epoch already combined): dropped.
+    Old,
+    /// Not a record (another kind of control frame).
+    NotARecord,
+    /// A record that does not decode.
+    Bad(DecodeError),
+}
+
+/// Counters of the exchange, for the summary line and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub posted: u64,
+    pub received_new: u64,
+    pub received_old: u64,
+    pub bad: u64,
+    pub frames_sent: u64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub combined: u64,
+    /// Latency from this process's record to the epoch's last: the largest, and the sum
+    /// (over `timed`).
+    pub latency_max_us: u64,
+    pub latency_sum_us: u64,
+    pub timed: u64,
+}
+
+struct Exchange {
+    board: Mutex<board::Board>,
+    /// Signalled when the board gains a record.
+    arrived: Condvar,
+    outbox: Mutex<VecDeque<Arc<[u8]>>>,
+    /// Signalled when the outbox gains a frame.
+    queued: Condvar,
+    users: AtomicUsize,
+    pump: OnceLock<fn()>,
+    stats: Mutex<Stats>,
+}
+
+fn exchange() -> &'static Exchange {
+    static X: OnceLock<Exchange> = OnceLock::new();
+    X.get_or_init(|| Exchange {
+        board: Mutex::new(board::Board::default()),
+        arrived: Condvar::new(),
+        outbox: Mutex::new(VecDeque::new()),
+        queued: Condvar::new(),
+        users: AtomicUsize::new(0),
+        pump: OnceLock::new(),
+        stats: Mutex::new(Stats::default()),
+    })
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Frames waiting in the outbox at most (beyond, the oldest go: a process with no connection
+/// for a long time must not grow without bound; a connection that opens later gets the
+/// board's records through [`backlog`] anyway).
+const MAX_OUTBOX: usize = 4096;
+
+fn enqueue(x: &Exchange, frame: Arc<[u8]>) {
+    let mut q = lock(&x.outbox);
+    if q.len() >= MAX_OUTBOX {
+        q.pop_front();
+    }
+    q.push_back(frame);
+    drop(q);
+    x.queued.notify_all();
+}
+
+/// A user of the exchange (a tuner context running the agreement) while it lives: the net
+/// plugin moves frames only while there is one ([`active`]).
+pub struct User(());
+
+impl Drop for User {
+    fn drop(&mut self) {
+        exchange().users.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+pub fn join() -> User {
+    exchange().users.fetch_add(1, Ordering::AcqRel);
+    User(())
+}
+
+/// Whether any tuner context of this process runs the agreement.
+pub fn active() -> bool {
+    exchange().users.load(Ordering::Acquire) > 0
+}
+
+/// The net plugin's function that moves frames now (writes queued ones, reads arrived ones),
+/// called by a rank that waits for records, so that it does not depend on another thread's
+/// timing alone. Set once.
+pub fn set_pump(f: fn()) {
+    let _ = exchange().pump.set(f);
+}
+
+/// Posts this rank's record: onto the board, and out to every connection.
+pub fn post(r: &Record) {
+    let x = exchange();
+    let frame: Arc<[u8]> = r.encode().into();
+    lock(&x.board).insert(r.clone(), true);
+    lock(&x.stats).posted += 1;
+    x.arrived.notify_all();
+    enqueue(x, frame);
+}
+
+/// A frame from the wire.
+pub fn deliver(frame: &[u8]) -> Delivered {
+    let x = exchange();
+    let r = match Record::decode(frame) {
+        Ok(r) => r,
+        Err(DecodeError::NotARecord) => return Delivered::NotARecord,
+        Err(e) => {
+            lock(&x.stats).bad += 1;
+            return Delivered::Bad(e);
+        }
+    };
+    let got = lock(&x.board).insert(r, false);
+    {
+        let mut s = lock(&x.stats);
+        s.bytes_received += frame.len() as u64;
+        if got == Insert::New {
+            s.received_new += 1;
+        } else {
+            s.received_old += 1;
+        }
+    }
+    if got != Insert::New {
+        return Delivered::Old;
+    }
+    x.arrived.notify_all();
+    enqueue(x, frame.into());
+    Delivered::New
+}
+
+/// The frames to send on every send connection, oldest first (taken: each is handed out once).
+pub fn take_outgoing() -> Vec<Arc<[u8]>> {
+    lock(&exchange().outbox).drain(..).collect()
+}
+
+/// Waits up to `timeout` for frames to send (the net plugin's thread parks here).
+pub fn wait_outgoing(timeout: Duration) -> Vec<Arc<[u8]>> {
+    let x = exchange();
+    let q = lock(&x.outbox);
+    let (mut q, _) = x
+        .queued
+        .wait_timeout_while(q, timeout, |q| q.is_empty())
+        .unwrap_or_else(|e| e.into_inner());
+    q.drain(..).collect()
+}
+
+/// Every record held, as frames, for a connection that opens after they were sent.
+pub fn backlog() -> Vec<Arc<[u8]>> {
+    lock(&exchange().board)
+        .all()
+        .map(|r| Arc::from(r.encode()))
+        .collect()
+}
+
+/// Counts `n` bytes of `frames` frames written to the wire.
+pub fn note_sent(frames: u64, bytes: u64) {
+    let mut s = lock(&exchange().stats);
+    s.frames_sent += frames;
+    s.bytes_sent += bytes;
+}
+
+pub fn stats() -> Stats {
+    *lock(&exchange().stats)
+}
+
+/// Why a wait ended without the records.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Missing {
+    pub comm_id: u64,
+    pub epoch: u64,
+    pub nranks: u32,
+    /// Makers (`host:pid`) of the records that did arrive.
+    pub have: Vec<String>,
+    pub waited: Duration,
+}
+
+impl std::fmt::Display for Missing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "comm {:#018x}: after {:.1} s, {} of {} records of epoch {} (from {}); the others' \
+             ranks are stuck or gone, or no ncclbpf connection links them to this one",
+            self.comm_id,
+            self.waited.as_secs_f64(),
+            self.have.len(),
+            self.nranks,
+            self.epoch,
+            if self.have.is_empty() {
+                "none".to_string()
+            } else {
+                self.have.join(", ")
+            }
+        )
+    }
+}
+
+/// Waits (at most `timeout`) until this process holds `nranks` records of `epoch` of `comm`,
+/// and returns them sorted by origin. Moves frames itself while it waits ([`set_pump`]).
+pub fn wait_for(comm: u64, epoch: u64, nranks: u32, timeout: Duration) -> Result<Vec<Record>, Missing> {
+    let x = exchange();
+    let start = Instant::now();
+    let deadline = start + timeout;
+    let mut b = lock(&x.board);
+    loop {
+        if let Some(rs) = b.records(comm, epoch)
+            && rs.len() >= nranks as usize
+        {
+            let out: Vec<Record> = rs.values().cloned().collect();
+            let latency = b.latency(comm, epoch);
+            b.done(comm, epoch);
+            drop(b);
+            let mut s = lock(&x.stats);
+            s.combined += 1;
+            if let Some(l) = latency {
+                let us = l.as_micros() as u64;
+                s.latency_max_us = s.latency_max_us.max(us);
+                s.latency_sum_us += us;
+                s.timed += 1;
+            }
+            return Ok(out);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(Missing {
+                comm_id: comm,
+                epoch,
+                nranks,
+                have: b
+                    .records(comm, epoch)
+                    .map(|rs| rs.values().map(Record::maker).collect())
+                    .unwrap_or_default(),
+                waited: now - start,
+            });
+        }
+        if let Some(pump) = x.pump.get() {
+            drop(b);
+            pump();
+            b = lock(&x.board);
+            if b.records(comm, epoch).is_some_and(|rs| rs.len() >= nranks as usize) {
+                continue;
+            }
+        }
+        let step = (deadline - now).min(Duration::from_micros(200));
+        b = x
+            .arrived
+            .wait_timeout(b, step)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
+    }
+}
+
+/// A random origin for a tuner context (unique in practice: two ranks never share one).
+pub fn new_origin() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(N.fetch_add(1, Ordering::Relaxed));
+    h.write_u32(std::process::id());
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.finish()
+}
+
+/// This host's name, for records (empty if it cannot be read).
+pub fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into the buffer we own.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return String::new();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_have_defaults_and_bounds() {
+        let p = Params::from_lookup(|_| None).unwrap();
+        assert_eq!(p, Params::default());
+        assert_eq!(p.applies_at(0), 128);
+        let p = Params::from_lookup(|k| (k == EPOCH_ENV).then(|| "16".into())).unwrap();
+        assert_eq!((p.epoch, p.applies_at(3)), (16, 80));
+        for (k, v) in [(EPOCH_ENV, "0"), (DELAY_ENV, "1"), (TIMEOUT_ENV, "x"), (EPOCH_ENV, "-4")] {
+            let e = Params::from_lookup(|q| (q == k).then(|| v.into())).unwrap_err();
+            assert!(e.starts_with(k), "{e}");
+        }
+    }
+
+    fn rec(comm: u64, origin: u64, epoch: u64) -> Record {
+        Record {
+            comm_id: comm,
+            origin,
+            epoch,
+            nranks: 2,
+            colls: 4,
+            pid: 1,
+            host: "h".into(),
+            config: 0,
+            decisions: 0,
+            duration_ns: 0,
+            bytes: 0,
+            words: vec![],
+        }
+    }
+
+    #[test]
+    fn a_wait_ends_when_the_last_record_arrives_and_new_records_are_forwarded() {
+        let comm = 0x5151_0001;
+        post(&rec(comm, 1, 0));
+        let out = take_outgoing();
+        assert!(out.iter().any(|f| Record::decode(f).unwrap().comm_id == comm));
+        let other = rec(comm, 2, 0).encode();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            assert_eq!(deliver(&other), Delivered::New);
+            assert_eq!(deliver(&other), Delivered::Old);
+        });
+        let got = wait_for(comm, 0, 2, Duration::from_secs(10)).unwrap();
+        t.join().unwrap();
+        assert_eq!(got.iter().map(|r| r.origin).collect::<Vec<_>>(), [1, 2]);
+        let fwd = take_outgoing();
+        assert!(
+            fwd.iter().any(|f| Record::decode(f).unwrap() == rec(comm, 2, 0)),
+            "the new record is forwarded once"
+        );
+        assert_eq!(deliver(b"something else"), Delivered::NotARecord);
+        assert!(matches!(deliver(b"NBAR\x01\x00"), Delivered::Bad(_)));
+    }
+
+    #[test]
+    fn a_wait_is_bounded_and_says_who_is_missing() {
+        let comm = 0x5151_0002;
+        post(&rec(comm, 1, 3));
+        let m = wait_for(comm, 3, 2, Duration::from_millis(50)).unwrap_err();
+        assert_eq!((m.have.len(), m.nranks, m.epoch), (1, 2, 3));
+        assert!(m.to_string().contains("1 of 2 records of epoch 3 (from h:1)"), "{m}");
+    }
+}
