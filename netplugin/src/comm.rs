@@ -10,8 +10,10 @@
 //! The control stream also carries *control frames* between messages ([`Comm::send_frame`],
 //! [`Comm::take_frames`]; [`wire::FRAME_FLAG`]): the plugin's own bytes, for the agreement
 //! between ranks, which never consume a posted receive. A frame is written only between
-//! messages, and read while the receiver progresses its posted receives (a frame waits behind
-//! a message until that message's receive is posted).
+//! messages, and read between messages whenever the receiver progresses: inside NCCL's
+//! `irecv`/`test`, and from the plugin's own thread while the agreement runs
+//! ([`crate::frames`]), also when no receive is posted (a frame that follows a message whose
+//! receive is not yet posted waits behind it).
 //!
 //! Messages match in posting order. A receive smaller than the incoming message fails the
 //! request with [`NetError::Truncated`] and the connection with it (its byte stream is then out
@@ -249,6 +251,7 @@ impl Comm {
         for s in comm.slots.iter() {
             s.comm.store(ptr, Ordering::Release);
         }
+        crate::frames::register(&comm);
         Ok(comm)
     }
 
@@ -501,6 +504,14 @@ impl Comm {
         Ok(())
     }
 
+    /// Writes the control frames still queued, where the stream is between messages.
+    pub fn flush_frames(&self) {
+        let mut st = lock(&self.state);
+        if self.direction == ConnDirection::Send && !st.frames_out.is_empty() {
+            self.progress_send(&mut st);
+        }
+    }
+
     /// The control frames received so far (and the count dropped for want of room), oldest
     /// first; progresses a receive comm first.
     pub fn take_frames(&self) -> (Vec<Vec<u8>>, u64) {
@@ -631,11 +642,48 @@ impl Comm {
         }
     }
 
+    /// Reads the control frames that arrived while no receive is posted, up to the next
+    /// message's header (which waits, read, for the receive NCCL posts for it).
+    fn idle_frames(st: &mut State) {
+        loop {
+            while st.cursor < MSG_HEADER_SIZE {
+                let at = st.cursor;
+                match read_some(&mut st.control, &mut st.header[at..]) {
+                    Ok(0) => return,
+                    Ok(n) => st.cursor += n,
+                    Err(e) => {
+                        st.error = Some(e);
+                        return;
+                    }
+                }
+            }
+            match wire::frame_len(u64::from_le_bytes(st.header)) {
+                None => return,
+                Some(Ok(len)) => {
+                    if !Self::receive_frame(st, len) {
+                        return;
+                    }
+                }
+                Some(Err(e)) => {
+                    st.error = Some(NetError::Broken {
+                        msg: format!("the peer broke the framing: {e}"),
+                        code: NcclResult::REMOTE_ERROR,
+                    });
+                    return;
+                }
+            }
+        }
+    }
+
     fn progress_recv(&self, st: &mut State) {
         if st.error.is_some() {
             return;
         }
         loop {
+            if st.fifo.is_empty() {
+                Self::idle_frames(st);
+                return;
+            }
             let State {
                 control,
                 reqs,
@@ -736,6 +784,8 @@ impl Drop for Comm {
     /// blocked in I/O returns at once), then stop and join the helpers. A comm whose helpers
     /// failed to start has none (`start_workers` joined the ones it had started).
     fn drop(&mut self) {
+        // First out of the frame mover's list (it may be using this comm until then).
+        crate::frames::unregister(self);
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         for s in &st.data {
             let _ = s.shutdown(Shutdown::Both);
@@ -954,9 +1004,7 @@ mod tests {
         assert_eq!(wait(&r, ra).unwrap(), 100);
         assert_eq!(wait(&r, rb).unwrap(), BIG);
         assert!(into_small == small && into_big == big, "messages intact");
-        // The last frames follow the last message: one more receive reads them.
-        let mut tail = vec![0u8; 8];
-        let rt = r.irecv(buf(&mut tail)).unwrap().unwrap();
+        // The last frames follow the last message: read with no receive posted.
         let deadline = Instant::now() + Duration::from_secs(10);
         let mut got = vec![];
         while got.len() < 4 {
@@ -975,11 +1023,30 @@ mod tests {
                 b"last".to_vec()
             ]
         );
-        assert_eq!(
-            r.test(rt.idx as usize).unwrap(),
-            None,
-            "no frame completes a receive"
-        );
+        // A frame, then a message whose receive is not posted yet, then a frame: the first
+        // is read at once, the message waits (its header read) for its receive, and the frame
+        // behind it comes with that message.
+        s.send_frame(b"before").unwrap();
+        let mut late: Vec<u8> = (0..50u8).collect();
+        let c = s.isend(buf(&mut late)).unwrap().unwrap();
+        s.send_frame(b"after").unwrap();
+        assert_eq!(wait(&s, c).unwrap(), 50);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let (f, _) = r.take_frames();
+            if !f.is_empty() {
+                assert_eq!(f, [b"before".to_vec()]);
+                break;
+            }
+            assert!(Instant::now() < deadline, "frame before the message missing");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let mut into_late = vec![0u8; 64];
+        let rc = r.irecv(buf(&mut into_late)).unwrap().unwrap();
+        assert_eq!(wait(&r, rc).unwrap(), 50);
+        assert_eq!(&into_late[..50], &late[..]);
+        let (f, _) = r.take_frames();
+        assert_eq!(f, [b"after".to_vec()], "no frame completes a receive");
         s.close();
         r.close();
     }

@@ -8,6 +8,7 @@
 //! * [`setup`]: non-blocking `listen`/`connect`/`accept`;
 //! * [`comm`]: the data path, `isend`/`irecv`/`test`, helper threads;
 //! * [`hooks`]: where each operation is observed (per-connection counters, BPF hooks);
+//! * [`frames`]: the agreement's records between ranks, over the connections' control streams;
 //! * [`control`]: the control socket (`status`, live `reload` of the net programs);
 //! * [`wire`]: what goes over the wire (handle, hello, message header, chunking);
 //! * [`config`]: `NCCL_BPF_*` settings.
@@ -23,6 +24,7 @@ pub mod control;
 pub mod devices;
 pub mod error;
 pub mod ffi;
+pub mod frames;
 pub mod handshake;
 pub mod hooks;
 pub mod log;
