@@ -90,6 +90,23 @@ fn sources_and_reductions_are_read() {
 }
 
 #[test]
+fn the_header_macros_expand_to_sources() {
+    let o = parse("macros_ok").unwrap();
+    let got = |n: &str| {
+        let m = map(&o, n);
+        (m.scope, m.source, m.reduce)
+    };
+    assert_eq!(got("counts"), (Scope::Local, Some(3), Reduce::Sum));
+    assert_eq!(got("counts_min"), (Scope::Agreed, Some(3), Reduce::Min));
+    assert_eq!(
+        got("state"),
+        (Scope::Agreed, Some(SOURCE_STATE), Reduce::Sum)
+    );
+    assert_eq!(map(&o, "state").max_entries, 32);
+    assert_eq!(o.programs[0].section, "tuner/epoch");
+}
+
+#[test]
 fn shipped_policies_without_sources_are_unchanged() {
     let p = root().join("target/policies/src/size_aware.o");
     let o = Object::parse(&std::fs::read(p).unwrap()).unwrap();
