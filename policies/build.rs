@@ -8,7 +8,7 @@ use std::process::Command;
 
 fn main() {
     let dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("set by cargo"));
-    for watched in ["src", "safe", "unsafe", "include", "build.sh"] {
+    for watched in ["src", "safe", "unsafe", "maps", "include", "build.sh"] {
         println!("cargo:rerun-if-changed={}", dir.join(watched).display());
     }
     let out = dir.join("../target/policies");

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Compiles every policy (src/, safe/, unsafe/) to target/policies/<dir>/<name>.o.
+# Compiles every policy (src/, safe/, unsafe/) and the map-declaration fixtures the loader's tests
+# parse (maps/) to target/policies/<dir>/<name>.o.
 # Installs clang (14) and clang-19 if they are missing.
 #
 # Default outputs, target/policies/<dir>/<name>.o: clang 14, -mcpu=v3 (the cpu version is pinned:
@@ -43,7 +44,7 @@ flags=(-O2 -g -target bpf -Wall -Wno-unused-function -I include)
 needs_v4() { grep -q '^// requires: v4' "$1"; }
 stale() { [ ! -f "$2" ] || [ "$1" -nt "$2" ] || [ include/ncclbpf.h -nt "$2" ] || [ build.sh -nt "$2" ]; }
 out=../target/policies
-for dir in src safe unsafe; do
+for dir in src safe unsafe maps; do
   mkdir -p "$out/$dir"
   for c in "$dir"/*.c; do
     [ -e "$c" ] || continue

@@ -35,9 +35,10 @@ typedef long long __s64;
 #define BPF_MAP_TYPE_PERCPU_ARRAY 6
 
 /* Map scope: who may change a map, and so whether every rank of a communicator holds the same.
- * A tuner program (SEC("tuner"), "tuner/chunk", "tuner/init") must decide the same on every
- * rank, or the job hangs; the verifier rejects one whose decision (a context field it writes)
- * could depend on a rank-local value, directly, through the stack, a lookup key or a branch.
+ * A tuner program (SEC("tuner"), "tuner/chunk", "tuner/init"; "tuner/epoch" for its state)
+ * must decide the same on every rank, or the job hangs; the verifier rejects one whose
+ * decision (a context field it writes) could depend on a rank-local value, directly, through
+ * the stack, a lookup key or a branch.
  *   (default)       rank-local: programs write it (net hooks count into it); per-CPU maps and
  *                   writable globals (.data, .bss) are always rank-local. Tuner programs may
  *                   keep their own counters here, but not decide from them.
@@ -55,6 +56,43 @@ typedef long long __s64;
 #define NCCLBPF_SCOPE_CONFIG 3
 #define NCCLBPF_AGREED __uint(ncclbpf_scope, NCCLBPF_SCOPE_AGREED)
 #define NCCLBPF_CONFIG __uint(ncclbpf_scope, NCCLBPF_SCOPE_CONFIG)
+
+/* Epochs: the closed loop between what ranks observe and what they decide (docs/agreement.md).
+ * At the end of each epoch (K collectives of the communicator, NCCL_BPF_AGREEMENT_EPOCH,
+ * default 64), each rank's record holds, per source map, the *change* of every u64 word over
+ * the epoch (wrapping difference of its contents at the epoch's end and the previous epoch's
+ * end); the agreed map of source N holds, once epoch e is applied (at collective (e+D)*K,
+ * D = NCCL_BPF_AGREEMENT_DELAY, default 2), the reduction over all ranks of those changes for
+ * epoch e; the state map holds the epoch program's state[] after its last run.
+ *   NCCLBPF_EPOCH_SOURCE(n)     on a rank-local ARRAY (not per-CPU, value_size a multiple of
+ *                               8): the map is epoch source n (1..254) of its object; its
+ *                               contents go into the rank's record. Programs count into it
+ *                               as into any rank-local map (a counter that only grows gives
+ *                               its epoch's increment; a value that is only stored gives the
+ *                               difference to the previous epoch's, not the value).
+ *   NCCLBPF_AGREED_FROM(n, op)  on an agreed ARRAY of the same value_size and max_entries as
+ *                               source n of the same object: filled from it, each u64 word
+ *                               reduced over the ranks with op (unsigned; sum wraps). One
+ *                               source may fill several agreed maps (e.g. its sum and max).
+ *   NCCLBPF_AGREED_STATE        on an agreed ARRAY of at most 256 bytes (value_size a multiple
+ *                               of 8): receives the SEC("tuner/epoch") program's state[] after
+ *                               each run, byte for byte (entry k holds bytes k*value_size ..
+ *                               of state[]), so tuner programs can decide from it. At most one
+ *                               per object.
+ * No program writes an agreed map: the tuner/epoch program's state[] reaches the state map
+ * through the runtime. */
+#define NCCLBPF_REDUCE_SUM 1
+#define NCCLBPF_REDUCE_MAX 2
+#define NCCLBPF_REDUCE_MIN 3
+#define NCCLBPF_SOURCE_STATE 255
+#define NCCLBPF_EPOCH_SOURCE(n) __uint(ncclbpf_source, n)
+#define NCCLBPF_AGREED_FROM(n, op)                                                               \
+  __uint(ncclbpf_scope, NCCLBPF_SCOPE_AGREED);                                                  \
+  __uint(ncclbpf_source, n);                                                                    \
+  __uint(ncclbpf_reduce, op)
+#define NCCLBPF_AGREED_STATE                                                                     \
+  __uint(ncclbpf_scope, NCCLBPF_SCOPE_AGREED);                                                  \
+  __uint(ncclbpf_source, NCCLBPF_SOURCE_STATE)
 
 /* map_update_elem flags. */
 #define BPF_ANY 0
@@ -134,6 +172,28 @@ struct ncclbpf_tuner_init_ctx {
   __u64 per_ch_max_tree_ll128_bws[NCCLBPF_NUM_COMPCAPS][NCCLBPF_NUM_SCALES];
   __u64 per_ch_max_tree_bws[NCCLBPF_NUM_COMPCAPS][NCCLBPF_NUM_SCALES];
   __u64 per_ch_max_nvls_tree_bws[NCCLBPF_NUM_COMPCAPS][NCCLBPF_NUM_SCALES];
+};
+
+/* SEC("tuner/epoch"): runs once per epoch of a communicator, on every rank alike, right after
+ * the records of epoch `epoch` were combined into the agreed maps (at collective
+ * (epoch+D)*K, before that collective is decided). It reads the agreed maps (and config maps)
+ * and these fields, and updates state[], which the runtime keeps for the communicator and
+ * copies into the object's NCCLBPF_AGREED_STATE map for the tuner programs. Its writes to
+ * state[] must come out the same on every rank: the verifier holds them to the rule of tuner
+ * decisions (no rank-local map, clock or CPU id, directly or through a branch). state[] words
+ * are written whole (8 bytes at a time). */
+#define NCCLBPF_STATE_WORDS 32
+struct ncclbpf_tuner_epoch_ctx {
+  __u64 comm_id;         /* read */
+  __u64 epoch;           /* read: the epoch whose records were just combined */
+  __u32 nranks;          /* read: records combined */
+  __u32 colls;           /* read: collectives per epoch (K) */
+  __u64 duration_max_ns; /* read: the slowest rank's wall time for the epoch (agreed) */
+  __u64 duration_min_ns; /* read: the fastest rank's */
+  __u64 bytes;           /* read: bytes of the epoch's collectives (msg_size summed; the same
+                          * everywhere) */
+  __u64 state[NCCLBPF_STATE_WORDS]; /* read/write: the communicator's agreed state, kept from
+                                     * the last run (zero at first) */
 };
 
 /* SEC("net/connect"), SEC("net/accept"), SEC("net/isend"), SEC("net/irecv"),

@@ -231,6 +231,11 @@ pub struct BtfMapDef {
     pub map_flags: u32,
     /// `ncclbpf_scope` (`NCCLBPF_AGREED`, `NCCLBPF_CONFIG`), if declared.
     pub scope: Option<u32>,
+    /// `ncclbpf_source` (`NCCLBPF_EPOCH_SOURCE(n)`, `NCCLBPF_AGREED_FROM(n, op)`,
+    /// `NCCLBPF_AGREED_STATE`), if declared.
+    pub source: Option<u32>,
+    /// `ncclbpf_reduce` (`NCCLBPF_REDUCE_*`), if declared.
+    pub reduce: Option<u32>,
 }
 
 /// Reads the map definitions of the `.maps` DATASEC: (variable name, definition).
@@ -275,6 +280,8 @@ pub fn map_defs(btf: &Btf) -> Result<Vec<(String, BtfMapDef)>, String> {
                 "max_entries" => def.max_entries = uint()?,
                 "map_flags" => def.map_flags = uint()?,
                 "ncclbpf_scope" => def.scope = Some(uint()?),
+                "ncclbpf_source" => def.source = Some(uint()?),
+                "ncclbpf_reduce" => def.reduce = Some(uint()?),
                 "key_size" => def.key_size = uint()?,
                 "value_size" => def.value_size = uint()?,
                 "key" => def.key_size = size()?,

@@ -1,6 +1,7 @@
 //! Parsing a policy object: programs by section, maps, relocations, BPF-to-BPF call linking.
 
 use crate::btf::{self, Btf};
+use crate::epoch::{self, Reduce};
 use crate::insn::{self, Insn};
 use object::elf;
 use object::read::elf::{ElfFile64, FileHeader, SectionHeader};
@@ -180,6 +181,14 @@ pub struct MapDef {
     pub read_only: bool,
     /// Who changes its contents ([`Scope::Config`] for `.rodata`).
     pub scope: Scope,
+    /// `ncclbpf_source` ([`crate::epoch`]): on a rank-local array, the epoch source number
+    /// (1..=254) whose contents go into the rank's epoch record; on an agreed array, the source
+    /// it is filled from (1..=254), or [`SOURCE_STATE`](crate::epoch::SOURCE_STATE) for the map that receives the epoch
+    /// program's state. `None` for every other map (global data included).
+    pub source: Option<u32>,
+    /// How an agreed map filled from a source combines the ranks' words ([`Reduce::Sum`]
+    /// unless declared; meaningless without a source).
+    pub reduce: Reduce,
 }
 
 /// A C source line for an instruction.
@@ -321,6 +330,9 @@ impl Object {
                         "too large (value_size ≤ 64 KiB, key_size ≤ 512, ≤ 1 GiB in all)",
                     ));
                 }
+                let (source, reduce) =
+                    epoch::attributes(kind, scope, d.value_size, d.max_entries, d.source, d.reduce)
+                        .map_err(|r| bad(&r))?;
                 map_by_name.insert(name.clone(), maps.len());
                 maps.push(MapDef {
                     name,
@@ -332,8 +344,11 @@ impl Object {
                     initial: None,
                     read_only: false,
                     scope,
+                    source,
+                    reduce,
                 });
             }
+            epoch::check_links(&maps)?;
         } else if file.section_by_name(".maps").is_some() {
             return Err(ObjectError::BadBtf(
                 "the object has .maps but no .BTF section: build with -g".into(),
@@ -374,6 +389,8 @@ impl Object {
                 } else {
                     Scope::Local
                 },
+                source: None,
+                reduce: Reduce::Sum,
             });
         }
 

@@ -82,6 +82,44 @@ impl Default for TunerInitCtx {
     }
 }
 
+/// Words of the `tuner/epoch` state vector.
+pub const EPOCH_STATE_WORDS: usize = 32;
+
+/// `struct ncclbpf_tuner_epoch_ctx` (`tuner/epoch`): what the agreement combined for one epoch
+/// of a communicator, and the communicator's agreed state, which the program updates.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TunerEpochCtx {
+    pub comm_id: u64,
+    /// The epoch whose records were just combined.
+    pub epoch: u64,
+    /// Records combined.
+    pub nranks: u32,
+    /// Collectives per epoch (K).
+    pub colls: u32,
+    /// The slowest rank's wall time for the epoch.
+    pub duration_max_ns: u64,
+    /// The fastest rank's.
+    pub duration_min_ns: u64,
+    /// Bytes of the epoch's collectives (`msg_size` summed).
+    pub bytes: u64,
+    /// The communicator's agreed state, kept from the last run (zero at first); the program
+    /// reads and writes it.
+    pub state: [u64; EPOCH_STATE_WORDS],
+}
+
+impl TunerEpochCtx {
+    /// `state` as bytes, in memory order: what the object's state map
+    /// (`NCCLBPF_AGREED_STATE`) holds, entry `k` at bytes `k * value_size ..`.
+    pub fn state_bytes(&self) -> [u8; EPOCH_STATE_WORDS * 8] {
+        let mut out = [0u8; EPOCH_STATE_WORDS * 8];
+        for (chunk, w) in out.chunks_exact_mut(8).zip(&self.state) {
+            chunk.copy_from_slice(&w.to_ne_bytes());
+        }
+        out
+    }
+}
+
 /// A context a program can run on.
 pub trait Context {
     /// Which hooks' programs take this context.
@@ -100,6 +138,7 @@ pub enum CtxKind {
     Tuner,
     TunerChunk,
     TunerInit,
+    TunerEpoch,
     Net,
 }
 
@@ -109,6 +148,7 @@ impl CtxKind {
             "tuner" => Some(CtxKind::Tuner),
             "tuner/chunk" => Some(CtxKind::TunerChunk),
             "tuner/init" => Some(CtxKind::TunerInit),
+            "tuner/epoch" => Some(CtxKind::TunerEpoch),
             s if s.starts_with("net/") => Some(CtxKind::Net),
             _ => None,
         }
@@ -133,6 +173,13 @@ impl Context for TunerInitCtx {
     const KIND: CtxKind = CtxKind::TunerInit;
     fn as_mut_ptr(&mut self) -> *mut u8 {
         self as *mut TunerInitCtx as *mut u8
+    }
+}
+
+impl Context for TunerEpochCtx {
+    const KIND: CtxKind = CtxKind::TunerEpoch;
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        self as *mut TunerEpochCtx as *mut u8
     }
 }
 
@@ -234,5 +281,54 @@ mod tests {
         }
         assert_eq!(writable[21].name, "hw_latencies");
         assert_eq!(writable[84].name, "ll_max_bws");
+    }
+
+    #[test]
+    fn the_epoch_context_matches_the_verifier_table() {
+        use policy_verifier::platform::{Field, Perm, TUNER_EPOCH_FIELDS, TUNER_EPOCH_STATE_AT};
+        let h = hook("tuner/epoch").unwrap();
+        assert_eq!(size_of::<TunerEpochCtx>() as u32, h.ctx_size);
+        assert_eq!(size_of::<TunerEpochCtx>(), 304);
+        let header = [
+            ("comm_id", offset_of!(TunerEpochCtx, comm_id), 8),
+            ("epoch", offset_of!(TunerEpochCtx, epoch), 8),
+            ("nranks", offset_of!(TunerEpochCtx, nranks), 4),
+            ("colls", offset_of!(TunerEpochCtx, colls), 4),
+            (
+                "duration_max_ns",
+                offset_of!(TunerEpochCtx, duration_max_ns),
+                8,
+            ),
+            (
+                "duration_min_ns",
+                offset_of!(TunerEpochCtx, duration_min_ns),
+                8,
+            ),
+            ("bytes", offset_of!(TunerEpochCtx, bytes), 8),
+        ];
+        let (ro, rw): (Vec<&Field>, Vec<&Field>) = TUNER_EPOCH_FIELDS
+            .iter()
+            .partition(|f| f.perm == Perm::Read);
+        assert_eq!(ro.len(), header.len());
+        for ((name, off, size), f) in header.iter().zip(&ro) {
+            assert_eq!((*name, *off as u32, *size), (f.name, f.offset, f.size));
+        }
+        assert_eq!(
+            offset_of!(TunerEpochCtx, state) as u32,
+            TUNER_EPOCH_STATE_AT
+        );
+        assert_eq!(rw.len(), EPOCH_STATE_WORDS);
+        for (i, f) in rw.iter().enumerate() {
+            assert_eq!(
+                (f.name, f.offset, f.size),
+                ("state", TUNER_EPOCH_STATE_AT + 8 * i as u32, 8)
+            );
+        }
+        assert_eq!(CtxKind::of("tuner/epoch"), Some(CtxKind::TunerEpoch));
+        assert!(TunerEpochCtx::accepts("tuner/epoch") && !TunerEpochCtx::accepts("tuner"));
+        let mut c = TunerEpochCtx::default();
+        c.state[1] = 0x0102;
+        let b = c.state_bytes();
+        assert_eq!(&b[8..16], &0x0102u64.to_ne_bytes());
     }
 }

@@ -107,6 +107,8 @@ pub struct LoadedProgram {
     pub times: LoadTimes,
     insns: Vec<Insn>,
     maps: Vec<Arc<Map>>,
+    /// The object's definitions of `maps`, index for index.
+    defs: Vec<policy_object::MapDef>,
     exec: Option<ExecBuf>,
     /// Array lookups the JIT computes inline instead of calling the helper.
     inlined_lookups: usize,
@@ -330,6 +332,7 @@ impl Verified<'_> {
             times: LoadTimes { verify, compile },
             insns,
             maps,
+            defs: obj.maps.clone(),
             exec,
             inlined_lookups,
             tag: 0,
@@ -350,6 +353,12 @@ impl LoadedProgram {
     /// The maps the program uses, in the object's order.
     pub fn maps(&self) -> &[Arc<Map>] {
         &self.maps
+    }
+
+    /// The object's definitions of [`maps`](Self::maps), index for index: scope, epoch source
+    /// and reduction of each (what the agreement needs to record, combine and fill them).
+    pub fn map_defs(&self) -> &[policy_object::MapDef] {
+        &self.defs
     }
 
     /// The patched instructions (map references as addresses).

@@ -32,8 +32,8 @@ impl Scope {
     }
 }
 
-/// Whether `section` is the tuner's (`tuner`, `tuner/init`, `tuner/chunk`, …), which the net
-/// side leaves alone.
+/// Whether `section` is the tuner's (`tuner`, `tuner/init`, `tuner/chunk`, `tuner/epoch`, …),
+/// which the net side leaves alone.
 pub fn is_tuner_section(section: &str) -> bool {
     section == "tuner" || section.starts_with("tuner/")
 }
@@ -144,6 +144,8 @@ mod tests {
     fn scopes_pick_sections() {
         assert!(Scope::Net.wants("net/isend") && !Scope::Net.wants("tuner"));
         assert!(Scope::Tuner.wants("tuner") && Scope::Tuner.wants("tuner/init"));
+        assert!(Scope::Tuner.wants("tuner/epoch") && is_tuner_section("tuner/epoch"));
+        assert!(!Scope::Net.wants("tuner/epoch"));
         assert!(!Scope::Tuner.wants("net/close"));
         assert!(Scope::All.wants("net/close") && Scope::All.wants("tuner"));
     }

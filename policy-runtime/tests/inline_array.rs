@@ -32,6 +32,8 @@ fn array(name: &str, kind: MapKind, value_size: u32, max_entries: u32) -> MapDef
         initial: None,
         read_only: false,
         scope: policy_object::Scope::Local,
+        source: None,
+        reduce: policy_object::Reduce::Sum,
     }
 }
 

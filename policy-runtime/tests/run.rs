@@ -4,7 +4,7 @@
 
 mod common;
 use common::*;
-use policy_runtime::{LoadOptions, LoadedProgram, NetCtx, Tier, TunerCtx};
+use policy_runtime::{LoadOptions, LoadedProgram, NetCtx, Tier, TunerCtx, TunerEpochCtx};
 
 fn opts(tier: Tier) -> LoadOptions {
     LoadOptions {
@@ -42,6 +42,27 @@ fn tuner_ctx(r: &mut Rng) -> TunerCtx {
         nchannels: 0,
         reserved: 0,
     }
+}
+
+fn epoch_ctx(r: &mut Rng) -> TunerEpochCtx {
+    let mut c = TunerEpochCtx {
+        comm_id: r.next(),
+        epoch: r.next() % 1000,
+        nranks: (r.next() % 130) as u32,
+        colls: (r.next() % 129) as u32,
+        duration_max_ns: r.size(),
+        duration_min_ns: r.size(),
+        bytes: r.size(),
+        state: [0; 32],
+    };
+    for w in &mut c.state {
+        *w = if r.next().is_multiple_of(4) {
+            r.next()
+        } else {
+            r.next() % 8
+        };
+    }
+    c
 }
 
 fn net_ctx(r: &mut Rng) -> NetCtx {
@@ -85,7 +106,17 @@ fn jit_and_interpreter_agree_on_every_accepted_program() {
                 assert_eq!(jit.tier(), Tier::Jit);
                 let mut r = Rng(0x9e37_79b9 ^ name.len() as u64);
                 for _ in 0..2000 {
-                    if p.section == "tuner" {
+                    if p.section == "tuner/epoch" {
+                        let mut a = epoch_ctx(&mut r);
+                        let mut b = a;
+                        assert_eq!(
+                            jit.run(&mut a),
+                            int.run(&mut b),
+                            "{name}/{}: return value",
+                            p.name
+                        );
+                        assert_eq!(a, b, "{name}/{}: state writes", p.name);
+                    } else if p.section == "tuner" {
                         let mut a = tuner_ctx(&mut r);
                         let mut b = a;
                         assert_eq!(
@@ -207,6 +238,49 @@ fn net_stats_counts_bytes_per_connection() {
         m.get(&42u64.to_le_bytes()).is_none(),
         "on_close deleted the connection"
     );
+}
+
+#[test]
+fn map_defs_follow_maps() {
+    let (_, obj) = object("safe/epoch_state.o");
+    let reg = registry();
+    let p = LoadedProgram::load(&obj, Some("epoch"), &reg, &LoadOptions::default()).unwrap();
+    assert_eq!(p.map_defs(), &obj.maps[..]);
+    assert_eq!(p.maps().len(), p.map_defs().len());
+    for (m, d) in p.maps().iter().zip(p.map_defs()) {
+        if d.initial.is_none() {
+            assert_eq!(m.spec().name, d.name);
+        }
+        assert_eq!(m.spec().value_size, d.value_size);
+    }
+    let d = |n: &str| p.map_defs().iter().find(|d| d.name == n).unwrap();
+    assert_eq!(d("lat").source, Some(1));
+    assert_eq!(
+        (d("lat_max").source, d("lat_max").reduce),
+        (Some(1), policy_object::Reduce::Max)
+    );
+    assert_eq!(d("state").source, Some(policy_object::SOURCE_STATE));
+}
+
+#[test]
+fn an_epoch_program_runs_on_its_context_only() {
+    let (_, obj) = object("safe/epoch_state.o");
+    let reg = registry();
+    for tier in [Tier::Jit, Tier::Interpreter] {
+        let p = LoadedProgram::load(&obj, Some("epoch"), &reg, &opts(tier)).unwrap();
+        let mut c = TunerEpochCtx {
+            colls: 4,
+            duration_max_ns: 4000,
+            ..Default::default()
+        };
+        p.run(&mut c);
+        p.run(&mut c);
+        assert_eq!((c.state[0], c.state[3]), (2, 1000), "{tier:?}");
+        assert_eq!(p.run(&mut TunerCtx::default()), 0);
+        let mut c2 = c;
+        assert!(p.run_checked(&mut c2, 10_000).is_ok());
+        assert_eq!(c2.state[0], 3);
+    }
 }
 
 #[test]

@@ -231,6 +231,34 @@ const fn tuner_init_fields() -> [Field; 7 + TUNER_INIT_ENTRIES] {
     out
 }
 
+/// Words of the `tuner/epoch` state vector (`NCCLBPF_STATE_WORDS`).
+pub const TUNER_EPOCH_STATE_WORDS: u32 = 32;
+/// Where `state[]` starts in the epoch context.
+pub const TUNER_EPOCH_STATE_AT: u32 = 48;
+/// Size of `struct ncclbpf_tuner_epoch_ctx`: a 48-byte header and `state[32]`.
+pub const TUNER_EPOCH_CTX_SIZE: u32 = TUNER_EPOCH_STATE_AT + 8 * TUNER_EPOCH_STATE_WORDS;
+
+/// `struct ncclbpf_tuner_epoch_ctx` (`tuner/epoch`): a read-only header of agreed values, then
+/// every word of `state[]` as its own writable 8-byte field.
+pub const TUNER_EPOCH_FIELDS: &[Field] = &tuner_epoch_fields();
+
+const fn tuner_epoch_fields() -> [Field; 7 + TUNER_EPOCH_STATE_WORDS as usize] {
+    let mut out = [f("", 0, 0, R); 7 + TUNER_EPOCH_STATE_WORDS as usize];
+    out[0] = f("comm_id", 0, 8, R);
+    out[1] = f("epoch", 8, 8, R);
+    out[2] = f("nranks", 16, 4, R);
+    out[3] = f("colls", 20, 4, R);
+    out[4] = f("duration_max_ns", 24, 8, R);
+    out[5] = f("duration_min_ns", 32, 8, R);
+    out[6] = f("bytes", 40, 8, R);
+    let mut k = 0;
+    while k < TUNER_EPOCH_STATE_WORDS {
+        out[7 + k as usize] = f("state", TUNER_EPOCH_STATE_AT + 8 * k, 8, RW);
+        k += 1;
+    }
+    out
+}
+
 const MAP_HELPERS: &[i32] = &[HELPER_MAP_LOOKUP, HELPER_MAP_UPDATE, HELPER_MAP_DELETE];
 const NET_HELPERS: &[i32] = &[
     HELPER_MAP_LOOKUP,
@@ -278,6 +306,15 @@ pub const HOOKS: &[Hook] = &[
         fields: TUNER_INIT_FIELDS,
         helpers: MAP_HELPERS,
         helper_note: "every rank must write the same constants, so clocks and CPU ids are not available",
+        decides: true,
+        local_fields: &[],
+    },
+    Hook {
+        section: "tuner/epoch",
+        ctx_size: TUNER_EPOCH_CTX_SIZE,
+        fields: TUNER_EPOCH_FIELDS,
+        helpers: MAP_HELPERS,
+        helper_note: "the epoch state must come out the same on every rank, so clocks and CPU ids are not available",
         decides: true,
         local_fields: &[],
     },

@@ -55,6 +55,7 @@ const EXPECTED: &[(&str, &str, usize)] = &[
     ("div32_upper_bits", "div_by_zero", 3),   // w3 /= w2, r2 != 0 but w2 may be 0
     ("div_by_zero", "div_by_zero", 2), // division or modulo by R1, which may be zero: test it against 0 first
     ("div_by_zero_imm", "div_by_zero", 1), // division or modulo by the constant 0
+    ("epoch_write_agreed", "map_read_only", 9), // a tuner/epoch program counts into an agreed map
     ("fill_byte_over_bounded", "map_out_of_bounds", 17), // off=0..2040 on a 32-byte value
     ("fill_partial_uninit", "uninit_stack", 2), // u64 fill of fp-8, only fp-8..fp-5 written
     ("fill_uninit_byte", "uninit_stack", 2), // u16 fill of fp-16, only fp-16 written
@@ -101,6 +102,8 @@ const EXPECTED: &[(&str, &str, usize)] = &[
     ("rank_local_chunk", "rank_local", 11),  // tuner/chunk's chunk_size from a net map
     ("rank_local_direct", "rank_local", 11), // nchannels from a map a net hook counts into
     ("rank_local_early_return", "rank_local", 11), // algo after an early return on a net map value
+    ("rank_local_epoch", "rank_local", 10),  // tuner/epoch state from the rank's own epoch source
+    ("rank_local_epoch_branch", "rank_local", 12), // tuner/epoch state under a rank-local branch
     ("rank_local_global", "rank_local", 8),  // nchannels from .bss
     ("rank_local_init", "rank_local", 10),   // tuner/init constant from a net map
     ("rank_local_loop", "rank_local", 17),   // a count from a loop bounded by a net map value

@@ -521,6 +521,8 @@ fn map_infos_of_hostile_definitions_do_not_panic() {
             } else {
                 policy_object::Scope::Local
             },
+            source: None,
+            reduce: policy_object::Reduce::Sum,
         })
         .collect();
     let maps = map_infos(&defs);

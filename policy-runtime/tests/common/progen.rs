@@ -62,6 +62,8 @@ pub fn maps() -> Vec<MapDef> {
             initial: None,
             read_only: false,
             scope: policy_object::Scope::Local,
+            source: None,
+            reduce: policy_object::Reduce::Sum,
         },
         MapDef {
             name: "ghash".into(),
@@ -73,6 +75,8 @@ pub fn maps() -> Vec<MapDef> {
             initial: None,
             read_only: false,
             scope: policy_object::Scope::Local,
+            source: None,
+            reduce: policy_object::Reduce::Sum,
         },
     ]
 }

@@ -42,6 +42,8 @@ pub fn maps() -> Vec<MapDef> {
         initial: None,
         read_only: false,
         scope: policy_object::Scope::Local,
+        source: None,
+        reduce: policy_object::Reduce::Sum,
     };
     let mut ro = m(".rodata", MapKind::Array, 4, VALUE_SIZE[3], 1);
     ro.initial = Some(

@@ -105,6 +105,8 @@ fn maps() -> Vec<MapDef> {
             } else {
                 policy_object::Scope::Local
             },
+            source: None,
+            reduce: policy_object::Reduce::Sum,
             initial,
         };
     vec![

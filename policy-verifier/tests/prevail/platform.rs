@@ -36,6 +36,8 @@ static CTX: EbpfCtxDescriptor = ctx(CTX_SIZE);
 static CHUNK_CTX: EbpfCtxDescriptor = ctx(48);
 /// `sizeof(struct ncclbpf_tuner_init_ctx)`: a 32-byte header and NCCL's 1152 bytes of constants.
 static INIT_CTX: EbpfCtxDescriptor = ctx(32 + 1152);
+/// `sizeof(struct ncclbpf_tuner_epoch_ctx)`: a 48-byte header and `state[32]`.
+static EPOCH_CTX: EbpfCtxDescriptor = ctx(48 + 32 * 8);
 
 /// The hooks ncclbpf.h names, with the helpers each may call (tuner hooks: map helpers only;
 /// net hooks: also clocks and CPU ids) and their context.
@@ -43,6 +45,7 @@ pub const SECTIONS: &[(&str, &[i32], &EbpfCtxDescriptor)] = &[
     ("tuner", &[1, 2, 3], &CTX),
     ("tuner/chunk", &[1, 2, 3], &CHUNK_CTX),
     ("tuner/init", &[1, 2, 3], &INIT_CTX),
+    ("tuner/epoch", &[1, 2, 3], &EPOCH_CTX),
     ("net/connect", NET_HELPERS, &CTX),
     ("net/accept", NET_HELPERS, &CTX),
     ("net/isend", NET_HELPERS, &CTX),

@@ -1,0 +1,6 @@
+// expect: map 'a': filled from epoch source 3, but no rank-local map of this object is source 3
+#include "ncclbpf.h"
+#define ARR(name, value_t, n, extra) struct { __uint(type, BPF_MAP_TYPE_ARRAY); __type(key, __u32); __type(value, value_t); __uint(max_entries, n); extra } name SEC(".maps")
+ARR(l, __u64, 4, __uint(ncclbpf_source, 1););
+ARR(a, __u64, 4, __uint(ncclbpf_scope, 2); __uint(ncclbpf_source, 3););
+SEC("tuner") int prog(struct ncclbpf_tuner_ctx *ctx) { return 0; }

@@ -1,0 +1,6 @@
+// expect: map 'second': epoch source 7 is already map 'first'
+#include "ncclbpf.h"
+#define ARR(name, value_t, n, extra) struct { __uint(type, BPF_MAP_TYPE_ARRAY); __type(key, __u32); __type(value, value_t); __uint(max_entries, n); extra } name SEC(".maps")
+ARR(first, __u64, 4, __uint(ncclbpf_source, 7););
+ARR(second, __u64, 4, __uint(ncclbpf_source, 7););
+SEC("tuner") int prog(struct ncclbpf_tuner_ctx *ctx) { return 0; }
