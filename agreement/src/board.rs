@@ -165,7 +165,11 @@ mod tests {
         let mut b = Board::default();
         assert_eq!(b.insert(rec(1, 10, 0, 2), true), Insert::New);
         assert_eq!(b.insert(rec(1, 10, 0, 2), false), Insert::Duplicate);
-        assert_eq!(b.insert(rec(2, 10, 0, 2), false), Insert::New, "another comm");
+        assert_eq!(
+            b.insert(rec(2, 10, 0, 2), false),
+            Insert::New,
+            "another comm"
+        );
         assert_eq!(b.insert(rec(1, 11, 0, 2), false), Insert::New);
         assert_eq!(b.records(1, 0).unwrap().len(), 2);
         assert!(b.latency(1, 0).is_some(), "complete with 2 of 2");

@@ -47,20 +47,27 @@ pub enum Verdict {
     Differs(String),
 }
 
+/// What a check compares, as text.
+type Key = fn(&Record) -> String;
+
 /// Combines `records` (one per rank, sorted by origin) with `layout[i]` for word `i`.
 pub fn combine(records: &[Record], layout: &[Reduce]) -> Verdict {
     let Some(first) = records.first() else {
         return Verdict::Differs("no records".into());
     };
-    let checks: [(&str, fn(&Record) -> String); 4] = [
-        ("configuration (tuner programs, map shapes, config maps, agreement settings)", |r| {
-            format!("{:#018x}", r.config)
-        }),
-        ("decision digest (their collective sequences or decisions diverged)", |r| {
-            format!("{:#018x}", r.decisions)
-        }),
+    let checks: [(&str, Key); 4] = [
+        (
+            "configuration (tuner programs, map shapes, config maps, agreement settings)",
+            |r| format!("{:#018x}", r.config),
+        ),
+        (
+            "decision digest (their collective sequences or decisions diverged)",
+            |r| format!("{:#018x}", r.decisions),
+        ),
         ("epoch length", |r| r.colls.to_string()),
-        ("record shape (words per record)", |r| r.words.len().to_string()),
+        ("record shape (words per record)", |r| {
+            r.words.len().to_string()
+        }),
     ];
     for (what, key) in checks {
         if let Some(text) = differ(records, what, key) {
@@ -91,7 +98,7 @@ pub fn combine(records: &[Record], layout: &[Reduce]) -> Verdict {
 }
 
 /// `None` if every record has the same `key`; else "… differs: A, B have x; C has y".
-fn differ(records: &[Record], what: &str, key: fn(&Record) -> String) -> Option<String> {
+fn differ(records: &[Record], what: &str, key: Key) -> Option<String> {
     let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for r in records {
         groups.entry(key(r)).or_default().push(r.maker());
@@ -157,7 +164,11 @@ mod tests {
 
     #[test]
     fn a_different_configuration_names_both_sides() {
-        let mut rs = vec![rec(1, 11, vec![], 1), rec(2, 12, vec![], 1), rec(3, 13, vec![], 1)];
+        let mut rs = vec![
+            rec(1, 11, vec![], 1),
+            rec(2, 12, vec![], 1),
+            rec(3, 13, vec![], 1),
+        ];
         rs[2].config = 8;
         let Verdict::Differs(t) = combine(&rs, &[]) else {
             panic!("agreed")
@@ -172,13 +183,19 @@ mod tests {
         let base = || vec![rec(1, 11, vec![1], 1), rec(2, 12, vec![1], 1)];
         let mut rs = base();
         rs[1].decisions = 1;
-        assert!(matches!(combine(&rs, &[Reduce::Sum]), Verdict::Differs(t) if t.starts_with("decision digest")));
+        assert!(
+            matches!(combine(&rs, &[Reduce::Sum]), Verdict::Differs(t) if t.starts_with("decision digest"))
+        );
         let mut rs = base();
         rs[1].colls = 32;
-        assert!(matches!(combine(&rs, &[Reduce::Sum]), Verdict::Differs(t) if t.starts_with("epoch length")));
+        assert!(
+            matches!(combine(&rs, &[Reduce::Sum]), Verdict::Differs(t) if t.starts_with("epoch length"))
+        );
         let mut rs = base();
         rs[1].words.push(2);
-        assert!(matches!(combine(&rs, &[Reduce::Sum]), Verdict::Differs(t) if t.starts_with("record shape")));
+        assert!(
+            matches!(combine(&rs, &[Reduce::Sum]), Verdict::Differs(t) if t.starts_with("record shape"))
+        );
         assert!(matches!(combine(&base(), &[]), Verdict::Differs(t) if t.contains("expect 0")));
     }
 

@@ -69,7 +69,9 @@ impl Params {
                 None => Ok(dflt),
                 Some(v) => match v.trim().parse::<u64>() {
                     Ok(n) if (lo..=hi).contains(&n) => Ok(n),
-                    _ => Err(format!("{k}={v:?}: expected a whole number from {lo} to {hi}")),
+                    _ => Err(format!(
+                        "{k}={v:?}: expected a whole number from {lo} to {hi}"
+                    )),
                 },
             }
         };
@@ -232,6 +234,16 @@ pub fn take_outgoing() -> Vec<Arc<[u8]>> {
     lock(&exchange().outbox).drain(..).collect()
 }
 
+/// Puts frames back at the front of the outbox (a mover that could not send them all now).
+pub fn requeue(frames: Vec<Arc<[u8]>>) {
+    let x = exchange();
+    let mut q = lock(&x.outbox);
+    for f in frames.into_iter().rev() {
+        q.push_front(f);
+    }
+    q.truncate(MAX_OUTBOX);
+}
+
 /// Waits up to `timeout` for frames to send (the net plugin's thread parks here).
 pub fn wait_outgoing(timeout: Duration) -> Vec<Arc<[u8]>> {
     let x = exchange();
@@ -295,7 +307,12 @@ impl std::fmt::Display for Missing {
 
 /// Waits (at most `timeout`) until this process holds `nranks` records of `epoch` of `comm`,
 /// and returns them sorted by origin. Moves frames itself while it waits ([`set_pump`]).
-pub fn wait_for(comm: u64, epoch: u64, nranks: u32, timeout: Duration) -> Result<Vec<Record>, Missing> {
+pub fn wait_for(
+    comm: u64,
+    epoch: u64,
+    nranks: u32,
+    timeout: Duration,
+) -> Result<Vec<Record>, Missing> {
     let x = exchange();
     let start = Instant::now();
     let deadline = start + timeout;
@@ -335,7 +352,9 @@ pub fn wait_for(comm: u64, epoch: u64, nranks: u32, timeout: Duration) -> Result
             drop(b);
             pump();
             b = lock(&x.board);
-            if b.records(comm, epoch).is_some_and(|rs| rs.len() >= nranks as usize) {
+            if b.records(comm, epoch)
+                .is_some_and(|rs| rs.len() >= nranks as usize)
+            {
                 continue;
             }
         }
@@ -387,7 +406,12 @@ mod tests {
         assert_eq!(p.applies_at(0), 128);
         let p = Params::from_lookup(|k| (k == EPOCH_ENV).then(|| "16".into())).unwrap();
         assert_eq!((p.epoch, p.applies_at(3)), (16, 80));
-        for (k, v) in [(EPOCH_ENV, "0"), (DELAY_ENV, "1"), (TIMEOUT_ENV, "x"), (EPOCH_ENV, "-4")] {
+        for (k, v) in [
+            (EPOCH_ENV, "0"),
+            (DELAY_ENV, "1"),
+            (TIMEOUT_ENV, "x"),
+            (EPOCH_ENV, "-4"),
+        ] {
             let e = Params::from_lookup(|q| (q == k).then(|| v.into())).unwrap_err();
             assert!(e.starts_with(k), "{e}");
         }
@@ -415,7 +439,10 @@ mod tests {
         let comm = 0x5151_0001;
         post(&rec(comm, 1, 0));
         let out = take_outgoing();
-        assert!(out.iter().any(|f| Record::decode(f).unwrap().comm_id == comm));
+        assert!(
+            out.iter()
+                .any(|f| Record::decode(f).unwrap().comm_id == comm)
+        );
         let other = rec(comm, 2, 0).encode();
         let t = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(30));
@@ -427,7 +454,8 @@ mod tests {
         assert_eq!(got.iter().map(|r| r.origin).collect::<Vec<_>>(), [1, 2]);
         let fwd = take_outgoing();
         assert!(
-            fwd.iter().any(|f| Record::decode(f).unwrap() == rec(comm, 2, 0)),
+            fwd.iter()
+                .any(|f| Record::decode(f).unwrap() == rec(comm, 2, 0)),
             "the new record is forwarded once"
         );
         assert_eq!(deliver(b"something else"), Delivered::NotARecord);
@@ -440,6 +468,10 @@ mod tests {
         post(&rec(comm, 1, 3));
         let m = wait_for(comm, 3, 2, Duration::from_millis(50)).unwrap_err();
         assert_eq!((m.have.len(), m.nranks, m.epoch), (1, 2, 3));
-        assert!(m.to_string().contains("1 of 2 records of epoch 3 (from h:1)"), "{m}");
+        assert!(
+            m.to_string()
+                .contains("1 of 2 records of epoch 3 (from h:1)"),
+            "{m}"
+        );
     }
 }

@@ -69,7 +69,10 @@ impl fmt::Display for DecodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DecodeError::NotARecord => write!(f, "not an agreement record"),
-            DecodeError::Version(v) => write!(f, "agreement record version {v}, this build reads {VERSION}"),
+            DecodeError::Version(v) => write!(
+                f,
+                "agreement record version {v}, this build reads {VERSION}"
+            ),
             DecodeError::Malformed(why) => write!(f, "malformed agreement record: {why}"),
         }
     }
@@ -215,7 +218,10 @@ mod tests {
         }
         let mut longer = b.clone();
         longer.push(0);
-        assert!(matches!(Record::decode(&longer), Err(DecodeError::Malformed(_))));
+        assert!(matches!(
+            Record::decode(&longer),
+            Err(DecodeError::Malformed(_))
+        ));
     }
 
     #[test]

@@ -2,9 +2,13 @@
 //! in the same `.so` as the net plugin (through `NCCL_TUNER_PLUGIN`, or the net library
 //! fallback of NCCL >= 2.21), and both see the same maps.
 //!
-//! A tuner must never fail a collective: `getCollInfo` always returns success, catches panics,
-//! and leaves NCCL's cost table alone when it has no (usable) answer.
+//! A tuner must not fail a collective: `getCollInfo` returns success, catches panics, and
+//! leaves NCCL's cost table alone when it has no (usable) answer. The one exception is a
+//! context whose agreement with the other ranks timed out (`crate::agree`): guessing could make
+//! this rank choose differently from the others, which hangs the job without a word, so that
+//! context fails its collectives with `ncclInternalError` and a log line instead.
 
+use crate::agree::{self, Agreement};
 use crate::decide::{self, Collective, Decision};
 use crate::policy;
 use crate::sequence::Sequence;
@@ -79,6 +83,13 @@ struct Policy {
     slot: AtomicPtr<ProgramSlot>,
     busy: AtomicBool,
     state: UnsafeCell<Switching>,
+    /// Whether the context runs the agreement: then a second caller waits for `busy` instead
+    /// of deciding outside the sequence (which would skip the agreed view).
+    agreed: bool,
+    /// Set when the agreement failed (a wait timed out): every call fails from then on.
+    failed: AtomicBool,
+    /// The policy needs the agreement and cannot have it: no opinion, ever.
+    mute: bool,
 }
 
 /// What the holder of `busy` keeps.
@@ -86,8 +97,10 @@ struct Switching {
     handle: SlotHandle,
     /// The history's generation when the handle was last placed.
     generation: u64,
-    /// The decision number at which the next staged program takes over (`u64::MAX`: none).
+    /// The decision number at which the next staged program takes over or the next epoch
+    /// ends (`u64::MAX`: none).
     next_switch: u64,
+    agreement: Option<Box<Agreement>>,
 }
 
 // SAFETY: `state` is only reached through `Policy::call`, which holds `busy` (acquired with
@@ -113,17 +126,49 @@ impl Drop for Release<'_> {
 }
 
 impl Policy {
-    fn new(base: &'static ProgramSlot, history: &'static stage::History) -> Policy {
+    fn new(
+        base: &'static ProgramSlot,
+        history: &'static stage::History,
+        agreement: Result<Option<Agreement>, String>,
+    ) -> Policy {
+        let mute = agreement.is_err();
+        let agreement = agreement.ok().flatten().map(Box::new);
         Policy {
             base,
             history,
             slot: AtomicPtr::new(base as *const ProgramSlot as *mut ProgramSlot),
             busy: AtomicBool::new(false),
+            agreed: agreement.is_some() || mute,
+            failed: AtomicBool::new(false),
+            mute,
             state: UnsafeCell::new(Switching {
                 handle: base.handle(),
                 generation: 0,
                 next_switch: 0,
+                agreement,
             }),
+        }
+    }
+
+    /// Takes `busy`, waiting for another caller of this context to let go (contexts that run
+    /// the agreement only).
+    #[cold]
+    fn wait_busy(&self) -> bool {
+        let mut spins = 0u32;
+        loop {
+            if self
+                .busy
+                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return true;
+            }
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
         }
     }
 
@@ -136,6 +181,7 @@ impl Policy {
             .busy
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
+            || (self.agreed && self.wait_busy())
         {
             let release = Release(&self.busy);
             let next = seq.seq().wrapping_add(1);
@@ -144,9 +190,21 @@ impl Policy {
             let s = unsafe { &mut *self.state.get() };
             let g = self.history.generation();
             if g != s.generation || next >= s.next_switch {
-                self.place(s, g, next, comm_id);
+                self.place(s, g, next, comm_id, seq.digest());
             }
-            s.handle.call(ctx);
+            match s.agreement.as_deref_mut() {
+                None if self.mute => {}
+                None => {
+                    s.handle.call(ctx);
+                }
+                Some(a) => {
+                    a.count(ctx.msg_size);
+                    if a.opinion() {
+                        let _view = a.install();
+                        s.handle.call(ctx);
+                    }
+                }
+            }
             Some((release, next))
         } else {
             // SAFETY: `slot` points to a slot that lives as long as the process (see above).
@@ -158,8 +216,21 @@ impl Policy {
 
     /// Puts the handle on the program that makes decision `next`.
     #[cold]
-    fn place(&self, s: &mut Switching, generation: u64, next: u64, comm_id: u64) {
-        let (staged, next_switch) = self.history.program_for(next);
+    fn place(&self, s: &mut Switching, generation: u64, next: u64, comm_id: u64, digest: u64) {
+        let (staged, mut next_switch) = self.history.program_for(next);
+        if let Some(a) = s.agreement.as_deref_mut() {
+            if let agree::Boundary::Note(line) = a.boundary(next, digest) {
+                if a.opinion() {
+                    crate::tlog!(INFO, TUNING, "{line}");
+                } else {
+                    crate::tlog!(WARN, TUNING, "{line}");
+                }
+            }
+            if a.failed() {
+                self.failed.store(true, Ordering::Release);
+            }
+            next_switch = next_switch.min(a.next_boundary(next));
+        }
         let slot = staged.unwrap_or(self.base);
         let now = self.slot.load(Ordering::Relaxed);
         if !std::ptr::eq(now, slot) {
@@ -309,6 +380,7 @@ impl TunerContext {
             policy::slot(),
             Some(Registry::global()),
             &stage::HISTORY,
+            &agree::Setting::from_env(),
         )
     }
 
@@ -321,12 +393,30 @@ impl TunerContext {
         slot: Option<&'static ProgramSlot>,
         registry: Option<&Registry>,
         history: &'static stage::History,
+        setting: &agree::Setting,
     ) -> TunerContext {
-        let policy = slot.map(|s| Policy::new(s, history));
         let (nranks, nnodes) = (
             nranks.min(u32::MAX as usize) as u32,
             nnodes.min(u32::MAX as usize) as u32,
         );
+        let policy = slot.map(|s| {
+            let a = setting.agreement_for(comm_id, nranks, &s.current());
+            match &a {
+                Err(why) => crate::tlog!(WARN, TUNING, "comm {comm_id:#018x}: {why}"),
+                Ok(Some(a)) => crate::tlog!(
+                    INFO,
+                    TUNING,
+                    "comm {comm_id:#018x}: agreement on (epochs of {} collectives, applied {} \
+                     epochs later, configuration digest {:#018x}); no opinion until the first \
+                     agreement",
+                    a.params().epoch,
+                    a.params().delay,
+                    a.config()
+                ),
+                Ok(None) => {}
+            }
+            Policy::new(s, history, a)
+        });
         let (sequence, problem) =
             Sequence::new(registry, comm_id, nranks, nnodes, policy.is_some());
         let sequence = Arc::new(sequence);
@@ -438,6 +528,22 @@ impl TunerContext {
             d.nchannels,
             if d.applied { "applied" } else { "not applied" }
         );
+    }
+
+    /// Whether the agreement failed: every call then returns an error to NCCL.
+    #[inline(always)]
+    pub fn failed(&self) -> bool {
+        self.policy
+            .as_ref()
+            .is_some_and(|p| p.failed.load(Ordering::Relaxed))
+    }
+
+    /// The agreement's summary at finalize (`None` without one).
+    pub fn agreement_summary(&self) -> Option<String> {
+        let p = self.policy.as_ref()?;
+        // SAFETY: finalize runs after NCCL's last call on the context: nobody holds `busy`.
+        let s = unsafe { &*p.state.get() };
+        s.agreement.as_ref().map(|a| a.summary())
     }
 
     /// The sequence of this context's decisions (`seq`, digest, calls outside it).
@@ -678,16 +784,22 @@ unsafe extern "C" fn get_coll_info_v4(
     reg_buff: c_int,
     n_channels: *mut c_int,
 ) -> NcclResult {
+    let mut rc = NcclResult::SUCCESS;
     quiet("getCollInfo", || {
         let Some(c) = context(ctx) else { return };
-        if let Some(d) = c.decide_with(
+        let d = c.decide_with(
             coll,
             n_bytes,
             num_pipe_ops,
             reg_buff,
             passed_channels(n_channels),
             cost_table(table, num_algo, num_proto),
-        ) {
+        );
+        if c.failed() {
+            rc = NcclResult::INTERNAL_ERROR;
+            return;
+        }
+        if let Some(d) = d {
             // The algorithm NCCL will run: its pick from the table as the policy left it.
             if let Some(n) = d.channels() {
                 set_channels(c, n_channels, n, || {
@@ -697,7 +809,7 @@ unsafe extern "C" fn get_coll_info_v4(
             }
         }
     });
-    NcclResult::SUCCESS
+    rc
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -739,16 +851,22 @@ unsafe extern "C" fn get_coll_info_v2(
     protocol: *mut c_int,
     n_channels: *mut c_int,
 ) -> NcclResult {
+    let mut rc = NcclResult::SUCCESS;
     quiet("getCollInfo", || {
         let Some(c) = context(ctx) else { return };
-        let Some(mut d) = c.decide_with(
+        let d = c.decide_with(
             coll,
             n_bytes,
             num_pipe_ops,
             0,
             passed_channels(n_channels),
             None,
-        ) else {
+        );
+        if c.failed() {
+            rc = NcclResult::INTERNAL_ERROR;
+            return;
+        }
+        let Some(mut d) = d else {
             return;
         };
         // The v2 interface takes a full pair only; NCCL then forces that table entry.
@@ -769,7 +887,7 @@ unsafe extern "C" fn get_coll_info_v2(
             set_channels(c, n_channels, n, || d.applied.then_some(d.algo));
         }
     });
-    NcclResult::SUCCESS
+    rc
 }
 
 unsafe extern "C" fn finalize(ctx: Vp) -> NcclResult {
@@ -777,6 +895,9 @@ unsafe extern "C" fn finalize(ctx: Vp) -> NcclResult {
         if let Some(c) = context(ctx) {
             crate::tlog!(INFO, TUNING, "{}", c.summary());
             if let Some(line) = c.sequence_summary() {
+                crate::tlog!(INFO, TUNING, "{line}");
+            }
+            if let Some(line) = c.agreement_summary() {
                 crate::tlog!(INFO, TUNING, "{line}");
             }
             // SAFETY: NCCL finalizes each context once; it came from Box::into_raw.
@@ -940,7 +1061,15 @@ mod tests {
 
     #[test]
     fn summary_keeps_its_format() {
-        let c = TunerContext::with_slot(0xabc, 8, 2, None, None, &stage::HISTORY);
+        let c = TunerContext::with_slot(
+            0xabc,
+            8,
+            2,
+            None,
+            None,
+            &stage::HISTORY,
+            &agree::Setting::OFF,
+        );
         assert_eq!(c.summary(), "comm 0x0000000000000abc: no decisions");
         let mut all = vec![];
         for a in -1..NUM_ALGORITHMS as i32 {
@@ -959,7 +1088,7 @@ mod tests {
         }
         assert_eq!(c.summary(), reference_summary(0xabc, &all));
 
-        let c = TunerContext::with_slot(1, 8, 2, None, None, &stage::HISTORY);
+        let c = TunerContext::with_slot(1, 8, 2, None, None, &stage::HISTORY, &agree::Setting::OFF);
         for x in [d(1, 2, true), d(-1, 0, true), d(1, 2, true)] {
             c.counts.add(&x);
         }
@@ -985,7 +1114,7 @@ mod tests {
 
     #[test]
     fn no_policy_decides_nothing_and_counts_nothing() {
-        let c = TunerContext::with_slot(2, 8, 2, None, None, &stage::HISTORY);
+        let c = TunerContext::with_slot(2, 8, 2, None, None, &stage::HISTORY, &agree::Setting::OFF);
         let mut t = vec![1.0f32; 21];
         assert_eq!(
             c.decide(NcclFunc::ALL_REDUCE, 1 << 20, 1, 0, Some((&mut t, 7, 3))),
@@ -1004,7 +1133,15 @@ mod tests {
         const THREADS: usize = 4;
         const CALLS: usize = 100_000;
         let slot: &'static ProgramSlot = Box::leak(Box::new(ProgramSlot::new(program(1))));
-        let ctx = TunerContext::with_slot(0xc0ffee, 8, 2, Some(slot), None, &stage::HISTORY);
+        let ctx = TunerContext::with_slot(
+            0xc0ffee,
+            8,
+            2,
+            Some(slot),
+            None,
+            &stage::HISTORY,
+            &agree::Setting::OFF,
+        );
         let installed = AtomicU32::new(1);
         let done = AtomicU32::new(0);
         let start = std::sync::Barrier::new(THREADS);
@@ -1091,6 +1228,7 @@ mod tests {
                 Some(slot),
                 None,
                 &stage::HISTORY,
+                &agree::Setting::OFF,
             )));
             let mut table = [10.0f32; 21];
             table[cheapest * 3 + 2] = 1.0;
@@ -1148,7 +1286,8 @@ mod tests {
                 })
                 .collect()
         };
-        let early = TunerContext::with_slot(1, 8, 2, Some(slot), None, history);
+        let early =
+            TunerContext::with_slot(1, 8, 2, Some(slot), None, history, &agree::Setting::OFF);
         assert_eq!(channels(&early, 10), [1; 10]);
         history
             .stage(100, ProgramSlot::new(program(2)), "v2", "/v2.o")
@@ -1163,7 +1302,8 @@ mod tests {
             got[89..].iter().all(|&c| c == 2),
             "decisions 100..160: {got:?}"
         );
-        let late = TunerContext::with_slot(2, 8, 2, Some(slot), None, history);
+        let late =
+            TunerContext::with_slot(2, 8, 2, Some(slot), None, history, &agree::Setting::OFF);
         let got = channels(&late, 120);
         assert!(got[..99].iter().all(|&c| c == 1) && got[99..].iter().all(|&c| c == 2));
         // Too late for a stage at 150 now: the early context is past it.
@@ -1180,7 +1320,15 @@ mod tests {
     #[test]
     fn a_busy_handle_falls_back_to_the_slot() {
         let slot: &'static ProgramSlot = Box::leak(Box::new(ProgramSlot::new(program(1))));
-        let ctx = TunerContext::with_slot(3, 8, 2, Some(slot), None, &stage::HISTORY);
+        let ctx = TunerContext::with_slot(
+            3,
+            8,
+            2,
+            Some(slot),
+            None,
+            &stage::HISTORY,
+            &agree::Setting::OFF,
+        );
         let p = ctx.policy.as_ref().unwrap();
         p.busy.store(true, Ordering::Relaxed);
         slot.install(program(2)).unwrap();

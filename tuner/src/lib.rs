@@ -13,9 +13,12 @@
 //! * [`digest`]: the running digest of a context's decisions, and [`sequence`]: their
 //!   sequence numbers, published in the `ncclbpf_decisions` map for `ncclbpf decisions
 //!   --compare`;
+//! * [`agree`]: the agreement between the ranks of a communicator (epoch records, agreed maps,
+//!   the `tuner/epoch` program), built on `ncclbpf-agreement`;
 //! * [`stage`]: staged tuner swaps, a new program from a stated sequence number of every
 //!   communicator (`ncclbpf reload --at-seq`).
 
+pub mod agree;
 pub mod chunk;
 pub mod constants;
 pub mod decide;

@@ -1,6 +1,6 @@
 //! The tuner programs of this process, loaded once from the objects `NCCL_BPF_POLICY` (or its
 //! alias `NCCL_BPF_TUNER_POLICY`) lists: the `tuner` program (the first, or the one named by
-//! `NCCL_BPF_TUNER_PROGRAM`), and the first `tuner/init` and `tuner/chunk` programs. A program
+//! `NCCL_BPF_TUNER_PROGRAM`), and the first `tuner/init`, `tuner/chunk` and `tuner/epoch` programs. A program
 //! that fails to load or verify is logged with the verifier's message and NCCL keeps its own
 //! choices for that hook.
 
@@ -16,6 +16,7 @@ pub struct TunerPrograms {
     pub tuner: Option<ProgramSlot>,
     pub init: Option<LoadedProgram>,
     pub chunk: Option<LoadedProgram>,
+    pub epoch: Option<LoadedProgram>,
 }
 
 static PROGRAMS: OnceLock<TunerPrograms> = OnceLock::new();
@@ -123,11 +124,11 @@ pub fn load_from(
                         Err(e) => notes.push(Note::Problem(e)),
                     }
                 }
-                "tuner/init" | "tuner/chunk" => {
-                    let slot = if p.section == "tuner/init" {
-                        &mut out.init
-                    } else {
-                        &mut out.chunk
+                "tuner/init" | "tuner/chunk" | "tuner/epoch" => {
+                    let slot = match p.section.as_str() {
+                        "tuner/init" => &mut out.init,
+                        "tuner/chunk" => &mut out.chunk,
+                        _ => &mut out.epoch,
                     };
                     if slot.is_some() {
                         notes.push(Note::Problem(format!(
@@ -204,4 +205,9 @@ pub fn init_program() -> Option<&'static LoadedProgram> {
 /// The `tuner/chunk` program, if one loaded.
 pub fn chunk_program() -> Option<&'static LoadedProgram> {
     programs().chunk.as_ref()
+}
+
+/// The `tuner/epoch` program, if one loaded.
+pub fn epoch_program() -> Option<&'static LoadedProgram> {
+    programs().epoch.as_ref()
 }

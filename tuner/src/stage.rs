@@ -74,6 +74,8 @@ pub enum Refusal {
     TooLate { at: u64, contexts: Vec<(u64, u64)> },
     /// Decision numbers start at 1.
     Zero,
+    /// A context of the process runs the agreement (`crate::agree`).
+    Agreement,
 }
 
 impl std::fmt::Display for Refusal {
@@ -96,6 +98,12 @@ impl std::fmt::Display for Refusal {
                 )
             }
             Refusal::Zero => write!(f, "sequence numbers start at 1"),
+            Refusal::Agreement => write!(
+                f,
+                "a tuner context of this process runs the agreement between ranks: a staged swap \
+                 would have to carry its records' layout and epoch state over, which is not \
+                 supported yet (restart the job with the new policy)"
+            ),
         }
     }
 }
@@ -167,6 +175,9 @@ impl History {
     ) -> Result<(), Refusal> {
         if at == 0 {
             return Err(Refusal::Zero);
+        }
+        if ncclbpf_agreement::active() {
+            return Err(Refusal::Agreement);
         }
         let mut h = lock(&self.entries);
         if let Some(last) = h.last()

@@ -11,6 +11,17 @@
 //!                                                                  ids, <calls> collectives each (call
 //!                                                                  <at> of <bytes> instead), then
 //!                                                                  "ready"; finalize on a stdin line
+//! harness-rank agree <rank> <nranks> <dir> <calls> <bytes> [opt=N]...
+//!                                                                  a rank of a 4-process job (net v11
+//!                                                                  ring + tuner v5, comm 0xa9ee): per
+//!                                                                  collective a tuner decision, then a
+//!                                                                  ring step of <bytes> (16x from half
+//!                                                                  way); opts: ahead=N (decide N ahead
+//!                                                                  of the traffic), slow=US (pause per
+//!                                                                  collective), lat=US (pause before
+//!                                                                  each send), alone=1 (no peers, no
+//!                                                                  traffic), nranks=N (the tuner's);
+//!                                                                  writes dir/decisions.<rank>
 //! harness-rank job <nranks> <version> <size>...                   the demo: a ring all-reduce job of
 //!                                                                  nranks processes, with timings and
 //!                                                                  per-connection totals
@@ -501,6 +512,107 @@ fn main() {
         "chunk" => chunk(),
         "decide" => decide(a(1).parse().unwrap(), a(2), args.get(3)),
         "job" => job(a(1).parse().unwrap(), a(2), &args[3..]),
+        "agree" => agree(
+            a(1).parse().unwrap(),
+            a(2).parse().unwrap(),
+            a(3).into(),
+            a(4).parse().unwrap(),
+            a(5).parse().unwrap(),
+            &args[6..],
+        ),
         m => panic!("unknown mode {m}"),
     }
+}
+
+/// The communicator of `agree` ranks.
+const AGREE_COMM: u64 = 0xa9ee;
+
+/// `agree`: see the header. Prints `failed at call N: …` if a decision returned an error
+/// (then stops), the log, and `rank R ok`.
+fn agree(rank: usize, nranks: usize, dir: PathBuf, calls: usize, bytes: usize, opts: &[String]) {
+    let opt = |k: &str| -> u64 {
+        opts.iter()
+            .find_map(|o| o.strip_prefix(k)?.strip_prefix('=')?.parse().ok())
+            .unwrap_or(0)
+    };
+    let (ahead, slow, lat, alone) = (
+        opt("ahead") as usize,
+        opt("slow"),
+        opt("lat"),
+        opt("alone") == 1,
+    );
+    let mut n = Net::open(Some(11)).expect("open plugin");
+    n.init(AGREE_COMM).expect("init");
+    let ends = (!alone).then(|| {
+        let (s, r) = wire_up(&n, &dir, rank, Some((rank + 1) % nranks), true);
+        (s.unwrap(), r.unwrap())
+    });
+    // alone=1 with nranks=N: a tuner context of an N-rank communicator whose peers never come.
+    let tuner_ranks = match opt("nranks") as usize {
+        0 => nranks,
+        n => n,
+    };
+    let mut t =
+        ncclbpf_harness::Tuner::open_comm(Some(5), AGREE_COMM, tuner_ranks, tuner_ranks).unwrap();
+    let (na, np) = (7, 3);
+    let costs = tune_costs(na, np);
+    let size = |i: usize| if i < calls / 2 { bytes } else { bytes * 16 };
+    let mut out = vec![0u8; bytes * 16];
+    let mut inb = vec![0u8; bytes * 16];
+    let mut decided = 0;
+    let mut lines = String::new();
+    let mut failed = None;
+    'calls: for i in 0..calls {
+        while decided < calls && decided <= i + ahead {
+            match t.coll_info(size(decided), &costs, na, np) {
+                Ok(c) => {
+                    let (a, p) = c.picked(np).map_or((-1, -1), |(a, p)| (a as i32, p as i32));
+                    lines.push_str(&format!("{} {a} {p} {}\n", decided + 1, c.nchannels));
+                }
+                Err(e) => {
+                    failed = Some(format!("failed at call {}: {}", decided + 1, e.name()));
+                    break 'calls;
+                }
+            }
+            decided += 1;
+        }
+        if let Some((s, r)) = ends {
+            let len = size(i);
+            for (k, b) in out[..len].iter_mut().enumerate() {
+                *b = (k + i + rank) as u8;
+            }
+            // SAFETY: both buffers outlive the waits below.
+            let rq = unsafe { n.irecv(r, inb.as_mut_ptr(), len, false) }
+                .unwrap()
+                .unwrap();
+            if lat > 0 {
+                std::thread::sleep(Duration::from_micros(lat));
+            }
+            let sq = unsafe { n.isend(s, out.as_ptr(), len) }.unwrap().unwrap();
+            n.wait(sq, WAIT).unwrap();
+            assert_eq!(n.wait(rq, WAIT).unwrap() as usize, len);
+            let from = (rank + nranks - 1) % nranks;
+            assert!(
+                inb[..len]
+                    .iter()
+                    .enumerate()
+                    .all(|(k, &b)| b == (k + i + from) as u8),
+                "rank {rank}: step {i} corrupted"
+            );
+        }
+        if slow > 0 {
+            std::thread::sleep(Duration::from_micros(slow));
+        }
+    }
+    std::fs::write(dir.join(format!("decisions.{rank}")), &lines).unwrap();
+    if let Some(f) = &failed {
+        println!("{f}");
+    }
+    t.finalize().unwrap();
+    if let Some((s, r)) = ends {
+        n.close_send(s).unwrap();
+        n.close_recv(r).unwrap();
+    }
+    print!("{}", ncclbpf_harness::log_text());
+    println!("rank {rank} ok");
 }

@@ -1,0 +1,636 @@
+//! The agreement, tuner side (design: `docs/agreement.md` §3, §5): what a tuner context does
+//! at the end of each epoch and before each decision.
+//!
+//! A context of a policy that uses agreed data (an agreed map, or a `tuner/epoch` program)
+//! ends an epoch every K decisions (its own sequence numbers, the same on every rank). At the
+//! first decision after epoch b's end it
+//!
+//! 1. posts its record of epoch b: the change of every epoch-source map over the epoch, its
+//!    wall time, the bytes of the epoch's collectives, its configuration digest and its decision
+//!    digest (through [`ncclbpf_agreement`], which the net plugin carries to the other ranks);
+//! 2. if b ≥ D, applies epoch e = b + 1 − D: waits (bounded) until it holds every rank's record
+//!    of e, checks that the ranks agree on configuration and decisions, combines the records
+//!    into its own view of the agreed maps, runs the `tuner/epoch` program on them (which
+//!    updates the communicator's agreed state), and decides from then on with that view.
+//!
+//! Until the first epoch is applied, and for good once the ranks were found to differ, the
+//! context has no opinion: NCCL's own choice, the same everywhere. A wait that reaches
+//! `NCCL_BPF_AGREEMENT_TIMEOUT` fails the collective (an NCCL error with a log line naming the
+//! epoch and who was heard from), and every later one: a guess could differ from what the
+//! other ranks use.
+//!
+//! Agreed maps are process-wide, while each communicator has its own agreed contents: each
+//! context keeps its view and writes it into the maps before its program runs, when another
+//! view (or an older one of its own) is there ([`View`]); programs with agreed maps run one at
+//! a time in the process for that reason.
+
+use ncclbpf_agreement::{self as agreement, Combined, Params, Reduce, Verdict};
+use policy_object::{MapDef, MapKind, Scope};
+use policy_runtime::{LoadedProgram, TunerEpochCtx};
+use shared_maps::Map;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+/// `NCCL_BPF_AGREEMENT`: `auto` (the default: on for policies that use agreed data), `on`
+/// (also for the others: their configuration is then checked at the first agreement), `off`.
+pub const MODE_ENV: &str = "NCCL_BPF_AGREEMENT";
+
+/// Words of the `tuner/epoch` program's state.
+pub const STATE_WORDS: usize = 32;
+/// `ncclbpf_source` of the map that shows the epoch program's state.
+pub const SOURCE_STATE: u32 = 255;
+
+/// What a program's maps mean to the agreement.
+struct Layout {
+    /// Epoch sources, by source id: (id, map, words).
+    sources: Vec<(u32, Arc<Map>, usize)>,
+    /// Agreed maps: the map and where its contents come from.
+    agreed: Vec<(Arc<Map>, Fill)>,
+    /// How each word of a record combines (the consuming agreed map's reduction; sum if none).
+    reduces: Vec<Reduce>,
+}
+
+#[derive(Clone, Copy)]
+enum Fill {
+    /// From the record words `[at, at + n)`.
+    Source { at: usize, n: usize },
+    /// The epoch program's state.
+    State,
+    /// Nothing fills it: zero everywhere.
+    Zero,
+}
+
+fn words_of(m: &Map) -> usize {
+    let s = m.spec();
+    (s.value_size as usize / 8) * s.max_entries as usize
+}
+
+fn reduce_of(d: &MapDef) -> Reduce {
+    match d.reduce {
+        policy_object::Reduce::Sum => Reduce::Sum,
+        policy_object::Reduce::Max => Reduce::Max,
+        policy_object::Reduce::Min => Reduce::Min,
+    }
+}
+
+impl Layout {
+    fn of(prog: &LoadedProgram) -> Result<Layout, String> {
+        let pairs: Vec<(&MapDef, &Arc<Map>)> = prog.map_defs().iter().zip(prog.maps()).collect();
+        let mut sources: Vec<(u32, Arc<Map>, usize)> = pairs
+            .iter()
+            .filter(|(d, _)| d.scope == Scope::Local && d.source.is_some())
+            .map(|(d, m)| (d.source.unwrap_or(0), Arc::clone(m), words_of(m)))
+            .collect();
+        sources.sort_by_key(|s| s.0);
+        let mut at = 0;
+        let mut starts = Vec::new();
+        for (id, _, n) in &sources {
+            starts.push((*id, at, *n));
+            at += n;
+        }
+        let mut reduces = vec![Reduce::Sum; at];
+        let mut agreed = Vec::new();
+        for (d, m) in pairs.iter().filter(|(d, _)| d.scope == Scope::Agreed) {
+            if d.kind != MapKind::Array || d.value_size % 8 != 0 {
+                return Err(format!(
+                    "agreed map '{}' is not an array of 8-byte words",
+                    d.name
+                ));
+            }
+            let fill = match d.source {
+                None => Fill::Zero,
+                Some(SOURCE_STATE) => {
+                    if words_of(m) > STATE_WORDS {
+                        return Err(format!(
+                            "agreed map '{}' shows the epoch state: at most {} words",
+                            d.name, STATE_WORDS
+                        ));
+                    }
+                    Fill::State
+                }
+                Some(id) => {
+                    let Some(&(_, at, n)) = starts.iter().find(|s| s.0 == id) else {
+                        return Err(format!("agreed map '{}': no epoch source {id}", d.name));
+                    };
+                    if n != words_of(m) {
+                        return Err(format!(
+                            "agreed map '{}' has {} words, its source {id} {n}",
+                            d.name,
+                            words_of(m)
+                        ));
+                    }
+                    for r in &mut reduces[at..at + n] {
+                        *r = reduce_of(d);
+                    }
+                    Fill::Source { at, n }
+                }
+            };
+            agreed.push((Arc::clone(m), fill));
+        }
+        Ok(Layout {
+            sources,
+            agreed,
+            reduces,
+        })
+    }
+
+    fn snapshot(&self) -> Vec<u64> {
+        let mut out = Vec::with_capacity(self.reduces.len());
+        for (_, m, _) in &self.sources {
+            for i in 0..m.spec().max_entries {
+                let v = m.get(&i.to_le_bytes()).unwrap_or_default();
+                out.extend(
+                    v.chunks_exact(8)
+                        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))),
+                );
+            }
+        }
+        out
+    }
+}
+
+/// Whether this program needs the agreement (`auto`).
+pub fn uses_agreed(prog: &LoadedProgram, epoch: Option<&LoadedProgram>) -> bool {
+    epoch.is_some() || prog.map_defs().iter().any(|d| d.scope == Scope::Agreed)
+}
+
+/// 64-bit FNV-1a, over bytes every rank computes alike.
+#[derive(Clone, Copy)]
+struct Fnv(u64);
+
+impl Fnv {
+    fn new() -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        for &x in b {
+            self.0 = (self.0 ^ x as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    fn u64(&mut self, v: u64) {
+        self.bytes(&v.to_le_bytes());
+    }
+}
+
+/// The digest of what every rank must run alike: the programs (their instructions, without
+/// the map addresses the loader patched in, which differ per process), their maps' shapes and
+/// roles, the contents of config maps, and the agreement's settings.
+pub fn config_digest(progs: &[&LoadedProgram], params: &Params) -> u64 {
+    let mut h = Fnv::new();
+    h.u64(params.epoch);
+    h.u64(params.delay);
+    for p in progs {
+        h.bytes(p.section.as_bytes());
+        let insns = p.insns();
+        let mut pc = 0;
+        while pc < insns.len() {
+            let i = &insns[pc];
+            h.bytes(&[i.code, i.dst, i.src]);
+            h.bytes(&i.off.to_le_bytes());
+            if i.is_lddw() {
+                pc += 2;
+                continue;
+            }
+            h.bytes(&i.imm.to_le_bytes());
+            pc += 1;
+        }
+        for (d, m) in p.map_defs().iter().zip(p.maps()) {
+            h.bytes(d.name.as_bytes());
+            for v in [
+                d.key_size,
+                d.value_size,
+                d.max_entries,
+                d.source.unwrap_or(0),
+            ] {
+                h.u64(v as u64);
+            }
+            h.bytes(d.scope.name().as_bytes());
+            h.bytes(format!("{:?}", d.reduce).as_bytes());
+            if d.scope == Scope::Config {
+                for (k, vs) in m.entries() {
+                    h.bytes(&k);
+                    for v in vs {
+                        h.bytes(&v);
+                    }
+                }
+            }
+        }
+    }
+    h.0
+}
+
+/// Where the context stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// No epoch applied yet: no opinion.
+    Waiting,
+    /// Deciding from agreed data (the epoch last applied).
+    Agreed(u64),
+    /// The ranks differ (configuration or decisions): no opinion from then on.
+    Differs(String),
+    /// A wait timed out: every decision from then on fails.
+    Failed(String),
+}
+
+/// Serialises programs with agreed maps and remembers whose view the maps hold.
+static VIEW_LOCK: AtomicBool = AtomicBool::new(false);
+static VIEW_OWNER: AtomicU64 = AtomicU64::new(0);
+static VIEW_SERIAL: AtomicU64 = AtomicU64::new(1);
+
+/// Holds [`VIEW_LOCK`] until dropped.
+pub struct ViewGuard(());
+
+impl Drop for ViewGuard {
+    fn drop(&mut self) {
+        VIEW_LOCK.store(false, Ordering::Release);
+    }
+}
+
+fn lock_views() -> ViewGuard {
+    let mut spins = 0u32;
+    while VIEW_LOCK
+        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        spins += 1;
+        if spins < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    ViewGuard(())
+}
+
+/// One context's agreed contents: a value per entry of each agreed map.
+struct View {
+    maps: Vec<Vec<u8>>,
+    /// Unique per (context, version) in the process.
+    key: u64,
+}
+
+/// A tuner context's agreement (owned by the holder of its try-lock).
+pub struct Agreement {
+    params: Params,
+    comm_id: u64,
+    nranks: u32,
+    origin: u64,
+    host: String,
+    config: u64,
+    layout: Layout,
+    epoch_prog: Option<&'static LoadedProgram>,
+    /// Source words at the end of the last epoch.
+    last: Vec<u64>,
+    started: Instant,
+    bytes: u64,
+    /// Epochs whose record was posted.
+    posted: u64,
+    state: [u64; STATE_WORDS],
+    view: View,
+    status: Status,
+    _user: agreement::User,
+}
+
+/// The result of an epoch boundary.
+pub enum Boundary {
+    Nothing,
+    /// The log line to write (a change of status).
+    Note(String),
+}
+
+impl Agreement {
+    /// For a context of `prog` (and `epoch_prog`), or the reason it cannot run.
+    pub fn new(
+        comm_id: u64,
+        nranks: u32,
+        prog: &LoadedProgram,
+        epoch_prog: Option<&'static LoadedProgram>,
+        params: Params,
+    ) -> Result<Agreement, String> {
+        let layout = Layout::of(prog)?;
+        let mut progs = vec![prog];
+        progs.extend(epoch_prog);
+        let config = config_digest(&progs, &params);
+        let view = View {
+            maps: layout
+                .agreed
+                .iter()
+                .map(|(m, _)| {
+                    vec![0u8; m.spec().value_size as usize * m.spec().max_entries as usize]
+                })
+                .collect(),
+            key: VIEW_SERIAL.fetch_add(1, Ordering::Relaxed),
+        };
+        let last = layout.snapshot();
+        Ok(Agreement {
+            params,
+            comm_id,
+            nranks: nranks.max(1),
+            origin: agreement::new_origin(),
+            host: agreement::host_name(),
+            config,
+            layout,
+            epoch_prog,
+            last,
+            started: Instant::now(),
+            bytes: 0,
+            posted: 0,
+            state: [0; STATE_WORDS],
+            view,
+            status: Status::Waiting,
+            _user: agreement::join(),
+        })
+    }
+
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+
+    pub fn status(&self) -> &Status {
+        &self.status
+    }
+
+    pub fn config(&self) -> u64 {
+        self.config
+    }
+
+    /// Whether the policy may decide now (an epoch applied, the ranks alike).
+    #[inline(always)]
+    pub fn opinion(&self) -> bool {
+        matches!(self.status, Status::Agreed(_))
+    }
+
+    #[inline(always)]
+    pub fn failed(&self) -> bool {
+        matches!(self.status, Status::Failed(_))
+    }
+
+    /// Counts a sequenced collective's bytes into the epoch.
+    #[inline(always)]
+    pub fn count(&mut self, bytes: u64) {
+        self.bytes = self.bytes.wrapping_add(bytes);
+    }
+
+    /// The decision number at which the next epoch boundary falls, after `next`.
+    pub fn next_boundary(&self, next: u64) -> u64 {
+        let k = self.params.epoch;
+        // Boundaries are at b·K + 1 (b ≥ 1): the first decision after epoch b − 1.
+        let b = next.saturating_sub(1) / k + 1;
+        b.saturating_mul(k).saturating_add(1)
+    }
+
+    /// Runs what is due before decision `next` (see the module doc); `digest` is the context's
+    /// decision digest so far.
+    pub fn boundary(&mut self, next: u64, digest: u64) -> Boundary {
+        let k = self.params.epoch;
+        if next < 2 || !(next - 1).is_multiple_of(k) {
+            return Boundary::Nothing;
+        }
+        let b = (next - 1) / k; // epochs 0..b are over
+        if b <= self.posted || matches!(self.status, Status::Failed(_)) {
+            return Boundary::Nothing;
+        }
+        self.post(b - 1, digest);
+        self.posted = b;
+        if b < self.params.delay {
+            return Boundary::Nothing;
+        }
+        let e = b - self.params.delay;
+        if matches!(self.status, Status::Differs(_)) {
+            return Boundary::Nothing;
+        }
+        let records = match agreement::wait_for(self.comm_id, e, self.nranks, self.params.timeout) {
+            Ok(r) => r,
+            Err(m) => {
+                let why = format!(
+                    "{m}; this and every later collective of the communicator fails (a guess \
+                     could differ from the other ranks' choice)"
+                );
+                self.status = Status::Failed(why.clone());
+                return Boundary::Note(why);
+            }
+        };
+        match agreement::combine(&records, &self.layout.reduces) {
+            Verdict::Agreed(c) => {
+                let first = self.status == Status::Waiting;
+                self.apply(&c);
+                self.status = Status::Agreed(e);
+                if first {
+                    Boundary::Note(format!(
+                        "comm {:#018x}: first agreement (epoch {e}, {} ranks alike) at seq \
+                         {next}: the policy decides from agreed data from here on",
+                        self.comm_id, c.ranks
+                    ))
+                } else {
+                    Boundary::Nothing
+                }
+            }
+            Verdict::Differs(why) => {
+                let line = format!(
+                    "comm {:#018x}: epoch {e}: {why}; the tuner has no opinion from seq {next} on \
+                     (NCCL's choice, on every rank alike)",
+                    self.comm_id
+                );
+                self.status = Status::Differs(line.clone());
+                Boundary::Note(line)
+            }
+        }
+    }
+
+    fn post(&mut self, epoch: u64, digest: u64) {
+        let now = Instant::now();
+        let snap = self.layout.snapshot();
+        let words = snap
+            .iter()
+            .zip(self.last.iter().chain(std::iter::repeat(&0)))
+            .map(|(n, o)| n.wrapping_sub(*o))
+            .collect();
+        self.last = snap;
+        let r = agreement::Record {
+            comm_id: self.comm_id,
+            origin: self.origin,
+            epoch,
+            nranks: self.nranks,
+            colls: self.params.epoch.min(u32::MAX as u64) as u32,
+            pid: std::process::id(),
+            host: self.host.clone(),
+            config: self.config,
+            decisions: digest,
+            duration_ns: now.saturating_duration_since(self.started).as_nanos() as u64,
+            bytes: self.bytes,
+            words,
+        };
+        self.started = now;
+        self.bytes = 0;
+        agreement::post(&r);
+    }
+
+    /// Fills this context's view from epoch `c`, runs the epoch program on it.
+    fn apply(&mut self, c: &Combined) {
+        for ((m, fill), bytes) in self.layout.agreed.iter().zip(self.view.maps.iter_mut()) {
+            if let Fill::Source { at, n } = *fill {
+                for (dst, w) in bytes.chunks_exact_mut(8).zip(&c.words[at..at + n]) {
+                    dst.copy_from_slice(&w.to_le_bytes());
+                }
+            }
+            let _ = m;
+        }
+        self.view.key = VIEW_SERIAL.fetch_add(1, Ordering::Relaxed);
+        if let Some(p) = self.epoch_prog {
+            let _g = self.install();
+            let mut ctx = TunerEpochCtx {
+                comm_id: self.comm_id,
+                epoch: c.epoch,
+                nranks: c.ranks,
+                colls: self.params.epoch.min(u32::MAX as u64) as u32,
+                duration_max_ns: c.duration_max_ns,
+                duration_min_ns: c.duration_min_ns,
+                bytes: c.bytes,
+                state: self.state,
+            };
+            p.run(&mut ctx);
+            self.state = ctx.state;
+        }
+        for ((_, fill), bytes) in self.layout.agreed.iter().zip(self.view.maps.iter_mut()) {
+            if let Fill::State = fill {
+                for (dst, w) in bytes.chunks_exact_mut(8).zip(&self.state) {
+                    dst.copy_from_slice(&w.to_le_bytes());
+                }
+            }
+        }
+        self.view.key = VIEW_SERIAL.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Takes the process's view lock and puts this context's view into the agreed maps (if
+    /// they hold another); the program runs while the guard lives.
+    #[inline]
+    pub fn install(&self) -> ViewGuard {
+        let g = lock_views();
+        if VIEW_OWNER.load(Ordering::Relaxed) != self.view.key {
+            for ((m, _), bytes) in self.layout.agreed.iter().zip(&self.view.maps) {
+                let vs = m.spec().value_size as usize;
+                for (i, v) in bytes.chunks_exact(vs.max(1)).enumerate() {
+                    let _ = m.update(&(i as u32).to_le_bytes(), v, shared_maps::BPF_ANY);
+                }
+            }
+            VIEW_OWNER.store(self.view.key, Ordering::Relaxed);
+        }
+        g
+    }
+
+    /// The summary at finalize.
+    pub fn summary(&self) -> String {
+        let s = agreement::stats();
+        let status = match &self.status {
+            Status::Waiting => "no epoch applied yet".to_string(),
+            Status::Agreed(e) => format!("deciding from epoch {e}"),
+            Status::Differs(_) => "ranks differ, no opinion".to_string(),
+            Status::Failed(_) => "failed (timeout)".to_string(),
+        };
+        format!(
+            "agreement of comm {:#018x}: {status}; K {} D {}, {} records posted; process: {} \
+             epochs combined, latency {} us mean / {} us max, {} frames ({} B) sent, {} B \
+             received ({} new records, {} repeats)",
+            self.comm_id,
+            self.params.epoch,
+            self.params.delay,
+            self.posted,
+            s.combined,
+            s.latency_sum_us.checked_div(s.timed).unwrap_or(0),
+            s.latency_max_us,
+            s.frames_sent,
+            s.bytes_sent,
+            s.bytes_received,
+            s.received_new,
+            s.received_old
+        )
+    }
+}
+
+/// `NCCL_BPF_AGREEMENT`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Auto,
+    On,
+    Off,
+}
+
+/// How the contexts of this process run the agreement.
+#[derive(Clone, Copy, Debug)]
+pub struct Setting {
+    pub mode: Mode,
+    pub params: Params,
+    /// The `tuner/epoch` program, if one loaded.
+    pub epoch: Option<&'static LoadedProgram>,
+}
+
+impl Setting {
+    pub const OFF: Setting = Setting {
+        mode: Mode::Off,
+        params: Params {
+            epoch: 64,
+            delay: 2,
+            timeout: std::time::Duration::from_secs(60),
+        },
+        epoch: None,
+    };
+
+    /// From the environment, read once per process; a bad value is logged and turns the
+    /// agreement off (policies with agreed maps then have no opinion: they need it).
+    pub fn from_env() -> Setting {
+        static S: std::sync::OnceLock<(Mode, Result<Params, String>)> = std::sync::OnceLock::new();
+        let (mode, params) = S.get_or_init(|| {
+            let mode = match std::env::var(MODE_ENV).ok().as_deref().map(str::trim) {
+                None | Some("") | Some("auto") => Mode::Auto,
+                Some("on") | Some("1") => Mode::On,
+                Some("off") | Some("0") => Mode::Off,
+                Some(v) => {
+                    crate::tlog!(
+                        WARN,
+                        TUNING,
+                        "{MODE_ENV}={v:?}: expected auto, on or off; the agreement is off"
+                    );
+                    Mode::Off
+                }
+            };
+            let params = Params::from_env();
+            if let Err(e) = &params {
+                crate::tlog!(WARN, TUNING, "{e}; the agreement is off");
+            }
+            (mode, params)
+        });
+        match params {
+            Ok(p) => Setting {
+                mode: *mode,
+                params: *p,
+                epoch: crate::policy::epoch_program(),
+            },
+            Err(_) => Setting {
+                epoch: crate::policy::epoch_program(),
+                ..Setting::OFF
+            },
+        }
+    }
+
+    /// The agreement of a context of `prog`, if it runs one: `Ok(None)` when not needed.
+    /// `Err` when the policy needs one and cannot have it (then it has no opinion).
+    pub fn agreement_for(
+        &self,
+        comm_id: u64,
+        nranks: u32,
+        prog: &LoadedProgram,
+    ) -> Result<Option<Agreement>, String> {
+        let needs = uses_agreed(prog, self.epoch);
+        match self.mode {
+            Mode::Off if needs => Err(format!(
+                "policy '{}' decides from agreed data, and the agreement is off ({MODE_ENV}=off \
+                 or a bad NCCL_BPF_AGREEMENT_* setting): it has no opinion",
+                prog.name
+            )),
+            Mode::Off => Ok(None),
+            Mode::Auto if !needs => Ok(None),
+            _ => Agreement::new(comm_id, nranks, prog, self.epoch, self.params).map(Some),
+        }
+    }
+}
