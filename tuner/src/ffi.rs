@@ -384,6 +384,27 @@ impl TunerContext {
         )
     }
 
+    /// A context of `slot`'s program with the agreement `setting` (for tests and tools that
+    /// drive contexts in-process): decisions not published, staged swaps from the process's
+    /// history.
+    pub fn for_programs(
+        comm_id: u64,
+        nranks: usize,
+        nnodes: usize,
+        slot: &'static ProgramSlot,
+        setting: &agree::Setting,
+    ) -> TunerContext {
+        TunerContext::with_slot(
+            comm_id,
+            nranks,
+            nnodes,
+            Some(slot),
+            None,
+            &stage::HISTORY,
+            setting,
+        )
+    }
+
     /// A context running the programs of `slot` (none: NCCL keeps its choices), its decisions'
     /// record published in `registry` (none: kept to itself).
     fn with_slot(
