@@ -196,6 +196,20 @@ struct ncclbpf_tuner_epoch_ctx {
                                      * the last run (zero at first) */
 };
 
+/* state[] is read and written at constant indices (the verifier takes context fields at
+ * constant offsets only). A program that indexes its state by a computed value (a bucket, a
+ * candidate) copies it to the stack, works there, and copies it back. */
+static __always_inline void ncclbpf_state_load(const struct ncclbpf_tuner_epoch_ctx *ctx,
+                                               __u64 *s) {
+#pragma clang loop unroll(full)
+  for (int i = 0; i < NCCLBPF_STATE_WORDS; i++) s[i] = ctx->state[i];
+}
+static __always_inline void ncclbpf_state_store(struct ncclbpf_tuner_epoch_ctx *ctx,
+                                                const __u64 *s) {
+#pragma clang loop unroll(full)
+  for (int i = 0; i < NCCLBPF_STATE_WORDS; i++) ctx->state[i] = s[i];
+}
+
 /* SEC("net/connect"), SEC("net/accept"), SEC("net/isend"), SEC("net/irecv"),
  * SEC("net/complete"), SEC("net/close"): called around every net operation; read-only. */
 struct ncclbpf_net_ctx {

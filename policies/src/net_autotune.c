@@ -1,0 +1,322 @@
+/* Online tuning, per size class of a communicator: try NCCL's own choice and a few fixed
+ * algorithm/protocol/channel candidates one after another, measure each, keep the fastest, and
+ * try again when the kept one slows down (contention, a changed network).
+ *
+ * Size classes: clamp((floor(log2(msg_size)) - 10) / 2, 0, 7), i.e. 0 below 4 KiB, k in
+ * [4^k KiB, 4^(k+1) KiB) for k = 1..6, 7 from 16 MiB.
+ *
+ * What is measured is an epoch (K collectives, NCCL_BPF_AGREEMENT_EPOCH): the SEC("tuner/epoch")
+ * program learns only from an epoch in which one class had at least 90% of the collectives (the
+ * dominant class), from t = the slowest rank's wall time for the epoch / K. The candidate that
+ * epoch ran is read from the agreed calls (every call adds its candidate + 1), not from the
+ * state: decisions during an epoch use the state of D epochs before (NCCL_BPF_AGREEMENT_DELAY).
+ * Per class:
+ *   exploring  each candidate in turn for two epochs that ran it: the first is discarded (the
+ *              network settles on the new choice), the second measured; after the last one the
+ *              class settles on the fastest (ties: the earlier, so NCCL's own choice, candidate
+ *              0, wins them). The policy never settles on something slower than NCCL's choice
+ *              measured the same way.
+ *   settled    t of the kept candidate is tracked (EWMA 7/8, the reference); t above 5/4 of the
+ *              reference in two measured epochs in a row starts a new exploration.
+ * Every decision depends on agreed values only (the state, the config table, msg_size), so
+ * every rank decides the same; the verifier checks it.
+ *
+ * Candidates (autotune_candidates, NCCLBPF_CONFIG, changed by staged updates): slot 0 is always
+ * NCCL's choice (its entry is ignored); slot i (1..7) with valid 0 is the built-in candidate
+ * below, valid 1 the entry itself, any other valid removes the slot. Built in: NCCL's choice,
+ * Ring/Simple, Ring/LL, Ring/LL128, Tree/Simple, Tree/LL, Tree/LL128, Ring/Simple on 2 channels.
+ *
+ * State (autotune_state, NCCLBPF_AGREED_STATE: state[4*c .. 4*c+3] for class c):
+ *   [0] apply     the candidate the tuner program applies (0: NCCL's choice, no opinion)
+ *   [1] ctl       phase (bits 0-7: 0 new, 1 exploring, 2 settled), candidate being explored
+ *                 (8-15), epochs it ran (16-23), best so far (24-31), drift count (32-39),
+ *                 explorations started (40-47, saturating)
+ *   [2] time_ns   exploring: the best candidate's t; settled: the reference
+ *   [3] net_bytes the agreed net bytes (all ranks' completions, sent and received) of the last
+ *                 epoch measured for the class, for observers */
+#include "ncclbpf.h"
+
+#define AUTOTUNE_CLASSES 8
+#define AUTOTUNE_CANDIDATES 8
+#define AUTOTUNE_NEW 0
+#define AUTOTUNE_EXPLORING 1
+#define AUTOTUNE_SETTLED 2
+#define AUTOTUNE_NEVER (~0ull)
+
+struct autotune_candidate {
+  __s32 algo;      /* NCCL_ALGO_* or -1 */
+  __s32 proto;     /* NCCL_PROTO_* or -1 */
+  __u32 nchannels; /* 0 keeps NCCL's */
+  __u32 valid;     /* 0: the built-in candidate of the slot; 1: this entry; other: no candidate */
+};
+
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __type(key, __u32);
+  __type(value, struct autotune_candidate);
+  __uint(max_entries, AUTOTUNE_CANDIDATES);
+  NCCLBPF_CONFIG;
+} autotune_candidates SEC(".maps");
+
+static const volatile struct autotune_candidate autotune_builtin[AUTOTUNE_CANDIDATES] = {
+    {NCCL_ALGO_UNDEF, NCCL_PROTO_UNDEF, 0, 1}, {NCCL_ALGO_RING, NCCL_PROTO_SIMPLE, 0, 1},
+    {NCCL_ALGO_RING, NCCL_PROTO_LL, 0, 1},     {NCCL_ALGO_RING, NCCL_PROTO_LL128, 0, 1},
+    {NCCL_ALGO_TREE, NCCL_PROTO_SIMPLE, 0, 1}, {NCCL_ALGO_TREE, NCCL_PROTO_LL, 0, 1},
+    {NCCL_ALGO_TREE, NCCL_PROTO_LL128, 0, 1},  {NCCL_ALGO_RING, NCCL_PROTO_SIMPLE, 2, 1},
+};
+
+/* Per class, counted by the tuner program on every rank alike. */
+struct autotune_calls {
+  __u64 colls;      /* collectives */
+  __u64 bytes;      /* their msg_size, summed */
+  __u64 cand_plus1; /* (candidate applied + 1), summed: an epoch's change over its colls is
+                     * the candidate (every call of an epoch sees the same state) */
+};
+
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __type(key, __u32);
+  __type(value, struct autotune_calls);
+  __uint(max_entries, AUTOTUNE_CLASSES);
+  NCCLBPF_EPOCH_SOURCE(1);
+} autotune_calls SEC(".maps");
+
+/* Every rank counts the same calls: the largest is the value. */
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __type(key, __u32);
+  __type(value, struct autotune_calls);
+  __uint(max_entries, AUTOTUNE_CLASSES);
+  NCCLBPF_AGREED_FROM(1, NCCLBPF_REDUCE_MAX);
+} autotune_calls_agreed SEC(".maps");
+
+/* Successful net completions of this rank (sends and receives). */
+struct autotune_net {
+  __u64 bytes;
+  __u64 ops;
+  __u64 latency_ns; /* summed */
+};
+
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __type(key, __u32);
+  __type(value, struct autotune_net);
+  __uint(max_entries, 1);
+  NCCLBPF_EPOCH_SOURCE(2);
+} autotune_net SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __type(key, __u32);
+  __type(value, struct autotune_net);
+  __uint(max_entries, 1);
+  NCCLBPF_AGREED_FROM(2, NCCLBPF_REDUCE_SUM);
+} autotune_net_agreed SEC(".maps");
+
+struct autotune_class_state {
+  __u64 apply;
+  __u64 ctl;
+  __u64 time_ns;
+  __u64 net_bytes;
+};
+
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __type(key, __u32);
+  __type(value, struct autotune_class_state);
+  __uint(max_entries, AUTOTUNE_CLASSES);
+  NCCLBPF_AGREED_STATE;
+} autotune_state SEC(".maps");
+
+static __always_inline __u32 autotune_class(__u64 n) {
+  if (n < (1ull << 12)) return 0;
+  if (n < (1ull << 14)) return 1;
+  if (n < (1ull << 16)) return 2;
+  if (n < (1ull << 18)) return 3;
+  if (n < (1ull << 20)) return 4;
+  if (n < (1ull << 22)) return 5;
+  if (n < (1ull << 24)) return 6;
+  return 7;
+}
+
+/* Whether slot i (1..7) holds a candidate. */
+static __always_inline int autotune_usable(__u32 i) {
+  struct autotune_candidate *c = bpf_map_lookup_elem(&autotune_candidates, &i);
+  return !c || c->valid <= 1;
+}
+
+/* The candidate of slot i (1..7) into *out; 0 when the slot holds none. */
+static __always_inline int autotune_candidate(__u32 i, struct autotune_candidate *out) {
+  struct autotune_candidate *c = bpf_map_lookup_elem(&autotune_candidates, &i);
+  if (c && c->valid == 1) {
+    out->algo = c->algo;
+    out->proto = c->proto;
+    out->nchannels = c->nchannels;
+    return 1;
+  }
+  if (c && c->valid != 0) return 0;
+  i &= AUTOTUNE_CANDIDATES - 1;
+  out->algo = autotune_builtin[i].algo;
+  out->proto = autotune_builtin[i].proto;
+  out->nchannels = autotune_builtin[i].nchannels;
+  return 1;
+}
+
+SEC("tuner")
+int net_autotune(struct ncclbpf_tuner_ctx *ctx) {
+  __u64 n = ctx->msg_size;
+  __u32 k = autotune_class(n);
+  __u32 cand = 0;
+  struct autotune_class_state *st = bpf_map_lookup_elem(&autotune_state, &k);
+  if (st) cand = st->apply & (AUTOTUNE_CANDIDATES - 1);
+  struct autotune_candidate c;
+  if (cand && autotune_candidate(cand, &c)) {
+    ctx->algo = c.algo;
+    ctx->proto = c.proto;
+    if (c.nchannels) ctx->nchannels = c.nchannels;
+  } else {
+    cand = 0;
+  }
+  struct autotune_calls *calls = bpf_map_lookup_elem(&autotune_calls, &k);
+  if (!calls) return 0;
+  __sync_fetch_and_add(&calls->colls, 1);
+  __sync_fetch_and_add(&calls->bytes, n);
+  __sync_fetch_and_add(&calls->cand_plus1, cand + 1);
+  return 0;
+}
+
+SEC("net/complete")
+int net_autotune_complete(struct ncclbpf_net_ctx *ctx) {
+  if (ctx->status) return 0;
+  __u32 k = 0;
+  struct autotune_net *v = bpf_map_lookup_elem(&autotune_net, &k);
+  if (!v) return 0;
+  __sync_fetch_and_add(&v->bytes, ctx->bytes);
+  __sync_fetch_and_add(&v->ops, 1);
+  __sync_fetch_and_add(&v->latency_ns, ctx->latency_ns);
+  return 0;
+}
+
+/* The class with at least 90% of the epoch's collectives, + 1 (0: none). Each class's test is
+ * computed as a 0 or 1 and added in, not branched on: the verifier then follows one path, not
+ * one per combination of outcomes. Counts are taken as 32 bits (an epoch has K of them). */
+#define AUTOTUNE_COUNT(b)                                                                      \
+  do {                                                                                         \
+    __u32 key = b;                                                                             \
+    struct autotune_calls *c = bpf_map_lookup_elem(&autotune_calls_agreed, &key);              \
+    if (!c) return 0;                                                                          \
+    cnt[b] = c->colls & 0xffffffff;                                                            \
+    total += cnt[b];                                                                           \
+  } while (0)
+
+static __always_inline __u64 autotune_dominant(void) {
+  __u64 cnt[AUTOTUNE_CLASSES];
+  __u64 total = 0;
+  /* Written out: clang does not unroll a loop with an exit in its body. */
+  AUTOTUNE_COUNT(0);
+  AUTOTUNE_COUNT(1);
+  AUTOTUNE_COUNT(2);
+  AUTOTUNE_COUNT(3);
+  AUTOTUNE_COUNT(4);
+  AUTOTUNE_COUNT(5);
+  AUTOTUNE_COUNT(6);
+  AUTOTUNE_COUNT(7);
+  if (!total) return 0;
+  __u64 dom = 0;
+#pragma clang loop unroll(full)
+  for (__u32 b = 0; b < AUTOTUNE_CLASSES; b++) {
+    __u64 below = (cnt[b] * 10 - total * 9) >> 63; /* 1 when 10 * cnt < 9 * total */
+    asm volatile("" : "+r"(below));                /* keep it arithmetic, not a branch */
+    dom += (below ^ 1) * (b + 1);                  /* at most one class passes */
+  }
+  return dom;
+}
+
+/* The next slot after `after` that holds a candidate, or AUTOTUNE_CANDIDATES. The bound is
+ * hidden from the optimizer so that clang keeps the `j < limit` test (see rules.c). */
+static __always_inline __u32 autotune_next(__u32 after) {
+  __u32 limit = AUTOTUNE_CANDIDATES;
+  asm volatile("" : "+r"(limit));
+#pragma clang loop unroll(disable)
+  for (__u32 j = after + 1; j < limit; j++)
+    if (autotune_usable(j)) return j;
+  return AUTOTUNE_CANDIDATES;
+}
+
+SEC("tuner/epoch")
+int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
+  __u64 epoch_colls = ctx->colls;
+  if (!epoch_colls) return 0;
+  __u64 t = ctx->duration_max_ns / epoch_colls; /* per collective */
+  asm volatile("" : "+r"(t)); /* divided here, where the verifier knows epoch_colls != 0 */
+  __u64 dom = autotune_dominant();
+  if (dom == 0 || dom > AUTOTUNE_CLASSES) return 0; /* no dominant class: learn nothing */
+  __u32 k = dom - 1;
+  struct autotune_calls *c = bpf_map_lookup_elem(&autotune_calls_agreed, &k);
+  if (!c) return 0;
+  __u64 n = c->colls & 0xffffffff;
+  if (!n) return 0;
+  __u64 used1 = c->cand_plus1 / n;
+  if (used1 == 0 || used1 > AUTOTUNE_CANDIDATES || used1 * n != c->cand_plus1)
+    return 0; /* not one candidate for the whole epoch: nothing to learn */
+  __u64 used = used1 - 1;
+  __u32 zero = 0;
+  struct autotune_net *net = bpf_map_lookup_elem(&autotune_net_agreed, &zero);
+  __u64 net_bytes = net ? net->bytes : 0;
+
+  __u64 s[NCCLBPF_STATE_WORDS];
+  ncclbpf_state_load(ctx, s);
+  /* The class indexes the copy of the state: bounded where the verifier sees it (clang would
+   * otherwise reload the 32-bit key, whose bounds a 4-byte stack slot does not keep). */
+  __u64 cls = dom - 1;
+  asm volatile("" : "+r"(cls));
+  __u64 *w = &s[(cls & (AUTOTUNE_CLASSES - 1)) * 4];
+  __u64 apply = w[0] & (AUTOTUNE_CANDIDATES - 1), ctl = w[1], time = w[2];
+  __u64 phase = ctl & 0xff, idx = (ctl >> 8) & 0xff, seen = (ctl >> 16) & 0xff;
+  __u64 best = (ctl >> 24) & 0xff, drift = (ctl >> 32) & 0xff, rounds = (ctl >> 40) & 0xff;
+  int restart = phase != AUTOTUNE_EXPLORING && phase != AUTOTUNE_SETTLED;
+  /* A kept candidate whose slot a config update removed: explore again. */
+  if (phase == AUTOTUNE_SETTLED && apply && !autotune_usable(apply)) restart = 1;
+  if (restart) {
+    phase = AUTOTUNE_EXPLORING;
+    idx = seen = best = drift = apply = 0;
+    time = AUTOTUNE_NEVER;
+    if (rounds < 255) rounds++;
+  }
+  if (phase == AUTOTUNE_EXPLORING) {
+    if (used == idx && ++seen >= 2) { /* the first epoch that ran it is discarded */
+      if (t < time) {
+        time = t;
+        best = idx;
+      }
+      __u32 next = autotune_next(idx);
+      if (next < AUTOTUNE_CANDIDATES) {
+        idx = apply = next;
+        seen = 0;
+      } else {
+        phase = AUTOTUNE_SETTLED;
+        apply = best; /* time is its t: the reference */
+        drift = 0;
+      }
+    }
+  } else if (used == apply) {
+    if (t > time + time / 4) {
+      if (++drift >= 2) { /* slower by a quarter twice in a row: explore again */
+        phase = AUTOTUNE_EXPLORING;
+        idx = seen = best = drift = apply = 0;
+        time = AUTOTUNE_NEVER;
+        if (rounds < 255) rounds++;
+      }
+    } else {
+      drift = 0;
+      time = time - time / 8 + t / 8;
+    }
+  }
+  w[0] = apply & (AUTOTUNE_CANDIDATES - 1);
+  w[1] = (phase & 0xff) | (idx & 0xff) << 8 | (seen & 0xff) << 16 | (best & 0xff) << 24 |
+         (drift & 0xff) << 32 | (rounds & 0xff) << 40;
+  w[2] = time;
+  w[3] = net_bytes;
+  ncclbpf_state_store(ctx, s);
+  return 0;
+}

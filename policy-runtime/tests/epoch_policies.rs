@@ -1,0 +1,566 @@
+//! The closed-loop policies (policies/src/net_autotune.c, slo_enforcer.c) run through epochs
+//! the way the agreement runs them: every K decisions an epoch ends and its record (the change
+//! of each epoch source's words) is kept; D epochs later the record fills the agreed maps
+//! (combined over `nranks` identical ranks with each map's reduction), the `tuner/epoch` program
+//! runs on it, and its state is copied into the state map the tuner program reads. Durations
+//! come from a cost per decision the test chooses: deterministic, no clock.
+
+mod common;
+use common::*;
+use policy_object::{MapKind, Reduce, SOURCE_STATE, Scope};
+use policy_runtime::{LoadOptions, LoadedProgram, NetCtx, Tier, TunerCtx, TunerEpochCtx};
+use shared_maps::{Map, Registry};
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+const K: u32 = 64;
+const D: u64 = 2;
+const NRANKS: u32 = 2;
+const MIB: u64 = 1 << 20;
+
+const TREE: i32 = 0;
+const RING: i32 = 1;
+const LL: i32 = 0;
+const LL128: i32 = 1;
+const SIMPLE: i32 = 2;
+
+fn words(b: &[u8]) -> Vec<u64> {
+    b.chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn bytes(w: &[u64]) -> Vec<u8> {
+    w.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// An array map's entries, concatenated.
+fn contents(m: &Map) -> Vec<u8> {
+    (0..m.spec().max_entries)
+        .flat_map(|k| m.get(&k.to_le_bytes()).unwrap())
+        .collect()
+}
+
+fn fill(m: &Map, data: &[u8]) {
+    let vs = m.spec().value_size as usize;
+    for (k, v) in data.chunks(vs).enumerate() {
+        let mut v = v.to_vec();
+        v.resize(vs, 0);
+        m.update(&(k as u32).to_le_bytes(), &v, 0).unwrap();
+    }
+}
+
+struct Record {
+    epoch: u64,
+    /// (source, change of its words over the epoch)
+    deltas: Vec<(u32, Vec<u64>)>,
+    duration: u64,
+    bytes: u64,
+}
+
+/// One rank of a communicator whose every rank decides, counts and measures alike.
+struct Sim {
+    _reg: Registry,
+    tuner: LoadedProgram,
+    epoch: LoadedProgram,
+    net: Option<LoadedProgram>,
+    /// Epoch sources: (number, map, contents at the end of the previous epoch).
+    sources: Vec<(u32, Arc<Map>, Vec<u8>)>,
+    agreed: Vec<(u32, Reduce, Arc<Map>)>,
+    state_map: Arc<Map>,
+    state: [u64; 32],
+    pending: VecDeque<Record>,
+    next_epoch: u64,
+    /// Named maps of the object (config maps, for the test to set).
+    maps: Vec<Arc<Map>>,
+}
+
+impl Sim {
+    fn new(obj: &str, tuner: &str, epoch: &str, net: Option<&str>, tier: Tier) -> Sim {
+        let (_, o) = object(obj);
+        let reg = registry();
+        let opts = LoadOptions {
+            tier,
+            ..LoadOptions::default()
+        };
+        let load = |n: &str| LoadedProgram::load(&o, Some(n), &reg, &opts).unwrap();
+        let (tuner, epoch, net) = (load(tuner), load(epoch), net.map(load));
+        // The roles of the maps, as the runtime reads them.
+        let (mut sources, mut agreed, mut state_map) = (vec![], vec![], None);
+        for (m, d) in epoch.maps().iter().zip(epoch.map_defs()) {
+            match (d.scope, d.source) {
+                (Scope::Local, Some(n)) => sources.push((n, m.clone(), contents(m))),
+                (Scope::Agreed, Some(SOURCE_STATE)) => state_map = Some(m.clone()),
+                (Scope::Agreed, Some(n)) => agreed.push((n, d.reduce, m.clone())),
+                _ => {}
+            }
+            if d.source.is_some() {
+                assert_eq!(d.kind, MapKind::Array, "{}", d.name);
+            }
+        }
+        let maps = epoch.maps().to_vec();
+        Sim {
+            _reg: reg,
+            tuner,
+            epoch,
+            net,
+            sources,
+            agreed,
+            state_map: state_map.expect("a state map"),
+            state: [0; 32],
+            pending: VecDeque::new(),
+            next_epoch: 0,
+            maps,
+        }
+    }
+
+    fn map(&self, name: &str) -> Arc<Map> {
+        self.maps
+            .iter()
+            .find(|m| m.spec().name == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no map {name}"))
+    }
+
+    /// Epoch `e - D` is applied at collective `e * K`, before it is decided.
+    fn apply(&mut self) {
+        let Some(r) = self
+            .pending
+            .front()
+            .filter(|r| r.epoch + D == self.next_epoch)
+        else {
+            return;
+        };
+        for (n, op, m) in &self.agreed {
+            let (_, d) = r.deltas.iter().find(|(s, _)| s == n).unwrap();
+            let combined: Vec<u64> = d
+                .iter()
+                .map(|&w| (1..NRANKS).fold(w, |acc, _| op.combine(acc, w)))
+                .collect();
+            fill(m, &bytes(&combined));
+        }
+        let mut ctx = TunerEpochCtx {
+            comm_id: 7,
+            epoch: r.epoch,
+            nranks: NRANKS,
+            colls: K,
+            duration_max_ns: r.duration,
+            duration_min_ns: r.duration,
+            bytes: r.bytes,
+            state: self.state,
+        };
+        self.epoch.run(&mut ctx);
+        self.state = ctx.state;
+        fill(&self.state_map, &ctx.state_bytes());
+        self.pending.pop_front();
+    }
+
+    /// Runs one epoch: K decisions of `size(i)` bytes, each taking `cost(decision)` ns.
+    fn run_epoch(
+        &mut self,
+        size: &dyn Fn(u32) -> u64,
+        cost: &dyn Fn(&TunerCtx) -> u64,
+    ) -> Vec<TunerCtx> {
+        self.apply();
+        let (mut duration, mut total) = (0, 0);
+        let mut decided = vec![];
+        for i in 0..K {
+            let mut c = TunerCtx {
+                msg_size: size(i),
+                comm_id: 7,
+                nranks: NRANKS,
+                nnodes: NRANKS,
+                num_pipe_ops: 1,
+                algo: -1,
+                proto: -1,
+                ..Default::default()
+            };
+            self.tuner.run(&mut c);
+            let ns = cost(&c);
+            duration += ns;
+            total += c.msg_size;
+            if let Some(net) = &self.net {
+                for op in [5, 6] {
+                    net.run(&mut NetCtx {
+                        bytes: c.msg_size,
+                        op,
+                        latency_ns: ns,
+                        ..Default::default()
+                    });
+                }
+                // A failed completion counts nothing.
+                net.run(&mut NetCtx {
+                    bytes: 1 << 40,
+                    op: 5,
+                    status: 3,
+                    ..Default::default()
+                });
+            }
+            decided.push(c);
+        }
+        let deltas = self
+            .sources
+            .iter_mut()
+            .map(|(n, m, prev)| {
+                let now = contents(m);
+                let d = words(&now)
+                    .iter()
+                    .zip(words(prev))
+                    .map(|(a, b)| a.wrapping_sub(b))
+                    .collect();
+                *prev = now;
+                (*n, d)
+            })
+            .collect();
+        self.pending.push_back(Record {
+            epoch: self.next_epoch,
+            deltas,
+            duration,
+            bytes: total,
+        });
+        self.next_epoch += 1;
+        decided
+    }
+
+    /// Class `c`'s four state words.
+    fn class(&self, c: usize) -> [u64; 4] {
+        self.state[4 * c..4 * c + 4].try_into().unwrap()
+    }
+}
+
+fn decision(c: &TunerCtx) -> (i32, i32, u32) {
+    (c.algo, c.proto, c.nchannels)
+}
+
+/// All decisions of an epoch, when they are the same.
+fn one(d: &[TunerCtx]) -> (i32, i32, u32) {
+    let first = decision(&d[0]);
+    assert!(
+        d.iter().all(|c| decision(c) == first),
+        "one decision per epoch"
+    );
+    first
+}
+
+// ---------------------------------------------------------------- net_autotune
+
+const AUTOTUNE: &str = "src/net_autotune.o";
+const CLASS_1M: usize = 5; // [1 MiB, 4 MiB)
+const EXPLORING: u64 = 1;
+const SETTLED: u64 = 2;
+
+fn autotune(tier: Tier) -> Sim {
+    Sim::new(
+        AUTOTUNE,
+        "net_autotune",
+        "net_autotune_epoch",
+        Some("net_autotune_complete"),
+        tier,
+    )
+}
+
+/// ns per collective of each built-in candidate; Ring/LL128 (candidate 3) is the fastest.
+fn autotune_cost(c: &TunerCtx) -> u64 {
+    match decision(c) {
+        (-1, -1, 0) => 100_000,
+        (RING, SIMPLE, 0) => 90_000,
+        (RING, LL, 0) => 120_000,
+        (RING, LL128, 0) => 50_000,
+        (TREE, SIMPLE, 0) => 80_000,
+        (TREE, LL, 0) => 130_000,
+        (TREE, LL128, 0) => 70_000,
+        (RING, SIMPLE, 2) => 95_000,
+        d => panic!("not a candidate: {d:?}"),
+    }
+}
+
+fn phase(s: &Sim) -> u64 {
+    s.class(CLASS_1M)[1] & 0xff
+}
+
+fn rounds(s: &Sim) -> u64 {
+    (s.class(CLASS_1M)[1] >> 40) & 0xff
+}
+
+/// Runs epochs of 1 MiB collectives at `factor` times the costs until `done`; returns the
+/// epochs it took and every decision seen.
+fn autotune_until(
+    s: &mut Sim,
+    factor: u64,
+    max: usize,
+    done: &dyn Fn(&Sim) -> bool,
+) -> (usize, Vec<(i32, i32, u32)>) {
+    let mut seen = vec![];
+    for n in 1..=max {
+        let d = s.run_epoch(&|_| MIB, &|c| autotune_cost(c) * factor);
+        seen.push(one(&d));
+        if done(s) {
+            return (n, seen);
+        }
+    }
+    panic!(
+        "not done after {max} epochs: class state {:?}",
+        s.class(CLASS_1M)
+    );
+}
+
+#[test]
+fn autotune_explores_every_candidate_and_keeps_the_fastest() {
+    let mut states = vec![];
+    for tier in [Tier::Jit, Tier::Interpreter] {
+        let mut s = autotune(tier);
+        let settled = |s: &Sim| phase(s) == SETTLED;
+        let (n, seen) = autotune_until(&mut s, 1, 60, &settled);
+        // Each candidate ran for two epochs it was measured on, plus the D epochs decided on
+        // the state before it was chosen.
+        assert!(n <= 8 * (2 + D as usize) + 2, "settled after {n} epochs");
+        for c in [
+            (-1, -1, 0),
+            (RING, SIMPLE, 0),
+            (RING, LL, 0),
+            (RING, LL128, 0),
+            (TREE, SIMPLE, 0),
+            (TREE, LL, 0),
+            (TREE, LL128, 0),
+            (RING, SIMPLE, 2),
+        ] {
+            assert!(seen.contains(&c), "{c:?} never tried: {seen:?}");
+        }
+        let [apply, _, time, net_bytes] = s.class(CLASS_1M);
+        assert_eq!(apply, 3, "Ring/LL128 is the fastest");
+        assert_eq!(time, 50_000, "its time per collective is the reference");
+        // Sends and receives of every rank, summed (failed completions count nothing).
+        assert_eq!(net_bytes, u64::from(NRANKS) * 2 * u64::from(K) * MIB);
+        assert_eq!(rounds(&s), 1);
+        // The epoch program ran at this epoch's first collective: its decisions already
+        // applied candidate 3.
+        assert_eq!(seen.last(), Some(&(RING, LL128, 0)));
+        let d = s.run_epoch(&|_| MIB, &autotune_cost);
+        assert_eq!(one(&d), (RING, LL128, 0));
+        // Other classes were never dominant: no opinion there.
+        let small = s.run_epoch(&|_| 1024, &autotune_cost);
+        assert_eq!(one(&small), (-1, -1, 0));
+        states.push(s.state);
+    }
+    assert_eq!(states[0], states[1], "JIT and interpreter agree");
+}
+
+#[test]
+fn autotune_explores_again_when_the_kept_choice_slows_down() {
+    let mut s = autotune(Tier::Jit);
+    autotune_until(&mut s, 1, 60, &|s| phase(s) == SETTLED);
+    // Stable times keep it settled.
+    for _ in 0..10 {
+        s.run_epoch(&|_| MIB, &autotune_cost);
+        assert_eq!((phase(&s), s.class(CLASS_1M)[0]), (SETTLED, 3));
+    }
+    // Everything takes twice as long (contention): two measured epochs over 5/4 of the
+    // reference start a new exploration.
+    let (n, _) = autotune_until(&mut s, 2, 10, &|s| phase(s) == EXPLORING);
+    assert!(n <= 2 + D as usize, "explored again after {n} epochs");
+    assert_eq!((rounds(&s), s.class(CLASS_1M)[0]), (2, 0));
+    // It settles again, on the fastest at the new times.
+    autotune_until(&mut s, 2, 60, &|s| phase(s) == SETTLED);
+    assert_eq!(s.class(CLASS_1M)[..3], [3, s.class(CLASS_1M)[1], 100_000]);
+    // One slow epoch alone is not drift.
+    let before = s.class(CLASS_1M);
+    s.run_epoch(&|_| MIB, &|c| autotune_cost(c) * 4);
+    for _ in 0..D + 1 {
+        s.run_epoch(&|_| MIB, &|c| autotune_cost(c) * 2);
+    }
+    assert_eq!(phase(&s), SETTLED);
+    assert_eq!(s.class(CLASS_1M)[0], before[0]);
+}
+
+#[test]
+fn autotune_learns_nothing_without_a_dominant_class() {
+    let mut s = autotune(Tier::Jit);
+    for _ in 0..20 {
+        // Half the collectives of 1 KiB, half of 1 MiB.
+        let d = s.run_epoch(&|i| if i % 2 == 0 { 1024 } else { MIB }, &autotune_cost);
+        assert!(d.iter().all(|c| decision(c) == (-1, -1, 0)));
+    }
+    assert_eq!(s.state, [0; 32]);
+    // 89% is not enough either.
+    for _ in 0..10 {
+        s.run_epoch(&|i| if i < 57 { MIB } else { 1024 }, &autotune_cost);
+    }
+    assert_eq!(s.state, [0; 32]);
+}
+
+#[test]
+fn autotune_candidates_come_from_the_config_map() {
+    let mut s = autotune(Tier::Jit);
+    // Slot 3 removed; slot 7 replaced by Tree/Simple on 4 channels, faster than all.
+    let cand = |algo: i32, proto: i32, nch: u32, valid: u32| {
+        [
+            algo.to_le_bytes(),
+            proto.to_le_bytes(),
+            nch.to_le_bytes(),
+            valid.to_le_bytes(),
+        ]
+        .concat()
+    };
+    let m = s.map("autotune_candidates");
+    m.update(&3u32.to_le_bytes(), &cand(0, 0, 0, 2), 0).unwrap();
+    m.update(&7u32.to_le_bytes(), &cand(TREE, SIMPLE, 4, 1), 0)
+        .unwrap();
+    // Slot 0 is NCCL's choice whatever its entry says.
+    m.update(&0u32.to_le_bytes(), &cand(TREE, LL128, 3, 1), 0)
+        .unwrap();
+    let cost = |c: &TunerCtx| match decision(c) {
+        (TREE, SIMPLE, 4) => 40_000,
+        (RING, LL128, 0) => panic!("a removed candidate ran"),
+        _ => autotune_cost(c),
+    };
+    let mut seen = vec![];
+    for _ in 0..60 {
+        let d = s.run_epoch(&|_| MIB, &cost);
+        seen.push(one(&d));
+        if phase(&s) == SETTLED {
+            break;
+        }
+    }
+    assert_eq!(phase(&s), SETTLED);
+    assert_eq!(s.class(CLASS_1M)[0], 7);
+    assert!(seen.contains(&(-1, -1, 0)) && !seen.contains(&(TREE, LL128, 3)));
+    assert_eq!(one(&s.run_epoch(&|_| MIB, &cost)), (TREE, SIMPLE, 4));
+    // A staged update that removes the kept candidate: explored again, and meanwhile the
+    // tuner program applies no opinion rather than a removed candidate.
+    m.update(&7u32.to_le_bytes(), &cand(0, 0, 0, 2), 0).unwrap();
+    let d = s.run_epoch(&|_| MIB, &autotune_cost);
+    assert_eq!(one(&d), (-1, -1, 0));
+    s.run_epoch(&|_| MIB, &autotune_cost);
+    s.run_epoch(&|_| MIB, &autotune_cost);
+    assert_eq!(phase(&s), EXPLORING);
+}
+
+// ---------------------------------------------------------------- slo_enforcer
+
+const SLO: &str = "src/slo_enforcer.o";
+const BUDGET: u64 = 100_000;
+
+fn slo() -> Sim {
+    let s = Sim::new(SLO, "slo_enforcer", "slo_enforcer_epoch", None, Tier::Jit);
+    s.map("slo_budget_ns")
+        .update(&(CLASS_1M as u32).to_le_bytes(), &BUDGET.to_le_bytes(), 0)
+        .unwrap();
+    s
+}
+
+/// ns per collective at each level: `l0` for NCCL's choice, `l1` for LL, `l2` for LL on 2
+/// channels.
+fn slo_cost(l0: u64, l1: u64, l2: u64) -> impl Fn(&TunerCtx) -> u64 {
+    move |c| match decision(c) {
+        (-1, -1, 0) => l0,
+        (-1, LL, 0) => l1,
+        (-1, LL, 2) => l2,
+        d => panic!("not a level: {d:?}"),
+    }
+}
+
+fn level(s: &Sim) -> u64 {
+    s.class(CLASS_1M)[0]
+}
+
+/// The decision each level applies.
+fn applied(level: u64) -> (i32, i32, u32) {
+    match level {
+        0 => (-1, -1, 0),
+        1 => (-1, LL, 0),
+        2 => (-1, LL, 2),
+        l => panic!("level {l}"),
+    }
+}
+
+/// The level after each of `n` epochs; every epoch's decisions are the ones of the level the
+/// state held when it began (the epoch program runs at its first collective).
+fn slo_run(s: &mut Sim, n: usize, cost: &dyn Fn(&TunerCtx) -> u64) -> Vec<u64> {
+    (0..n)
+        .map(|_| {
+            let d = s.run_epoch(&|_| MIB, cost);
+            assert_eq!(one(&d), applied(level(s)));
+            level(s)
+        })
+        .collect()
+}
+
+/// `levels` with repeats removed.
+fn changes(levels: &[u64]) -> Vec<u64> {
+    let mut v: Vec<u64> = levels.to_vec();
+    v.dedup();
+    v
+}
+
+#[test]
+fn slo_moves_to_ll_over_budget_and_probes_back() {
+    let mut s = slo();
+    // Congested: NCCL's choice takes 150 µs, LL 70 µs (under 4/5 of the budget).
+    let congested = slo_cost(150_000, 70_000, 60_000);
+    let levels = slo_run(&mut s, 40, &congested);
+    // Over twice: LL; under for 4 measured epochs: probe NCCL's choice, over again: LL again.
+    assert_eq!(changes(&levels)[..4], [0, 1, 0, 1], "{levels:?}");
+    // The first two epochs are measured at once, and their state applies D epochs later.
+    assert_eq!(
+        levels.iter().position(|&l| l == 1),
+        Some(D as usize + 1),
+        "{levels:?}"
+    );
+    // Exactly: 2 epochs over, then D epochs still at level 0 (decided before the change,
+    // not measured), then 4 under at level 1, D more, then the probe.
+    let up = levels
+        .iter()
+        .skip(D as usize + 1)
+        .position(|&l| l == 0)
+        .unwrap();
+    assert_eq!(up, 4 + D as usize - 1, "{levels:?}");
+    let [_, over, under, last] = s.class(CLASS_1M);
+    assert!(over <= 1 && under <= 3, "{:?}", s.class(CLASS_1M));
+    assert!(last == 70_000 || last == 150_000);
+    // The congestion ends: the next probe stays at NCCL's choice.
+    let clear = slo_cost(50_000, 70_000, 60_000);
+    let levels = slo_run(&mut s, 40, &clear);
+    assert!(
+        levels[levels.len() - 20..].iter().all(|&l| l == 0),
+        "{levels:?}"
+    );
+    assert_eq!(s.class(CLASS_1M)[3], 50_000);
+}
+
+#[test]
+fn slo_uses_fewer_channels_when_ll_is_not_enough() {
+    let mut s = slo();
+    // LL alone is still over budget: level 2, LL on 2 channels (60 µs).
+    let cost = slo_cost(150_000, 120_000, 60_000);
+    let levels = slo_run(&mut s, 30, &cost);
+    assert_eq!(changes(&levels)[..3], [0, 1, 2], "{levels:?}");
+    // Level 2 is the last: a probe goes back to 1, which is over budget again.
+    assert!(levels.iter().all(|&l| l <= 2));
+    // Removing the budget returns the class to NCCL's choice at the next epoch it dominates.
+    s.map("slo_budget_ns")
+        .update(&(CLASS_1M as u32).to_le_bytes(), &0u64.to_le_bytes(), 0)
+        .unwrap();
+    slo_run(&mut s, 1, &cost);
+    assert_eq!(s.class(CLASS_1M)[..3], [0, 0, 0]);
+    let levels = slo_run(&mut s, 10, &cost);
+    assert!(levels.iter().all(|&l| l == 0), "{levels:?}");
+}
+
+#[test]
+fn slo_without_budgets_keeps_nccls_choice() {
+    let mut s = Sim::new(
+        SLO,
+        "slo_enforcer",
+        "slo_enforcer_epoch",
+        None,
+        Tier::Interpreter,
+    );
+    let levels = slo_run(&mut s, 10, &slo_cost(1_000_000, 1, 1));
+    assert!(levels.iter().all(|&l| l == 0));
+    // Other classes have no budget even when one is set for class 5.
+    let mut s = slo();
+    for _ in 0..10 {
+        let d = s.run_epoch(&|_| 1024, &slo_cost(1_000_000, 1, 1));
+        assert_eq!(one(&d), (-1, -1, 0));
+    }
+}
