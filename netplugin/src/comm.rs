@@ -1038,7 +1038,10 @@ mod tests {
                 assert_eq!(f, [b"before".to_vec()]);
                 break;
             }
-            assert!(Instant::now() < deadline, "frame before the message missing");
+            assert!(
+                Instant::now() < deadline,
+                "frame before the message missing"
+            );
             std::thread::sleep(Duration::from_millis(1));
         }
         let mut into_late = vec![0u8; 64];
