@@ -49,6 +49,15 @@ struct Layout {
     agreed: Vec<(Arc<Map>, Fill)>,
     /// How each word of a record combines (the consuming agreed map's reduction; sum if none).
     reduces: Vec<Reduce>,
+    /// Config maps that staged updates may change (named arrays of u64 values): each context
+    /// keeps its own contents of them.
+    configs: Vec<(String, Arc<Map>)>,
+}
+
+/// Whether staged updates may change this config map: a named array of u64 values (not the
+/// object's `.rodata`, which is the program's own).
+fn stageable(d: &MapDef) -> bool {
+    d.scope == Scope::Config && d.kind == MapKind::Array && d.value_size == 8 && d.initial.is_none()
 }
 
 #[derive(Clone, Copy)]
@@ -128,10 +137,16 @@ impl Layout {
             };
             agreed.push((Arc::clone(m), fill));
         }
+        let configs = pairs
+            .iter()
+            .filter(|(d, _)| stageable(d))
+            .map(|(d, m)| (d.name.clone(), Arc::clone(m)))
+            .collect();
         Ok(Layout {
             sources,
             agreed,
             reduces,
+            configs,
         })
     }
 
@@ -207,7 +222,8 @@ pub fn config_digest(progs: &[&LoadedProgram], params: &Params) -> u64 {
             }
             h.bytes(d.scope.name().as_bytes());
             h.bytes(format!("{:?}", d.reduce).as_bytes());
-            if d.scope == Scope::Config {
+            // Stageable config maps are digested from the context's own view (Agreement::config).
+            if d.scope == Scope::Config && !stageable(d) {
                 for (k, vs) in m.entries() {
                     h.bytes(&k);
                     for v in vs {
@@ -218,6 +234,45 @@ pub fn config_digest(progs: &[&LoadedProgram], params: &Params) -> u64 {
         }
     }
     h.0
+}
+
+/// The configuration digest with the view's config contents.
+fn with_configs(base: u64, layout: &Layout, view: &View) -> u64 {
+    let mut h = Fnv(base);
+    for ((name, _), bytes) in layout.configs.iter().zip(&view.configs) {
+        h.bytes(name.as_bytes());
+        h.bytes(bytes);
+    }
+    h.0
+}
+
+/// Checks a config update against `prog`'s maps (before it is staged).
+pub fn check_config(prog: &LoadedProgram, up: &crate::stage::ConfigUpdate) -> Result<(), String> {
+    let Some(d) = prog.map_defs().iter().find(|d| d.name == up.map) else {
+        return Err(format!(
+            "the tuner program '{}' has no map '{}'",
+            prog.name, up.map
+        ));
+    };
+    if !stageable(d) {
+        return Err(format!(
+            "map '{}' is not a config map staged updates can change (an NCCLBPF_CONFIG array of \
+             8-byte values, not .rodata); it is {} {}",
+            up.map,
+            d.scope.name(),
+            d.kind.name()
+        ));
+    }
+    if up.values.is_empty() {
+        return Err("no values given".into());
+    }
+    if let Some((k, _)) = up.values.iter().find(|(k, _)| *k >= d.max_entries) {
+        return Err(format!(
+            "map '{}' has {} entries: no entry {k}",
+            up.map, d.max_entries
+        ));
+    }
+    Ok(())
 }
 
 /// Where the context stands.
@@ -263,9 +318,10 @@ fn lock_views() -> ViewGuard {
     ViewGuard(())
 }
 
-/// One context's agreed contents: a value per entry of each agreed map.
+/// One context's agreed contents (a value per entry of each agreed map) and its config maps'.
 struct View {
     maps: Vec<Vec<u8>>,
+    configs: Vec<Vec<u8>>,
     /// Unique per (context, version) in the process.
     key: u64,
 }
@@ -277,7 +333,11 @@ pub struct Agreement {
     nranks: u32,
     origin: u64,
     host: String,
+    /// The digest of everything but the views' config contents, and with them.
+    config_base: u64,
     config: u64,
+    /// Staged config updates applied (or passed over) so far.
+    configs_seen: usize,
     layout: Layout,
     epoch_prog: Option<&'static LoadedProgram>,
     /// Source words at the end of the last epoch.
@@ -311,7 +371,7 @@ impl Agreement {
         let layout = Layout::of(prog)?;
         let mut progs = vec![prog];
         progs.extend(epoch_prog);
-        let config = config_digest(&progs, &params);
+        let config_base = config_digest(&progs, &params);
         let view = View {
             maps: layout
                 .agreed
@@ -320,8 +380,18 @@ impl Agreement {
                     vec![0u8; m.spec().value_size as usize * m.spec().max_entries as usize]
                 })
                 .collect(),
+            configs: layout
+                .configs
+                .iter()
+                .map(|(_, m)| {
+                    (0..m.spec().max_entries)
+                        .flat_map(|i| m.get(&i.to_le_bytes()).unwrap_or_else(|| vec![0; 8]))
+                        .collect()
+                })
+                .collect(),
             key: VIEW_SERIAL.fetch_add(1, Ordering::Relaxed),
         };
+        let config = with_configs(config_base, &layout, &view);
         let last = layout.snapshot();
         Ok(Agreement {
             params,
@@ -329,7 +399,9 @@ impl Agreement {
             nranks: nranks.max(1),
             origin: agreement::new_origin(),
             host: agreement::host_name(),
+            config_base,
             config,
+            configs_seen: 0,
             layout,
             epoch_prog,
             last,
@@ -353,6 +425,38 @@ impl Agreement {
 
     pub fn config(&self) -> u64 {
         self.config
+    }
+
+    /// Staged config updates this context has applied or passed over.
+    pub fn configs_seen(&self) -> usize {
+        self.configs_seen
+    }
+
+    /// Applies staged config update `index` (the next one) to this context's view; the
+    /// configuration digest of its next records changes with it.
+    pub fn apply_config(
+        &mut self,
+        index: usize,
+        up: &crate::stage::ConfigUpdate,
+    ) -> Result<(), String> {
+        self.configs_seen = self.configs_seen.max(index + 1);
+        let i = self
+            .layout
+            .configs
+            .iter()
+            .position(|(n, _)| *n == up.map)
+            .ok_or_else(|| format!("the policy has no stageable config map '{}'", up.map))?;
+        let bytes = &mut self.view.configs[i];
+        for &(k, v) in &up.values {
+            let at = k as usize * 8;
+            let slot = bytes
+                .get_mut(at..at + 8)
+                .ok_or_else(|| format!("'{}' has no entry {k}", up.map))?;
+            slot.copy_from_slice(&v.to_le_bytes());
+        }
+        self.view.key = VIEW_SERIAL.fetch_add(1, Ordering::Relaxed);
+        self.config = with_configs(self.config_base, &self.layout, &self.view);
+        Ok(())
     }
 
     /// Whether the policy may decide now (an epoch applied, the ranks alike).
@@ -508,7 +612,19 @@ impl Agreement {
     pub fn install(&self) -> ViewGuard {
         let g = lock_views();
         if VIEW_OWNER.load(Ordering::Relaxed) != self.view.key {
-            for ((m, _), bytes) in self.layout.agreed.iter().zip(&self.view.maps) {
+            let agreed = self
+                .layout
+                .agreed
+                .iter()
+                .map(|(m, _)| m)
+                .zip(&self.view.maps);
+            let configs = self
+                .layout
+                .configs
+                .iter()
+                .map(|(_, m)| m)
+                .zip(&self.view.configs);
+            for (m, bytes) in agreed.chain(configs) {
                 let vs = m.spec().value_size as usize;
                 for (i, v) in bytes.chunks_exact(vs.max(1)).enumerate() {
                     let _ = m.update(&(i as u32).to_le_bytes(), v, shared_maps::BPF_ANY);

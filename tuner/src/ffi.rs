@@ -219,6 +219,28 @@ impl Policy {
     fn place(&self, s: &mut Switching, generation: u64, next: u64, comm_id: u64, digest: u64) {
         let (staged, mut next_switch) = self.history.program_for(next);
         if let Some(a) = s.agreement.as_deref_mut() {
+            // Config updates first, then the epoch boundary: a record posted at this
+            // decision carries the configuration in force from it, the same on every rank.
+            for (i, from, up) in self.history.configs_from(a.configs_seen()) {
+                if from > next {
+                    next_switch = next_switch.min(from);
+                    break;
+                }
+                match a.apply_config(i, &up) {
+                    Ok(()) => crate::tlog!(
+                        INFO,
+                        TUNING,
+                        "comm {comm_id:#018x}: config {} from seq {next} on",
+                        up.describe()
+                    ),
+                    Err(e) => crate::tlog!(
+                        WARN,
+                        TUNING,
+                        "comm {comm_id:#018x}: staged config {} not applied at seq {next}: {e}",
+                        up.describe()
+                    ),
+                }
+            }
             if let agree::Boundary::Note(line) = a.boundary(next, digest) {
                 if a.opinion() {
                     crate::tlog!(INFO, TUNING, "{line}");
@@ -384,25 +406,17 @@ impl TunerContext {
         )
     }
 
-    /// A context of `slot`'s program with the agreement `setting` (for tests and tools that
-    /// drive contexts in-process): decisions not published, staged swaps from the process's
-    /// history.
+    /// A context of `slot`'s program with the agreement `setting` and staged changes from
+    /// `history` (for tests and tools that drive contexts in-process): decisions not published.
     pub fn for_programs(
         comm_id: u64,
         nranks: usize,
         nnodes: usize,
         slot: &'static ProgramSlot,
         setting: &agree::Setting,
+        history: &'static stage::History,
     ) -> TunerContext {
-        TunerContext::with_slot(
-            comm_id,
-            nranks,
-            nnodes,
-            Some(slot),
-            None,
-            &stage::HISTORY,
-            setting,
-        )
+        TunerContext::with_slot(comm_id, nranks, nnodes, Some(slot), None, history, setting)
     }
 
     /// A context running the programs of `slot` (none: NCCL keeps its choices), its decisions'
@@ -442,11 +456,12 @@ impl TunerContext {
             Sequence::new(registry, comm_id, nranks, nnodes, policy.is_some());
         let sequence = Arc::new(sequence);
         // Contexts with a policy count their decisions, which staged swaps check.
-        let watch = policy.is_some().then(|| {
+        let watch = policy.as_ref().map(|p| {
             let seq = sequence.clone();
             history.watch(stage::Watch {
                 comm_id,
                 seq: Box::new(move || seq.seq()),
+                views: p.agreed && !p.mute,
             })
         });
         if let Some(p) = problem {

@@ -29,14 +29,37 @@ use std::sync::{Arc, Mutex, Weak};
 /// A live context must be at least this many decisions before a stage's start.
 pub const MARGIN: u64 = 64;
 
-/// One staged program.
+/// One staged change: a program, or new values for a config map.
 pub struct Entry {
-    /// The first decision number it makes.
+    /// The first decision number it makes (or that sees the new values).
     pub from: u64,
     /// Lives as long as the process: contexts and their fallback path keep `&'static` to it.
-    pub slot: &'static ProgramSlot,
+    /// `None` for a config update.
+    pub slot: Option<&'static ProgramSlot>,
     pub name: String,
     pub source: String,
+    /// A config update: the map and its new (entry, value) pairs.
+    pub config: Option<ConfigUpdate>,
+}
+
+/// New values for entries of a config map (`NCCLBPF_CONFIG`, an array of u64 values), seen by
+/// a context from a stated decision on ([`History::stage_config`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigUpdate {
+    pub map: String,
+    pub values: Vec<(u32, u64)>,
+}
+
+impl ConfigUpdate {
+    /// `map k=v,k=v`, as status and logs show it.
+    pub fn describe(&self) -> String {
+        let kv: Vec<String> = self
+            .values
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        format!("{} {}", self.map, kv.join(","))
+    }
 }
 
 /// What a live context shows of itself.
@@ -44,6 +67,9 @@ pub struct Watch {
     pub comm_id: u64,
     /// The number of the last decision made (0: none), as the context's sequence says.
     pub seq: Box<dyn Fn() -> u64 + Send + Sync>,
+    /// Whether it keeps its own view of config maps (it runs the agreement), which staged
+    /// config updates need.
+    pub views: bool,
 }
 
 /// A process's staged programs and the contexts they apply to ([`HISTORY`] is the process's;
@@ -76,6 +102,8 @@ pub enum Refusal {
     Zero,
     /// A context of the process runs the agreement (`crate::agree`).
     Agreement,
+    /// Live contexts (comm ids) that keep no views of config maps.
+    NoViews(Vec<u64>),
 }
 
 impl std::fmt::Display for Refusal {
@@ -98,6 +126,18 @@ impl std::fmt::Display for Refusal {
                 )
             }
             Refusal::Zero => write!(f, "sequence numbers start at 1"),
+            Refusal::NoViews(comms) => {
+                let list: Vec<String> = comms.iter().map(|c| format!("{c:#018x}")).collect();
+                write!(
+                    f,
+                    "communicator(s) {} read the process-wide config maps, which every \
+                     communicator of the process shares, so new values could not take effect at \
+                     one stated collective of each: staged config updates need the per-communicator \
+                     views that contexts running the agreement keep (start the job with \
+                     NCCL_BPF_AGREEMENT=on)",
+                    list.join(", ")
+                )
+            }
             Refusal::Agreement => write!(
                 f,
                 "a tuner context of this process runs the agreement between ranks: a staged swap \
@@ -155,13 +195,75 @@ impl History {
         let mut slot = None;
         let mut next_switch = u64::MAX;
         for e in h.iter() {
+            let Some(es) = e.slot else { continue };
             if e.from <= next {
-                slot = Some(e.slot);
+                slot = Some(es);
             } else {
                 next_switch = next_switch.min(e.from);
             }
         }
         (slot, next_switch)
+    }
+
+    /// The config updates from the `seen`-th on (counting config updates only, in order):
+    /// `(index, start, update)`.
+    pub fn configs_from(&self, seen: usize) -> Vec<(usize, u64, ConfigUpdate)> {
+        lock(&self.entries)
+            .iter()
+            .filter_map(|e| Some((e.from, e.config.clone()?)))
+            .enumerate()
+            .skip(seen)
+            .map(|(i, (from, c))| (i, from, c))
+            .collect()
+    }
+
+    /// Stages new values for a config map, seen from decision `at` of every communicator
+    /// (`check` validates the update against the running program first). Refused like a program
+    /// stage, and also while a live context keeps no views of its config maps (a context that
+    /// does not run the agreement reads the process-wide map, which every communicator shares:
+    /// its contents cannot change at one communicator's decision only).
+    pub fn stage_config(&self, at: u64, update: ConfigUpdate, source: &str) -> Result<(), Refusal> {
+        if at == 0 {
+            return Err(Refusal::Zero);
+        }
+        let mut h = lock(&self.entries);
+        if let Some(last) = h.last()
+            && last.from >= at
+        {
+            return Err(Refusal::NotAfter {
+                at,
+                last: last.from,
+            });
+        }
+        let (late, viewless) = {
+            let all = lock(&self.contexts);
+            let live: Vec<Arc<Watch>> = all.iter().filter_map(Weak::upgrade).collect();
+            (
+                live.iter()
+                    .map(|w| (w.comm_id, (w.seq)()))
+                    .filter(|&(_, s)| s.saturating_add(MARGIN) >= at)
+                    .collect::<Vec<_>>(),
+                live.iter()
+                    .filter(|w| !w.views)
+                    .map(|w| w.comm_id)
+                    .collect::<Vec<_>>(),
+            )
+        };
+        if !viewless.is_empty() {
+            return Err(Refusal::NoViews(viewless));
+        }
+        if !late.is_empty() {
+            return Err(Refusal::TooLate { at, contexts: late });
+        }
+        h.push(Entry {
+            from: at,
+            slot: None,
+            name: format!("config {}", update.describe()),
+            source: source.to_string(),
+            config: Some(update),
+        });
+        self.generation.fetch_add(1, Ordering::Release);
+        Ok(())
     }
 
     /// Appends `slot` to the history, starting at decision `at`; refuses (changing nothing)
@@ -201,9 +303,10 @@ impl History {
             from: at,
             // A staged slot lives as long as the process (a few kilobytes per operator
             // reload): contexts keep `&'static` to it.
-            slot: Box::leak(Box::new(slot)),
+            slot: Some(Box::leak(Box::new(slot))),
             name: name.to_string(),
             source: source.to_string(),
+            config: None,
         });
         self.generation.fetch_add(1, Ordering::Release);
         Ok(())
@@ -376,6 +479,23 @@ pub fn stage_program(
     })
 }
 
+/// Validates `update` against the process's tuner program and stages it at decision `at` of
+/// every communicator (`ncclbpf config --at-seq`).
+pub fn stage_config(
+    history: &History,
+    at: u64,
+    update: ConfigUpdate,
+    source: &str,
+) -> Result<(), String> {
+    let Some(slot) = crate::policy::slot() else {
+        return Err(StageError::NoPolicy.to_string());
+    };
+    crate::agree::check_config(&slot.current(), &update)?;
+    history
+        .stage_config(at, update, source)
+        .map_err(|r| r.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -405,6 +525,7 @@ mod tests {
         let w = h.watch(Watch {
             comm_id: comm,
             seq: Box::new(move || s.load(Ordering::Relaxed)),
+            views: false,
         });
         (w, seq)
     }
@@ -424,7 +545,7 @@ mod tests {
         h.stage(5000, slot(), "b", "/b.o").unwrap();
         let (a, b) = {
             let e = h.entries.lock().unwrap();
-            (e[0].slot, e[1].slot)
+            (e[0].slot.unwrap(), e[1].slot.unwrap())
         };
         assert_eq!(none(999), (true, 1000));
         let (p, next) = h.program_for(1000);

@@ -7,6 +7,7 @@
 use ncclbpf_agreement::Params;
 use ncclbpf_tuner::agree::{Mode, Setting};
 use ncclbpf_tuner::ffi::TunerContext;
+use ncclbpf_tuner::stage::{ConfigUpdate, History};
 use ncclnet_headers::NcclFunc;
 use policy_runtime::{LoadOptions, LoadedProgram, ProgramSlot};
 use shared_maps::{Map, Registry};
@@ -44,6 +45,11 @@ fn load(tag: &str) -> Loaded {
     }
 }
 
+/// A history of staged changes of the test's own.
+fn history() -> &'static History {
+    Box::leak(Box::new(History::new()))
+}
+
 fn map<'a>(l: &'a Loaded, name: &str) -> &'a Map {
     l.maps.iter().find(|m| m.spec().name == name).unwrap()
 }
@@ -79,8 +85,8 @@ fn two_ranks_decide_alike_from_agreed_latency_once_the_first_epoch_is_applied() 
         .update(&0u32.to_le_bytes(), &100u64.to_le_bytes(), 0)
         .unwrap();
     let s = setting(&l, 4, 2, Duration::from_secs(10));
-    let a = TunerContext::for_programs(0x7701, 2, 2, l.slot, &s);
-    let b = TunerContext::for_programs(0x7701, 2, 2, l.slot, &s);
+    let a = TunerContext::for_programs(0x7701, 2, 2, l.slot, &s, history());
+    let b = TunerContext::for_programs(0x7701, 2, 2, l.slot, &s, history());
     let mut seen = Vec::new();
     for i in 1..=40u64 {
         // The "net hooks" see 1000 ns of latency per collective from seq 13 on.
@@ -109,6 +115,7 @@ fn ranks_with_another_agreement_setting_have_no_opinion_from_the_same_collective
         2,
         l.slot,
         &setting(&l, 4, 2, Duration::from_secs(10)),
+        history(),
     );
     let b = TunerContext::for_programs(
         0x7702,
@@ -116,6 +123,7 @@ fn ranks_with_another_agreement_setting_have_no_opinion_from_the_same_collective
         2,
         l.slot,
         &setting(&l, 4, 3, Duration::from_secs(10)),
+        history(),
     );
     map(&l, "limit")
         .update(&0u32.to_le_bytes(), &1u64.to_le_bytes(), 0)
@@ -138,6 +146,7 @@ fn a_rank_that_hears_from_no_one_fails_at_the_first_agreement_and_after() {
         2,
         l.slot,
         &setting(&l, 4, 2, Duration::from_millis(300)),
+        history(),
     );
     for _ in 1..=8 {
         proto(&a);
@@ -150,4 +159,100 @@ fn a_rank_that_hears_from_no_one_fails_at_the_first_agreement_and_after() {
     proto(&a);
     assert!(a.failed(), "and stays failed");
     assert!(a.agreement_summary().unwrap().contains("failed"));
+}
+
+fn set_limit(l: &Loaded, v: u64) {
+    map(l, "limit")
+        .update(&0u32.to_le_bytes(), &v.to_le_bytes(), 0)
+        .unwrap();
+}
+
+/// A staged config update takes effect at the stated decision of each context, whatever else
+/// changes the process-wide map: both ranks see the new limit from seq 30 on, decide alike, and
+/// their records (whose configuration digest changes with it) still agree.
+#[test]
+fn a_staged_config_update_takes_effect_at_the_same_decision_on_every_rank() {
+    let l = load("config");
+    set_limit(&l, 1_000_000);
+    let h = history();
+    let s = setting(&l, 4, 2, Duration::from_secs(10));
+    let a = TunerContext::for_programs(0x7704, 2, 2, l.slot, &s, h);
+    let b = TunerContext::for_programs(0x7704, 2, 2, l.slot, &s, h);
+    let up = ConfigUpdate {
+        map: "limit".into(),
+        values: vec![(0, 100)],
+    };
+    // Too near for a context that is already at its first decision? No: both are at 0.
+    h.stage_config(70, up.clone(), "test").unwrap();
+    // Writing the process-wide map directly changes nothing a context sees.
+    set_limit(&l, 1);
+    let mut seen = Vec::new();
+    for i in 1..=120u64 {
+        add(map(&l, "lat"), 0, 1000);
+        let (pa, pb) = (proto(&a), proto(&b));
+        assert_eq!(pa, pb, "seq {i}");
+        seen.push(pa);
+    }
+    // The limit is 100 from seq 70 on: epochs applied from 73 (epoch 16, seq 65-68, made
+    // before the update but combined after it) are over, twice in a row from seq 77.
+    assert!(seen[..76].iter().all(|&p| p == -1), "{seen:?}");
+    assert!(seen[76..].iter().all(|&p| p == 0), "{seen:?}");
+    assert!(
+        a.agreement_summary()
+            .unwrap()
+            .contains("deciding from epoch")
+    );
+    // A config update is refused for a map the program does not have, or that is not a
+    // stageable config map, and for a start a context has passed.
+    let prog = l.slot.current();
+    let bad = |map: &str| ConfigUpdate {
+        map: map.into(),
+        values: vec![(0, 1)],
+    };
+    assert!(ncclbpf_tuner::agree::check_config(&prog, &bad("nope")).is_err());
+    assert!(ncclbpf_tuner::agree::check_config(&prog, &bad("lat")).is_err());
+    let e = ncclbpf_tuner::agree::check_config(
+        &prog,
+        &ConfigUpdate {
+            map: "limit".into(),
+            values: vec![(1, 1)],
+        },
+    )
+    .unwrap_err();
+    assert!(e.contains("no entry 1"), "{e}");
+    assert!(
+        h.stage_config(100, up, "test")
+            .unwrap_err()
+            .to_string()
+            .contains("too late")
+    );
+}
+
+/// Contexts that read the process-wide config maps (no agreement, so no views) refuse staged
+/// config updates: new values would reach every communicator of the process at once.
+#[test]
+fn staged_config_updates_are_refused_while_a_context_keeps_no_views() {
+    let l = load("noviews");
+    let h = history();
+    let off = Setting {
+        mode: Mode::Off,
+        ..setting(&l, 4, 2, Duration::from_secs(1))
+    };
+    let plain = TunerContext::for_programs(0x7705, 2, 2, l.slot, &off, h);
+    let e = h
+        .stage_config(
+            500,
+            ConfigUpdate {
+                map: "limit".into(),
+                values: vec![(0, 5)],
+            },
+            "test",
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("0x0000000000007705") && e.contains("NCCL_BPF_AGREEMENT=on"),
+        "{e}"
+    );
+    drop(plain);
 }
