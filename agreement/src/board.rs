@@ -18,6 +18,9 @@ pub const EPOCHS_KEPT: usize = 64;
 pub const MAX_ORIGINS: usize = 65_536;
 /// Communicators the board keeps.
 pub const MAX_COMMS: usize = 1024;
+/// Records the board keeps in all (about 200 bytes each with 4 words: some 50 MB at most,
+/// whatever peers send). Beyond it a new record is refused, except one of this process's own.
+pub const MAX_RECORDS: usize = 262_144;
 /// Epochs kept below the newest combined one (late copies of them are then recognised as
 /// duplicates rather than new).
 const KEEP_BELOW_DONE: u64 = 8;
@@ -31,6 +34,12 @@ pub enum Insert {
     Duplicate,
     /// Its epoch is gone (combined and dropped), or the epoch is full.
     Stale,
+}
+
+impl CommBoard {
+    fn count(&self) -> usize {
+        self.epochs.values().map(|e| e.records.len()).sum()
+    }
 }
 
 #[derive(Default)]
@@ -54,6 +63,7 @@ struct Epoch {
 pub struct Board {
     comms: HashMap<u64, CommBoard>,
     clock: u64,
+    records: usize,
 }
 
 impl Board {
@@ -61,14 +71,19 @@ impl Board {
     pub fn insert(&mut self, r: Record, own: bool) -> Insert {
         self.clock += 1;
         let clock = self.clock;
+        if self.records >= MAX_RECORDS && !own {
+            return Insert::Stale;
+        }
         if !self.comms.contains_key(&r.comm_id) && self.comms.len() >= MAX_COMMS {
             let oldest = self
                 .comms
                 .iter()
                 .min_by_key(|(_, c)| c.touched)
                 .map(|(k, _)| *k);
-            if let Some(k) = oldest {
-                self.comms.remove(&k);
+            if let Some(k) = oldest
+                && let Some(c) = self.comms.remove(&k)
+            {
+                self.records -= c.count();
             }
         }
         let c = self.comms.entry(r.comm_id).or_default();
@@ -82,7 +97,9 @@ impl Board {
                 if r.epoch < low {
                     return Insert::Stale;
                 }
-                c.epochs.remove(&low);
+                if let Some(gone) = c.epochs.remove(&low) {
+                    self.records -= gone.records.len();
+                }
                 c.floor = c.floor.max(low + 1);
             }
         }
@@ -99,6 +116,7 @@ impl Board {
         }
         let nranks = r.nranks as usize;
         e.records.insert(r.origin, r);
+        self.records += 1;
         if e.complete.is_none() && e.records.len() >= nranks {
             e.complete = Some(now);
         }
@@ -126,7 +144,10 @@ impl Board {
             let floor = epoch.saturating_sub(KEEP_BELOW_DONE);
             if floor > c.floor {
                 c.floor = floor;
-                c.epochs = c.epochs.split_off(&floor);
+                let kept = c.epochs.split_off(&floor);
+                let gone: usize = c.epochs.values().map(|e| e.records.len()).sum();
+                c.epochs = kept;
+                self.records -= gone;
             }
         }
     }
@@ -201,5 +222,20 @@ mod tests {
             b.insert(rec(100 + c, 1, 0, 1), false);
         }
         assert_eq!(b.comms.len(), MAX_COMMS);
+        let held: usize = b.comms.values().map(CommBoard::count).sum();
+        assert_eq!(b.records, held, "the total follows every removal");
+    }
+
+    #[test]
+    fn the_total_is_bounded_whatever_peers_send() {
+        let mut b = Board::default();
+        let mut n = 0u64;
+        // Many origins in few epochs of few comms: only the total bounds this.
+        while b.records < MAX_RECORDS {
+            b.insert(rec(n % 4, n, n % 8, 1_000_000), false);
+            n += 1;
+        }
+        assert_eq!(b.insert(rec(1, u64::MAX, 1, 2), false), Insert::Stale);
+        assert_eq!(b.insert(rec(1, u64::MAX, 1, 2), true), Insert::New, "our own still go in");
     }
 }
