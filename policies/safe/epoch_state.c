@@ -38,7 +38,7 @@ struct {
 SEC("tuner/epoch") int epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
   __u32 k = 0;
   ctx->state[0] += 1; /* epochs seen */
-  if (ctx->colls) ctx->state[3] = ctx->duration_max_ns / ctx->colls;
+  if (ctx->duration_max_ns) ctx->state[3] = ctx->bytes / ctx->duration_max_ns; /* GB/s */
   __u64 *m = bpf_map_lookup_elem(&lat_max, &k);
   __u64 *l = bpf_map_lookup_elem(&limit, &k);
   if (!m || !l) return 0;

@@ -145,6 +145,8 @@ static __always_inline __u64 slo_dominant(void) {
 SEC("tuner/epoch")
 int slo_enforcer_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
   __u64 epoch_colls = ctx->colls;
+  asm volatile("" : "+r"(epoch_colls)); /* tested as 64 bits (PREVAIL, the differential
+                                         * oracle, does not refine from a 32-bit test) */
   if (!epoch_colls) return 0;
   __u64 t = ctx->duration_max_ns / epoch_colls; /* per collective */
   asm volatile("" : "+r"(t)); /* divided here, where the verifier knows epoch_colls != 0 */

@@ -271,11 +271,12 @@ fn an_epoch_program_runs_on_its_context_only() {
         let mut c = TunerEpochCtx {
             colls: 4,
             duration_max_ns: 4000,
+            bytes: 12_000,
             ..Default::default()
         };
         p.run(&mut c);
         p.run(&mut c);
-        assert_eq!((c.state[0], c.state[3]), (2, 1000), "{tier:?}");
+        assert_eq!((c.state[0], c.state[3]), (2, 3), "{tier:?}");
         assert_eq!(p.run(&mut TunerCtx::default()), 0);
         let mut c2 = c;
         assert!(p.run_checked(&mut c2, 10_000).is_ok());
