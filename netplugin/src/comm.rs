@@ -144,6 +144,10 @@ struct State {
     inbox: VecDeque<Vec<u8>>,
     /// Frames dropped because the inbox was full.
     frames_dropped: u64,
+    /// The peer closed the control stream at a message boundary, seen while no receive needed
+    /// it: not an error until one does (the last message's chunks may still be arriving on
+    /// the data streams).
+    closed: bool,
 }
 
 /// Received frames kept until [`Comm::take_frames`]; beyond that the oldest are dropped (and
@@ -237,6 +241,7 @@ impl Comm {
                 frame_in: None,
                 inbox: VecDeque::new(),
                 frames_dropped: 0,
+                closed: false,
                 hooks: ConnHooks::on_open(ConnInfo {
                     direction,
                     conn_id,
@@ -645,12 +650,20 @@ impl Comm {
     /// Reads the control frames that arrived while no receive is posted, up to the next
     /// message's header (which waits, read, for the receive NCCL posts for it).
     fn idle_frames(st: &mut State) {
+        if st.closed {
+            return;
+        }
         loop {
             while st.cursor < MSG_HEADER_SIZE {
                 let at = st.cursor;
                 match read_some(&mut st.control, &mut st.header[at..]) {
                     Ok(0) => return,
                     Ok(n) => st.cursor += n,
+                    // A clean end between messages: the peer is done sending.
+                    Err(NetError::PeerClosed { .. }) if at == 0 => {
+                        st.closed = true;
+                        return;
+                    }
                     Err(e) => {
                         st.error = Some(e);
                         return;
@@ -682,6 +695,14 @@ impl Comm {
         loop {
             if st.fifo.is_empty() {
                 Self::idle_frames(st);
+                return;
+            }
+            if st.closed && !st.reqs[st.fifo[0] as usize].header_done && st.cursor == 0 {
+                // A receive that needs a message the peer will never send.
+                st.error = Some(NetError::PeerClosed {
+                    op: "receive on control stream",
+                    detail: "end of stream".into(),
+                });
                 return;
             }
             let State {
@@ -1079,6 +1100,40 @@ mod tests {
 
     /// A frame header no sender of ours writes (over the limit) fails the connection with a
     /// message, instead of reading 2^63 bytes.
+    /// A sender that closes right after its last large message (as a rank does at the end of a
+    /// job) ends the control stream while the message's chunks are still on the data streams:
+    /// reading that end between messages (the frame mover does, with no receive posted) must not
+    /// fail the receive, and only a receive that needs another message fails.
+    #[test]
+    fn a_peer_that_closes_after_its_last_message_does_not_fail_that_message() {
+        for round in 0..20u64 {
+            let (s, r) = pair(0xf2a0_0010 + 2 * round, 0xf2a0_0011 + 2 * round);
+            let mut big: Vec<u8> = (0..BIG).map(|i| (i * 3) as u8).collect();
+            let mut into = vec![0u8; BIG];
+            let rq = r.irecv(buf(&mut into)).unwrap().unwrap();
+            let sq = s.isend(buf(&mut big)).unwrap().unwrap();
+            assert_eq!(wait(&s, sq).unwrap(), BIG);
+            s.close();
+            // Read the end of the control stream as the frame mover would.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !{
+                let st = lock(&r.state);
+                st.closed || st.error.is_some()
+            } {
+                let _ = r.take_frames();
+                assert!(Instant::now() < deadline, "the end never came");
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            assert_eq!(wait(&r, rq).unwrap(), BIG, "round {round}");
+            assert!(into == big);
+            let mut more = vec![0u8; 16];
+            let next = r.irecv(buf(&mut more)).unwrap().unwrap();
+            let e = wait(&r, next).unwrap_err();
+            assert_eq!(e.code(), NcclResult::REMOTE_ERROR, "{e}");
+            r.close();
+        }
+    }
+
     #[test]
     fn a_broken_frame_header_fails_the_connection() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -589,8 +589,12 @@ fn agree(rank: usize, nranks: usize, dir: PathBuf, calls: usize, bytes: usize, o
                 std::thread::sleep(Duration::from_micros(lat));
             }
             let sq = unsafe { n.isend(s, out.as_ptr(), len) }.unwrap().unwrap();
-            n.wait(sq, WAIT).unwrap();
-            assert_eq!(n.wait(rq, WAIT).unwrap() as usize, len);
+            let done = n.wait(sq, WAIT).and_then(|_| n.wait(rq, WAIT));
+            let got = done.unwrap_or_else(|e| {
+                print!("{}", ncclbpf_harness::log_text());
+                panic!("rank {rank}: step {i}: {}", e.name());
+            });
+            assert_eq!(got as usize, len);
             let from = (rank + nranks - 1) % nranks;
             assert!(
                 inb[..len]
