@@ -236,6 +236,10 @@ mod tests {
             n += 1;
         }
         assert_eq!(b.insert(rec(1, u64::MAX, 1, 2), false), Insert::Stale);
-        assert_eq!(b.insert(rec(1, u64::MAX, 1, 2), true), Insert::New, "our own still go in");
+        assert_eq!(
+            b.insert(rec(1, u64::MAX, 1, 2), true),
+            Insert::New,
+            "our own still go in"
+        );
     }
 }

@@ -127,6 +127,8 @@ struct Exchange {
     /// Signalled when the outbox gains a frame.
     queued: Condvar,
     users: AtomicUsize,
+    /// Set by [`nudge`]: frames arrived that the mover should take now.
+    nudged: std::sync::atomic::AtomicBool,
     pump: OnceLock<fn()>,
     stats: Mutex<Stats>,
 }
@@ -139,6 +141,7 @@ fn exchange() -> &'static Exchange {
         outbox: Mutex::new(VecDeque::new()),
         queued: Condvar::new(),
         users: AtomicUsize::new(0),
+        nudged: std::sync::atomic::AtomicBool::new(false),
         pump: OnceLock::new(),
         stats: Mutex::new(Stats::default()),
     })
@@ -244,15 +247,32 @@ pub fn requeue(frames: Vec<Arc<[u8]>>) {
     q.truncate(MAX_OUTBOX);
 }
 
-/// Waits up to `timeout` for frames to send (the net plugin's thread parks here).
+/// Waits up to `timeout` for frames to send or a [`nudge`] (the net plugin's thread parks
+/// here).
 pub fn wait_outgoing(timeout: Duration) -> Vec<Arc<[u8]>> {
     let x = exchange();
     let q = lock(&x.outbox);
     let (mut q, _) = x
         .queued
-        .wait_timeout_while(q, timeout, |q| q.is_empty())
+        .wait_timeout_while(q, timeout, |q| {
+            q.is_empty() && !x.nudged.load(Ordering::Acquire)
+        })
         .unwrap_or_else(|e| e.into_inner());
+    x.nudged.store(false, Ordering::Release);
     q.drain(..).collect()
+}
+
+/// Wakes the mover: a frame arrived (read inside NCCL's own call) that should be delivered,
+/// and forwarded, now rather than at the mover's next round.
+pub fn nudge() {
+    let x = exchange();
+    if x.users.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    x.nudged.store(true, Ordering::Release);
+    // Under the lock, so a mover between its check and its wait cannot miss it.
+    let _q = lock(&x.outbox);
+    x.queued.notify_all();
 }
 
 /// Every record held, as frames, for a connection that opens after they were sent.

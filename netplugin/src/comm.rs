@@ -591,6 +591,7 @@ impl Comm {
         }
         st.inbox.push_back(frame);
         st.cursor = 0;
+        ncclbpf_agreement::nudge();
         true
     }
 
