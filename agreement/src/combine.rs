@@ -55,7 +55,7 @@ pub fn combine(records: &[Record], layout: &[Reduce]) -> Verdict {
     let Some(first) = records.first() else {
         return Verdict::Differs("no records".into());
     };
-    let checks: [(&str, Key); 4] = [
+    let checks: [(&str, Key); 5] = [
         (
             "configuration (tuner programs, map shapes, config maps, agreement settings)",
             |r| format!("{:#018x}", r.config),
@@ -65,6 +65,7 @@ pub fn combine(records: &[Record], layout: &[Reduce]) -> Verdict {
             |r| format!("{:#018x}", r.decisions),
         ),
         ("epoch length", |r| r.colls.to_string()),
+        ("communicator size", |r| r.nranks.to_string()),
         ("record shape (words per record)", |r| {
             r.words.len().to_string()
         }),
@@ -185,6 +186,11 @@ mod tests {
         rs[1].decisions = 1;
         assert!(
             matches!(combine(&rs, &[Reduce::Sum]), Verdict::Differs(t) if t.starts_with("decision digest"))
+        );
+        let mut rs = base();
+        rs[1].nranks = 5;
+        assert!(
+            matches!(combine(&rs, &[Reduce::Sum]), Verdict::Differs(t) if t.starts_with("communicator size"))
         );
         let mut rs = base();
         rs[1].colls = 32;

@@ -147,7 +147,11 @@ impl Record {
         }
         let words = (0..nwords).map(|i| u64_at(b, HEADER + 8 * i)).collect();
         let host_at = HEADER + 8 * nwords;
-        let host = String::from_utf8_lossy(&b[host_at..host_at + host_len]).into_owned();
+        // Shown in log lines: nothing but printable characters from a peer.
+        let host = String::from_utf8_lossy(&b[host_at..host_at + host_len])
+            .chars()
+            .map(|c| if c.is_control() { '?' } else { c })
+            .collect();
         Ok(Record {
             comm_id: u64_at(b, 8),
             origin: u64_at(b, 16),
@@ -236,6 +240,14 @@ mod tests {
         b[4] = 9;
         assert_eq!(Record::decode(&b), Err(DecodeError::Version(9)));
         assert_eq!(Record::decode(b"other frame"), Err(DecodeError::NotARecord));
+    }
+
+    #[test]
+    fn a_peer_cannot_put_control_characters_into_log_lines() {
+        let mut r = sample(1, 1);
+        r.host = "evil\n3 0x1 fake line\x1b[2J".into();
+        let d = Record::decode(&r.encode()).unwrap();
+        assert!(!d.host.chars().any(char::is_control), "{:?}", d.host);
     }
 
     #[test]
