@@ -191,6 +191,11 @@ pub fn stage_in(
     code
 }
 
+/// `k=v,k=v` (decimal), as the processes log it.
+fn pairs_text(values: &[(u32, u64)]) -> String {
+    ncclbpf_control::protocol::config_pairs_text(values, false)
+}
+
 /// `ncclbpf status`.
 pub fn status(targets: &Targets, json: bool) -> ExitCode {
     let dir = shared_maps::registry_dir();
@@ -371,6 +376,13 @@ fn item_text(s: &mut String, i: &Item) {
             let _ = writeln!(
                 s,
                 "  {section} {name}: staged: makes every communicator's decisions from seq {at} on"
+            );
+        }
+        Item::StagedConfig { map, values, at } => {
+            let _ = writeln!(
+                s,
+                "  config {map} {}: staged: every communicator's decisions see it from seq {at} on",
+                pairs_text(values)
             );
         }
         Item::Comm { id, seq, switch_at } => {
@@ -582,12 +594,26 @@ fn item_json(i: &Item) -> String {
             js(section),
             js(name)
         ),
+        Item::StagedConfig { map, values, at } => format!(
+            "{{\"kind\":\"staged\",\"section\":\"config\",\"name\":{},\"values\":{},\"at\":{at}}}",
+            js(map),
+            values_json(values)
+        ),
         Item::Comm { id, seq, switch_at } => format!(
             "{{\"kind\":\"comm\",\"comm_id\":\"{id:#018x}\",\"seq\":{seq},\"switch_at\":{}}}",
             switch_at.map_or("null".into(), |a| a.to_string())
         ),
         Item::Other(l) => format!("{{\"kind\":\"other\",\"line\":{}}}", js(l)),
     }
+}
+
+/// `[{"key":K,"value":V},...]`.
+fn values_json(values: &[(u32, u64)]) -> String {
+    let kv: Vec<String> = values
+        .iter()
+        .map(|(k, v)| format!("{{\"key\":{k},\"value\":{v}}}"))
+        .collect();
+    format!("[{}]", kv.join(","))
 }
 
 /// One process's answer: verdict, error, items.

@@ -79,6 +79,29 @@ impl Handler for Canned {
             Request::Unstage => {
                 Reply::ok(vec![Item::Other("unstaged the switch at seq 1000".into())])
             }
+            Request::StageConfig { at, map, values } if map == "limit" => Reply::ok(vec![
+                Item::StagedConfig {
+                    map: map.clone(),
+                    values: values.clone(),
+                    at: *at,
+                },
+                Item::Comm {
+                    id: 0xc0ffee,
+                    seq: 700,
+                    switch_at: Some(*at),
+                },
+            ]),
+            Request::StageConfig { map, .. } => {
+                let e = format!("the tuner program 'decide' has no map '{map}'");
+                Reply::error(
+                    vec![Item::Rejected {
+                        what: "config".into(),
+                        name: map.clone(),
+                        message: e.clone(),
+                    }],
+                    format!("no config update staged: {e}; nothing was changed"),
+                )
+            }
             Request::Reload(p) => Reply::error(
                 vec![Item::Rejected {
                     what: "net/complete".into(),

@@ -6,7 +6,14 @@
 //!                                          ; resolves a relative one against its own cwd)
 //!         | "stage " SEQ " " PATH LF       ; reload, with the tuner programs switched at the
 //!                                          ; SEQ-th call of every communicator
-//!         | "unstage" LF                   ; drop a staged tuner switch no communicator reached
+//!         | "unstage" LF                   ; drop the last staged change (a tuner switch or a
+//!                                          ; config update) if no communicator reached it
+//!         | "stage-config " SEQ " " MAP " " PAIRS LF  ; new values for entries of config map
+//!                                          ; MAP, seen from the SEQ-th call of every communicator
+//! MAP     = 1*64 ( ALPHA / DIGIT / "_" / "." )
+//! PAIRS   = KEY "=" VALUE *( "," KEY "=" VALUE )   ; 1 to 256 pairs, no KEY twice
+//! KEY     = 1*DIGIT                        ; a u32
+//! VALUE   = 1*DIGIT / "0x" 1*HEXDIG        ; a u64
 //! reply   = *item final
 //! final   = "ok" LF                        ; the request did what the items say
 //!         | "error: " TEXT LF              ; nothing was changed
@@ -20,7 +27,9 @@
 //!         | "ignored " SECTION " " NAME ": " TEXT LF           ; attaches to no hook
 //!         | "rejected " WHAT " " NAME ": " TEXT LF             ; why the request failed
 //!         | "staged " SECTION " " NAME " at=" N LF              ; switched at call N
-//!         | "comm " HEX " seq=" N [" switch_at=" N] LF          ; a tuner context: calls so far
+//!         | "staged config " MAP " " PAIRS " at=" N LF          ; config values from call N
+//!         | "comm " HEX " seq=" N [" switch_at=" N] LF          ; a tuner context: calls so far,
+//!                                          ; and the call of the next staged change, if any
 //!         | "| " TEXT LF                   ; one more line of the item above (a verifier log)
 //! TIMES   = " insns=" N " verify_us=" F " compile_us=" F " swap_us=" F
 //! ```
@@ -28,7 +37,8 @@
 //! `WHAT` is a section (`net/complete`) or `map`. A reload that fails for any reason (the file,
 //! its parsing, a program the verifier rejects, a map whose shape changed) answers `error:`
 //! after its `rejected` items, and every hook keeps the program it had. Unknown item lines
-//! are kept as [`Item::Other`] so older clients read newer servers.
+//! are kept as [`Item::Other`] so older clients read newer servers (and an older client reads
+//! `staged config` as an [`Item::Staged`] of section `config`, named after the map).
 
 use std::ffi::OsStr;
 use std::fmt::Write as _;
@@ -53,8 +63,127 @@ pub enum Request {
     /// As `Reload`, and the object's tuner programs take over at call `at` of every
     /// communicator (the same collective on every rank).
     Stage { at: u64, path: PathBuf },
-    /// Drop a staged tuner switch that no communicator has reached.
+    /// Drop the last staged change (a tuner switch or a config update) that no communicator has
+    /// reached.
     Unstage,
+    /// New values for entries of the tuner program's config map `map`, seen from call `at` of
+    /// every communicator (the same collective on every rank): (entry, value) pairs, checked by
+    /// [`check_config`].
+    StageConfig {
+        at: u64,
+        map: String,
+        values: Vec<(u32, u64)>,
+    },
+}
+
+/// The most (entry, value) pairs one staged config update carries.
+pub const MAX_CONFIG_PAIRS: usize = 256;
+/// The longest config map name.
+pub const MAX_MAP_NAME: usize = 64;
+
+/// A config update as it may travel: a map name of 1 to [`MAX_MAP_NAME`] characters of
+/// `[A-Za-z0-9_.]`, 1 to [`MAX_CONFIG_PAIRS`] pairs, no entry twice. Whether the map is one
+/// the running program can take new values for is the server's to say.
+pub fn check_config(map: &str, values: &[(u32, u64)]) -> Result<(), String> {
+    if map.is_empty() || map.len() > MAX_MAP_NAME {
+        return Err(format!(
+            "config map name {map:?}: 1 to {MAX_MAP_NAME} characters"
+        ));
+    }
+    if let Some(c) = map
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '.'))
+    {
+        return Err(format!(
+            "config map name {map:?}: {c:?} is not one of A-Z a-z 0-9 _ ."
+        ));
+    }
+    if values.is_empty() {
+        return Err(format!("no values for config map '{map}'"));
+    }
+    if values.len() > MAX_CONFIG_PAIRS {
+        return Err(format!(
+            "{} values for config map '{map}': at most {MAX_CONFIG_PAIRS} in one update",
+            values.len()
+        ));
+    }
+    let mut keys: Vec<u32> = values.iter().map(|(k, _)| *k).collect();
+    keys.sort_unstable();
+    if let Some(w) = keys.windows(2).find(|w| w[0] == w[1]) {
+        return Err(format!(
+            "entry {} of config map '{map}' is given twice",
+            w[0]
+        ));
+    }
+    Ok(())
+}
+
+/// A decimal number: digits only (no sign, no spaces).
+fn decimal(s: &str) -> Option<u64> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// One `KEY=VALUE` pair: the entry in decimal (a u32), the value in decimal or `0x` hex (a u64).
+pub fn parse_config_pair(s: &str) -> Result<(u32, u64), String> {
+    let Some((k, v)) = s.split_once('=') else {
+        return Err(format!("{s:?} is not KEY=VALUE"));
+    };
+    let key = decimal(k)
+        .and_then(|k| u32::try_from(k).ok())
+        .ok_or_else(|| format!("{s:?}: {k:?} is not an entry number (0 to {})", u32::MAX))?;
+    let value = match v.strip_prefix("0x") {
+        Some(h) if !h.is_empty() && h.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            u64::from_str_radix(h, 16).ok()
+        }
+        Some(_) => None,
+        None => decimal(v),
+    }
+    .ok_or_else(|| format!("{s:?}: {v:?} is not a u64 value (decimal, or hex after 0x)"))?;
+    Ok((key, value))
+}
+
+/// `KEY=VALUE[,KEY=VALUE...]` (not yet checked by [`check_config`]).
+fn parse_pairs(s: &str) -> Result<Vec<(u32, u64)>, String> {
+    s.split(',').map(parse_config_pair).collect()
+}
+
+/// `k=v,k=v` (as [`parse_config_pair`] reads each): values in decimal, or with `shortest` in hex
+/// where that is shorter (so that the most pairs fit in a request line).
+pub fn config_pairs_text(values: &[(u32, u64)], shortest: bool) -> String {
+    let kv: Vec<String> = values
+        .iter()
+        .map(|(k, v)| {
+            let d = v.to_string();
+            let h = format!("{v:#x}");
+            if shortest && h.len() < d.len() {
+                format!("{k}={h}")
+            } else {
+                format!("{k}={d}")
+            }
+        })
+        .collect();
+    kv.join(",")
+}
+
+/// `stage-config` after its verb: `SEQ MAP PAIRS`.
+fn parse_stage_config(rest: &[u8]) -> Result<Request, String> {
+    let usage = "stage-config needs a sequence number, a config map and KEY=VALUE[,KEY=VALUE...]";
+    let rest = std::str::from_utf8(rest).map_err(|_| format!("{usage} (in ASCII)"))?;
+    let w: Vec<&str> = rest.split(' ').collect();
+    let [n, map, pairs] = w[..] else {
+        return Err(format!("{usage}, separated by one space"));
+    };
+    let at = decimal(n).ok_or_else(|| format!("stage-config: {n:?} is not a sequence number"))?;
+    let values = parse_pairs(pairs).map_err(|e| format!("stage-config: {e}"))?;
+    check_config(map, &values).map_err(|e| format!("stage-config: {e}"))?;
+    Ok(Request::StageConfig {
+        at,
+        map: map.to_string(),
+        values,
+    })
 }
 
 impl Request {
@@ -67,6 +196,9 @@ impl Request {
         }
         if line == b"unstage" {
             return Ok(Request::Unstage);
+        }
+        if let Some(rest) = line.strip_prefix(b"stage-config ") {
+            return parse_stage_config(rest);
         }
         if let Some(rest) = line.strip_prefix(b"stage ") {
             let (n, p) = match rest.iter().position(|&b| b == b' ') {
@@ -99,7 +231,8 @@ impl Request {
             return Ok(Request::Reload(PathBuf::from(OsStr::from_bytes(p))));
         }
         Err(format!(
-            "unknown request {:?}: expected 'status', 'reload <path>', 'stage <seq> <path>' or 'unstage'",
+            "unknown request {:?}: expected 'status', 'reload <path>', 'stage <seq> <path>', \
+             'stage-config <seq> <map> <key>=<value>[,...]' or 'unstage'",
             String::from_utf8_lossy(line)
         ))
     }
@@ -111,6 +244,15 @@ impl Request {
             Request::Unstage => return Ok(b"unstage\n".to_vec()),
             Request::Reload(p) => ("reload ".to_string(), p),
             Request::Stage { at, path } => (format!("stage {at} "), path),
+            Request::StageConfig { at, map, values } => {
+                check_config(map, values)?;
+                let line = format!("stage-config {at} {map} {}\n", config_pairs_text(values, true));
+                // Never longer (at most 256 pairs of 30 characters), but say so if it were.
+                if line.len() > MAX_REQUEST {
+                    return Err(format!("the update of '{map}' is too long for one request"));
+                }
+                return Ok(line.into_bytes());
+            }
         };
         let b = p.as_os_str().as_bytes();
         if b.is_empty() || b.contains(&b'\n') || b.contains(&0) {
@@ -188,6 +330,12 @@ pub enum Item {
     Staged {
         section: String,
         name: String,
+        at: u64,
+    },
+    /// New values for entries of config map `map`, seen from call `at` of every communicator.
+    StagedConfig {
+        map: String,
+        values: Vec<(u32, u64)>,
         at: u64,
     },
     /// A tuner context (one communicator): calls so far, and the call at which a staged
@@ -421,6 +569,14 @@ impl Item {
             Item::Staged { section, name, at } => {
                 let _ = writeln!(out, "staged {} {} at={at}", tok(section), tok(name));
             }
+            Item::StagedConfig { map, values, at } => {
+                let _ = writeln!(
+                    out,
+                    "staged config {} {} at={at}",
+                    tok(map),
+                    config_pairs_text(values, false)
+                );
+            }
             Item::Comm { id, seq, switch_at } => {
                 let _ = write!(out, "comm {id:#018x} seq={seq}");
                 if let Some(a) = switch_at {
@@ -445,6 +601,13 @@ impl Item {
         match verb {
             "staged" => {
                 let w: Vec<&str> = rest.split(' ').collect();
+                if let ["config", map, pairs, _at] = w[..] {
+                    return Some(Item::StagedConfig {
+                        map: map.to_string(),
+                        values: parse_pairs(pairs).ok()?,
+                        at: num(&fields(rest), "at")?,
+                    });
+                }
                 Some(Item::Staged {
                     section: (*w.first()?).to_string(),
                     name: (*w.get(1)?).to_string(),
@@ -603,6 +766,160 @@ mod tests {
         assert_eq!(
             Request::parse(&Request::Unstage.to_line().unwrap()).unwrap(),
             Request::Unstage
+        );
+    }
+
+    fn stage_config(at: u64, map: &str, values: &[(u32, u64)]) -> Request {
+        Request::StageConfig {
+            at,
+            map: map.into(),
+            values: values.to_vec(),
+        }
+    }
+
+    #[test]
+    fn config_requests_round_trip() {
+        assert_eq!(
+            Request::parse(b"stage-config 4096 slo_budget_ns 3=200000,5=0x1e8480\n").unwrap(),
+            stage_config(4096, "slo_budget_ns", &[(3, 200_000), (5, 2_000_000)])
+        );
+        assert_eq!(
+            Request::parse(b"stage-config 7 a.B_9 0=0\r\n").unwrap(),
+            stage_config(7, "a.B_9", &[(0, 0)])
+        );
+        for r in [
+            stage_config(1, "limit", &[(0, 100)]),
+            stage_config(u64::MAX, &"m".repeat(MAX_MAP_NAME), &[(u32::MAX, u64::MAX)]),
+            stage_config(500, "x", &[(2, 1), (0, 0x10), (1, 1 << 40)]),
+        ] {
+            let line = r.to_line().unwrap();
+            assert_eq!(Request::parse(&line).unwrap(), r, "{line:?}");
+        }
+        // Values go out in hex where that is shorter, in decimal otherwise.
+        assert_eq!(
+            stage_config(9, "limit", &[(0, 100), (1, u64::MAX)])
+                .to_line()
+                .unwrap(),
+            b"stage-config 9 limit 0=100,1=0xffffffffffffffff\n"
+        );
+        // The longest update there can be fits in one request.
+        let most: Vec<(u32, u64)> = (0..MAX_CONFIG_PAIRS as u32)
+            .map(|i| (u32::MAX - i, u64::MAX - i as u64))
+            .collect();
+        let r = stage_config(u64::MAX, &"m".repeat(MAX_MAP_NAME), &most);
+        let line = r.to_line().unwrap();
+        assert!(line.len() <= MAX_REQUEST, "{}", line.len());
+        assert_eq!(Request::parse(&line).unwrap(), r);
+    }
+
+    #[test]
+    fn config_requests_are_parsed_strictly() {
+        let pairs = |n: u32| {
+            (0..n)
+                .map(|i| format!("{i}=1"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let long = format!("stage-config 5 {} 0=1\n", "m".repeat(MAX_MAP_NAME + 1));
+        let many = format!("stage-config 5 m {}\n", pairs(MAX_CONFIG_PAIRS as u32 + 1));
+        let ok = format!("stage-config 5 m {}\n", pairs(MAX_CONFIG_PAIRS as u32));
+        assert!(Request::parse(ok.as_bytes()).is_ok());
+        for (bad, why) in [
+            (&b"stage-config\n"[..], "unknown request"),
+            (b"stage-config \n", "needs a sequence number"),
+            (b"stage-config 5\n", "needs a sequence number"),
+            (b"stage-config 5 limit\n", "needs a sequence number"),
+            (b"stage-config 5 limit 0=1 1=2\n", "one space"),
+            (b"stage-config 5  limit 0=1\n", "one space"),
+            (b"stage-config 5 limit 0=1 \n", "one space"),
+            (b"stage-config +5 limit 0=1\n", "not a sequence number"),
+            (b"stage-config -1 limit 0=1\n", "not a sequence number"),
+            (b"stage-config 0x5 limit 0=1\n", "not a sequence number"),
+            (
+                b"stage-config 18446744073709551616 limit 0=1\n",
+                "not a sequence number",
+            ),
+            (b"stage-config 5 li-mit 0=1\n", "is not one of"),
+            (b"stage-config 5 li/mit 0=1\n", "is not one of"),
+            (long.as_bytes(), "1 to 64 characters"),
+            (b"stage-config 5 limit 0\n", "is not KEY=VALUE"),
+            (b"stage-config 5 limit =1\n", "not an entry number"),
+            (b"stage-config 5 limit 0x1=1\n", "not an entry number"),
+            (b"stage-config 5 limit +1=1\n", "not an entry number"),
+            (
+                b"stage-config 5 limit 4294967296=1\n",
+                "not an entry number",
+            ),
+            (b"stage-config 5 limit 0=\n", "not a u64 value"),
+            (b"stage-config 5 limit 0=-1\n", "not a u64 value"),
+            (b"stage-config 5 limit 0=+1\n", "not a u64 value"),
+            (b"stage-config 5 limit 0=0x\n", "not a u64 value"),
+            (b"stage-config 5 limit 0=0xg\n", "not a u64 value"),
+            (b"stage-config 5 limit 0=0X10\n", "not a u64 value"),
+            (b"stage-config 5 limit 0=1e3\n", "not a u64 value"),
+            (
+                b"stage-config 5 limit 0=18446744073709551616\n",
+                "not a u64 value",
+            ),
+            (
+                b"stage-config 5 limit 0=0x10000000000000000\n",
+                "not a u64 value",
+            ),
+            (b"stage-config 5 limit 0=1=2\n", "not a u64 value"),
+            (b"stage-config 5 limit 0=1,\n", "is not KEY=VALUE"),
+            (b"stage-config 5 limit ,0=1\n", "is not KEY=VALUE"),
+            (b"stage-config 5 limit 0=1,,1=2\n", "is not KEY=VALUE"),
+            (
+                b"stage-config 5 limit 3=1,0=2,3=4\n",
+                "entry 3 of config map 'limit' is given twice",
+            ),
+            (many.as_bytes(), "at most 256"),
+            (b"stage-config 5 lim\xffit 0=1\n", "ASCII"),
+        ] {
+            let e = Request::parse(bad).unwrap_err();
+            assert!(
+                e.contains(why),
+                "{:?}: {e} (expected {why:?})",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        // What cannot be parsed is not sent either.
+        for (map, values) in [
+            ("", vec![(0, 1)]),
+            ("a b", vec![(0, 1)]),
+            ("a\nb", vec![(0, 1)]),
+            ("limit", vec![]),
+            ("limit", vec![(1, 1), (1, 2)]),
+        ] {
+            assert!(stage_config(5, map, &values).to_line().is_err(), "{map:?}");
+        }
+        assert!(parse_config_pair("7=0x0a").unwrap() == (7, 10));
+    }
+
+    #[test]
+    fn staged_config_items_round_trip() {
+        let r = Reply::ok(vec![
+            Item::StagedConfig {
+                map: "slo_budget_ns".into(),
+                values: vec![(3, 200_000), (5, u64::MAX)],
+                at: 9000,
+            },
+            Item::Staged {
+                section: "tuner".into(),
+                name: "size_aware".into(),
+                at: 100_000,
+            },
+        ]);
+        assert_eq!(
+            r.to_text(),
+            "staged config slo_budget_ns 3=200000,5=18446744073709551615 at=9000\nstaged tuner size_aware at=100000\nok\n"
+        );
+        assert_eq!(Reply::parse(r.to_text().lines()).unwrap(), r);
+        // A line this version cannot read is kept as it is.
+        let odd = Reply::parse(["staged config limit 0=x at=5", "ok"]).unwrap();
+        assert_eq!(
+            odd.items,
+            [Item::Other("staged config limit 0=x at=5".into())]
         );
     }
 

@@ -27,6 +27,9 @@ impl Handler for Stub {
                 Reply::error(vec![], format!("cannot read {}", p.display()))
             }
             Request::Unstage => Reply::ok(vec![]),
+            Request::StageConfig { map, .. } => {
+                Reply::error(vec![], format!("no config map '{map}'"))
+            }
         }
     }
     fn log(&self, _warn: bool, msg: &str) {

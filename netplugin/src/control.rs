@@ -13,14 +13,17 @@
 //! A plain `reload` refuses the object's tuner programs (a tuner swap must happen at the same
 //! collective on every rank) and still swaps its net programs. `stage SEQ PATH` stages the
 //! object's tuner program at decision SEQ of every communicator (`ncclbpf_tuner::stage`) and
-//! swaps its net programs now; `unstage` withdraws the last stage while no communicator reached
-//! it. `status` lists the staged programs and every tuner context with its decision count.
+//! swaps its net programs now; `stage-config SEQ MAP K=V,...` stages new values for a config map
+//! of the tuner program, seen from decision SEQ of every communicator (contexts running the
+//! agreement keep their own view of config maps; others refuse it); `unstage` withdraws the last
+//! stage of either kind while no communicator reached it. `status` lists the staged programs and
+//! config updates and every tuner context with its decision count.
 
 use crate::config::Config;
 use crate::hooks::{self, Attached, HOOK_SECTIONS, NetSet};
 use ncclbpf_control::protocol::{Item, ProgramInfo, Reply, Request, Swap, TUNER_REFUSAL};
 use ncclbpf_control::server::{self, Handler, Peer};
-use ncclbpf_tuner::stage::{HISTORY, History, StageError};
+use ncclbpf_tuner::stage::{ConfigUpdate, HISTORY, History, StageError};
 use policy_runtime::program::{LIVE_PROGRAMS, check_maps};
 use policy_runtime::{LoadError, LoadOptions, LoadedProgram, Tier};
 use shared_maps::{Registry, RegistryError};
@@ -37,7 +40,7 @@ impl Handler for Plugin {
             Request::Status => status(),
             Request::Reload(path) => {
                 let r = reload(path, Registry::global(), &LoadOptions::default());
-                log_reload(path, peer, &r);
+                log_request(&format!("reload {}", path.display()), peer, &r);
                 r
             }
             Request::Stage { at, path } => {
@@ -48,12 +51,29 @@ impl Handler for Plugin {
                     &LoadOptions::default(),
                     &HISTORY,
                 );
-                log_reload(path, peer, &r);
+                log_request(&format!("reload {}", path.display()), peer, &r);
+                r
+            }
+            Request::StageConfig { at, map, values } => {
+                let update = ConfigUpdate {
+                    map: map.clone(),
+                    values: values.clone(),
+                };
+                let head = format!("config {} at seq {at}", update.describe());
+                let source = format!("ncclbpf config (pid {})", peer.pid);
+                let r = stage_config(
+                    *at,
+                    update,
+                    &source,
+                    &HISTORY,
+                    ncclbpf_tuner::stage::stage_config,
+                );
+                log_request(&head, peer, &r);
                 r
             }
             Request::Unstage => {
                 let r = unstage(&HISTORY);
-                log_reload(Path::new("(unstage)"), peer, &r);
+                log_request("unstage", peer, &r);
                 r
             }
         }
@@ -68,7 +88,8 @@ impl Handler for Plugin {
     }
 }
 
-fn log_reload(path: &Path, peer: Peer, r: &Reply) {
+/// One line per request that changes something: `head`, who asked, what it did or why not.
+fn log_request(head: &str, peer: Peer, r: &Reply) {
     let mut what = vec![];
     for i in &r.items {
         match i {
@@ -86,6 +107,14 @@ fn log_reload(path: &Path, peer: Peer, r: &Reply) {
             Item::Staged { section, name, at } => {
                 what.push(format!("{section} '{name}' staged from seq {at}"))
             }
+            Item::StagedConfig { map, values, at } => what.push(format!(
+                "config {} staged from seq {at}",
+                ConfigUpdate {
+                    map: map.clone(),
+                    values: values.clone()
+                }
+                .describe()
+            )),
             Item::Rejected {
                 what: w,
                 name,
@@ -99,7 +128,7 @@ fn log_reload(path: &Path, peer: Peer, r: &Reply) {
             _ => {}
         }
     }
-    let head = format!("reload {} (asked by pid {})", path.display(), peer.pid);
+    let head = format!("{head} (asked by pid {})", peer.pid);
     match &r.result {
         Ok(()) => crate::nlog!(INFO, NET, "{head}: {}", what.join("; ")),
         Err(e) => crate::nlog!(WARN, NET, "{head} failed: {e}; {}", what.join("; ")),
@@ -156,16 +185,28 @@ pub fn status() -> Reply {
     Reply::ok(items)
 }
 
-/// The staged tuner programs and every tuner context with its decision count.
+/// The staged tuner programs and config updates, in order, and every tuner context with its
+/// decision count and the start of the next staged change.
 fn tuner_items(history: &History) -> Vec<Item> {
     let staged = history.staged();
+    // Starts are strictly increasing over both kinds: a start names one stage.
+    let configs = history.configs_from(0);
     let mut items: Vec<Item> = staged
         .iter()
-        .map(|(at, name, _)| Item::Staged {
-            section: "tuner".into(),
-            name: name.clone(),
-            at: *at,
-        })
+        .map(
+            |(at, name, _)| match configs.iter().find(|(_, from, _)| from == at) {
+                Some((_, _, up)) => Item::StagedConfig {
+                    map: up.map.clone(),
+                    values: up.values.clone(),
+                    at: *at,
+                },
+                None => Item::Staged {
+                    section: "tuner".into(),
+                    name: name.clone(),
+                    at: *at,
+                },
+            },
+        )
         .collect();
     for (id, seq) in history.contexts() {
         items.push(Item::Comm {
@@ -272,9 +313,45 @@ pub fn stage(
     Reply::ok(items)
 }
 
-/// `unstage`: drops the last staged tuner program if no communicator reached it.
+/// `stage-config SEQ MAP K=V,...`: `stage` (in the process: [`ncclbpf_tuner::stage::stage_config`],
+/// which checks the update against the running tuner program) stages new values for a config map
+/// of the tuner program, seen from decision `at` of every communicator. Nothing else changes.
+pub fn stage_config(
+    at: u64,
+    update: ConfigUpdate,
+    source: &str,
+    history: &History,
+    stage: fn(&History, u64, ConfigUpdate, &str) -> Result<(), String>,
+) -> Reply {
+    let (map, values) = (update.map.clone(), update.values.clone());
+    if let Err(e) = stage(history, at, update, source) {
+        return Reply::error(
+            vec![Item::Rejected {
+                what: "config".into(),
+                name: map,
+                message: e.clone(),
+            }],
+            format!("no config update staged: {e}; {UNCHANGED}"),
+        );
+    }
+    let mut items = vec![Item::StagedConfig { map, values, at }];
+    items.extend(
+        tuner_items(history)
+            .into_iter()
+            .filter(|i| matches!(i, Item::Comm { .. })),
+    );
+    Reply::ok(items)
+}
+
+/// `unstage`: drops the last staged tuner program or config update if no communicator reached
+/// it.
 pub fn unstage(history: &History) -> Reply {
+    let config_at = |at: u64| history.configs_from(0).iter().any(|c| c.1 == at);
+    let before: Vec<u64> = history.configs_from(0).iter().map(|c| c.1).collect();
     match history.unstage() {
+        Ok(Some(at)) if before.contains(&at) => Reply::ok(vec![Item::Other(format!(
+            "unstaged the config update at seq {at}"
+        ))]),
         Ok(Some(at)) => Reply::ok(vec![Item::Other(format!(
             "unstaged the switch at seq {at}"
         ))]),
@@ -284,10 +361,15 @@ pub fn unstage(history: &History) -> Reply {
                 .iter()
                 .map(|(c, s)| format!("comm {c:#018x} at seq {s}"))
                 .collect();
+            let (what, does) = if config_at(at) {
+                ("config update", "use the staged values")
+            } else {
+                ("switch", "run the staged program")
+            };
             Reply::error(
                 vec![],
                 format!(
-                    "the switch at seq {at} stays: {} already run the staged program",
+                    "the {what} at seq {at} stays: {} already {does}",
                     list.join(", ")
                 ),
             )
@@ -455,4 +537,102 @@ pub fn reload(path: &Path, registry: &Registry, opts: &LoadOptions) -> Reply {
         .collect();
     items.extend(notes);
     Reply::ok(items)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ncclbpf_tuner::stage::Watch;
+    use std::sync::atomic::AtomicU64;
+
+    /// Stages in `h` without the check against the process's tuner program.
+    fn plain(h: &History, at: u64, up: ConfigUpdate, source: &str) -> Result<(), String> {
+        h.stage_config(at, up, source).map_err(|r| r.to_string())
+    }
+
+    fn limit(v: u64) -> ConfigUpdate {
+        ConfigUpdate {
+            map: "limit".into(),
+            values: vec![(0, v)],
+        }
+    }
+
+    #[test]
+    fn staged_config_updates_are_listed_and_withdrawn() {
+        let h = History::new();
+        let seq = Arc::new(AtomicU64::new(10));
+        let s = seq.clone();
+        let _w = h.watch(Watch {
+            comm_id: 0xabc,
+            seq: Box::new(move || s.load(Ordering::Relaxed)),
+            views: true,
+        });
+        let r = stage_config(500, limit(100), "test", &h, plain);
+        assert_eq!(r.result, Ok(()), "{}", r.to_text());
+        assert_eq!(
+            r.to_text(),
+            "staged config limit 0=100 at=500\ncomm 0x0000000000000abc seq=10 switch_at=500\nok\n"
+        );
+        // Status lists it among the staged changes, by kind.
+        assert_eq!(
+            tuner_items(&h)[0],
+            Item::StagedConfig {
+                map: "limit".into(),
+                values: vec![(0, 100)],
+                at: 500
+            }
+        );
+        // Refused: changes nothing, says why.
+        let r = stage_config(400, limit(1), "test", &h, plain);
+        let e = r.result.clone().unwrap_err();
+        assert!(
+            e.starts_with("no config update staged: a switch at seq 500 is already staged")
+                && e.ends_with("nothing was changed"),
+            "{e}"
+        );
+        assert!(
+            matches!(&r.items[..], [Item::Rejected { what, name, .. }] if what == "config" && name == "limit")
+        );
+        assert_eq!(tuner_items(&h).len(), 2, "one stage, one context");
+        // Withdrawn while no context reached it; kept once one has.
+        stage_config(600, limit(2), "test", &h, plain)
+            .result
+            .unwrap();
+        seq.store(600, Ordering::Relaxed);
+        let r = unstage(&h);
+        assert_eq!(
+            r.result,
+            Err("the config update at seq 600 stays: comm 0x0000000000000abc at seq 600 already use the staged values".into())
+        );
+        seq.store(100, Ordering::Relaxed);
+        assert_eq!(
+            unstage(&h).items,
+            [Item::Other("unstaged the config update at seq 600".into())]
+        );
+        assert_eq!(
+            unstage(&h).items,
+            [Item::Other("unstaged the config update at seq 500".into())]
+        );
+        assert_eq!(
+            unstage(&h).items,
+            [Item::Other("nothing was staged".into())]
+        );
+    }
+
+    #[test]
+    fn a_context_without_views_refuses_config_updates() {
+        let h = History::new();
+        let _w = h.watch(Watch {
+            comm_id: 0xdef,
+            seq: Box::new(|| 0),
+            views: false,
+        });
+        let r = stage_config(500, limit(100), "test", &h, plain);
+        let e = r.result.unwrap_err();
+        assert!(
+            e.contains("0x0000000000000def") && e.contains("NCCL_BPF_AGREEMENT=on"),
+            "{e}"
+        );
+        assert!(h.staged().is_empty());
+    }
 }
