@@ -41,6 +41,7 @@ use std::process::ExitCode;
   ncclbpf rules check nccl_tuner.conf
   ncclbpf status --all
   ncclbpf reload 12345 my_net_policy.o
+  ncclbpf config --at-seq +5000 --all slo_budget_ns 3=200000
 
 `ncclbpf help <command>` or `ncclbpf <command> --help` for each command's options, examples and
 exit statuses; --json on verify, inspect, decisions and maps prints one JSON document.
@@ -85,7 +86,8 @@ take effect at the same collective on every rank. --at-seq N stages the object's
 in every process: each communicator's N-th collective (counted alike on every rank) and all
 later ones are decided by it. A process where a communicator is past N, or fewer than 64
 collectives before it, refuses; then the stage is withdrawn from the processes that accepted,
-so that all switch or none does. `ncclbpf status` shows each communicator's count.
+so that all switch or none does. `ncclbpf status` shows each communicator's count. New values
+for a tuner policy's config map are staged the same way: `ncclbpf config --at-seq`.
 
 Exit status:
   0  every process accepted
@@ -103,6 +105,53 @@ Exit status:
         /// any communicator of the processes has now. All processes or none.
         #[arg(long, value_name = "N|+M")]
         at_seq: Option<reload::AtSeq>,
+        /// Print one JSON document.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stage new values for a tuner policy's config map in running processes, taking effect at
+    /// one collective of every communicator.
+    #[command(
+        override_usage = "ncclbpf config --at-seq <N|+M> [--json] (--all | <PID>...) <MAP> <ENTRY=VALUE>...",
+        after_help = "Examples:
+  ncclbpf config --at-seq +5000 --all slo_budget_ns 3=200000 5=2000000
+  ncclbpf config --at-seq 1000000 12345 12346 limit 0=100
+  ncclbpf config --at-seq +5000 --json --all slo_budget_ns 3=0x30d40
+
+A config map is an array of u64 values that a tuner policy declares NCCLBPF_CONFIG and only
+reads: its settings. slo_enforcer's slo_budget_ns, for example, holds one latency budget in
+nanoseconds per size class (0: none); the first example gives class 3 (64-256 KiB) 200 µs and
+class 5 (1-4 MiB) 2 ms. ENTRY is the entry's index, VALUE decimal or 0x hex; entries not named
+keep their values.
+
+The new values take effect at collective N of every communicator in every process (each
+communicator counts its collectives alike on every rank), so all ranks decide with them from the
+same collective on; +M means M after the highest count any communicator of the processes has
+now (`ncclbpf status` lists the counts). A process refuses when one of its communicators is past
+N or fewer than 64 collectives before it, when its tuner program has no such config map or
+entry, or when one of its communicators reads the process-wide config maps: only tuner contexts
+that run the agreement keep their own view of them, which a policy with agreed data does by
+itself and any other with NCCL_BPF_AGREEMENT=on set when the job starts. All or nothing: if any
+process refuses, the update is withdrawn from the processes that accepted (INCONSISTENT says
+which process would change alone if that fails). Each process logs `config MAP ENTRY=VALUE,...
+from seq N on` for each communicator as it takes the values.
+
+Exit status:
+  0  every process accepted
+  1  a process refused the update (withdrawn from the others)
+  2  usage error, or a process that could not be asked"
+    )]
+    Config {
+        /// Process ids (or --all), then the config map, then its new values as ENTRY=VALUE.
+        #[arg(required = true, num_args = 1.., value_name = "PID... MAP ENTRY=VALUE")]
+        args: Vec<String>,
+        /// Every live process of this user with a control socket.
+        #[arg(long)]
+        all: bool,
+        /// The collective from which every communicator sees the new values (the same on every
+        /// rank); +M: M after the highest count any communicator of the processes has now.
+        #[arg(long, value_name = "N|+M", required = true)]
+        at_seq: reload::AtSeq,
         /// Print one JSON document.
         #[arg(long)]
         json: bool,
@@ -132,7 +181,7 @@ Exit status:
     },
 }
 
-/// `reload`/`status`: the control-socket commands print their own verdicts.
+/// `reload`/`config`/`status`: the control-socket commands print their own verdicts.
 fn control(cmd: &Cmd) -> Option<ExitCode> {
     let fail = |e: String| {
         let _ = writeln!(io::stderr(), "ncclbpf: {e}");
@@ -155,6 +204,15 @@ fn control(cmd: &Cmd) -> Option<ExitCode> {
                 Err(e) => fail(e),
             })
         }
+        Cmd::Config {
+            args,
+            all,
+            at_seq,
+            json,
+        } => Some(match reload::config_args(args, *all) {
+            Ok(c) => reload::config(&c, *at_seq, *json),
+            Err(e) => fail(e),
+        }),
         Cmd::Status { pids, all, json } => Some(match reload::Targets::new(pids.clone(), *all) {
             Ok(t) => reload::status(&t, *json),
             Err(e) => fail(e),
@@ -175,7 +233,9 @@ fn main() -> ExitCode {
         Cmd::Decisions(a) => decisions::run(&mut out, a),
         Cmd::Maps(a) => maps::run(&mut out, a),
         Cmd::Rules { cmd } => rules::run(&mut out, cmd),
-        Cmd::Reload { .. } | Cmd::Status { .. } => unreachable!("handled by control()"),
+        Cmd::Reload { .. } | Cmd::Config { .. } | Cmd::Status { .. } => {
+            unreachable!("handled by control()")
+        }
     };
     // What was printed goes out before an error message; a write error is itself one.
     let r = match (out.finish(), r) {

@@ -1,11 +1,15 @@
-//! `ncclbpf reload PID...|--all OBJECT` and `ncclbpf status PID...|--all`: ask running
-//! processes, through their control sockets (`<registry dir>/<pid>.ctl`), to swap in an
-//! object's net programs, or to say what runs at each net hook.
+//! `ncclbpf reload PID...|--all OBJECT`, `ncclbpf config --at-seq N PID...|--all MAP K=V...` and
+//! `ncclbpf status PID...|--all`: ask running processes, through their control sockets
+//! (`<registry dir>/<pid>.ctl`), to swap in an object's net programs (or stage its tuner program
+//! at a sequence number), to stage new values for a config map at a sequence number, or to say
+//! what runs at each net hook. Staging is all or nothing over the processes ([`stage_in`],
+//! [`config_in`]).
 //!
-//! One verdict per process. `reload` exits 0 if every process accepted, 1 if any rejected the
-//! object (its programs kept running), 2 on a usage error or a process that could not be asked
-//! (no such process, no socket, refused connection); 2 wins over 1. `status` exits 0 if every
-//! process answered, 2 otherwise. `--json` prints one JSON document instead.
+//! One verdict per process. `reload` and `config` exit 0 if every process accepted, 1 if any
+//! rejected the object or the update (its programs kept running; a stage is withdrawn from the
+//! others), 2 on a usage error or a process that could not be asked (no such process, no socket,
+//! refused connection); 2 wins over 1. `status` exits 0 if every process answered, 2 otherwise.
+//! `--json` prints one JSON document instead.
 //!
 //! Self-contained (it uses only `ncclbpf_control` and `shared_maps`), to be wired into the
 //! command line as, for example:
@@ -107,10 +111,188 @@ pub fn stage_in(
     let Some((pids, object)) = targets_and_object(dir, targets, object) else {
         return FAILED;
     };
+    stage_everywhere(dir, &pids, &Change::Program(object), at, json, out)
+}
+
+/// `ncclbpf config --at-seq`: prints to stdout, usage errors to stderr.
+pub fn config(args: &ConfigArgs, at: AtSeq, json: bool) -> ExitCode {
+    let dir = shared_maps::registry_dir();
+    let mut out = std::io::stdout().lock();
+    let ConfigArgs {
+        targets,
+        map,
+        values,
+    } = args;
+    ExitCode::from(config_in(&dir, targets, map, values, at, json, &mut out))
+}
+
+/// What `ncclbpf config` was asked to do ([`config_args`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigArgs {
+    pub targets: Targets,
+    pub map: String,
+    pub values: Vec<(u32, u64)>,
+}
+
+/// The arguments of `ncclbpf config` after its options: `PID... MAP K=V [K=V...]` (`--all`: no
+/// pids). The pairs are the trailing arguments with `=`, the map the one before them.
+pub fn config_args(args: &[String], all: bool) -> Result<ConfigArgs, String> {
+    let first_pair = args
+        .iter()
+        .rposition(|a| !a.contains('='))
+        .map_or(0, |i| i + 1);
+    let (head, pairs) = args.split_at(first_pair);
+    let Some((map, pids)) = head.split_last() else {
+        return Err("give the config map, then its new values as ENTRY=VALUE".into());
+    };
+    if pairs.is_empty() {
+        return Err(format!(
+            "no values after config map '{map}': give them last, as ENTRY=VALUE (e.g. 0=100)"
+        ));
+    }
+    let values = pairs
+        .iter()
+        .map(|p| ncclbpf_control::protocol::parse_config_pair(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    ncclbpf_control::protocol::check_config(map, &values)?;
+    let pids = pids
+        .iter()
+        .map(|p| p.parse().map_err(|_| format!("{p:?} is not a process id")))
+        .collect::<Result<Vec<u32>, String>>()?;
+    Ok(ConfigArgs {
+        targets: Targets::new(pids, all)?,
+        map: map.clone(),
+        values,
+    })
+}
+
+/// [`config`] with the registry dir and the output given (tests): stages new values for a
+/// config map in every process, all or none, as [`stage_in`] does a tuner program.
+pub fn config_in(
+    dir: &Path,
+    targets: &Targets,
+    map: &str,
+    values: &[(u32, u64)],
+    at: AtSeq,
+    json: bool,
+    out: &mut dyn Write,
+) -> u8 {
+    if let Err(e) = ncclbpf_control::protocol::check_config(map, values) {
+        eprintln!("ncclbpf config: {e}");
+        return FAILED;
+    }
+    let pids = match pids_in(dir, targets) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("ncclbpf config: {e}");
+            return FAILED;
+        }
+    };
+    let change = Change::Config {
+        map: map.to_string(),
+        values: values.to_vec(),
+    };
+    stage_everywhere(dir, &pids, &change, at, json, out)
+}
+
+/// What is staged at one sequence number of every communicator, in every process.
+enum Change {
+    /// An object's tuner program (`reload --at-seq`).
+    Program(PathBuf),
+    /// New values for entries of a config map (`config --at-seq`).
+    Config {
+        map: String,
+        values: Vec<(u32, u64)>,
+    },
+}
+
+impl Change {
+    /// The command, for messages.
+    fn command(&self) -> &'static str {
+        match self {
+            Change::Program(_) => "reload",
+            Change::Config { .. } => "config",
+        }
+    }
+
+    fn request(&self, at: u64) -> Request {
+        match self {
+            Change::Program(path) => Request::Stage {
+                at,
+                path: path.clone(),
+            },
+            Change::Config { map, values } => Request::StageConfig {
+                at,
+                map: map.clone(),
+                values: values.clone(),
+            },
+        }
+    }
+
+    /// The first line of the text output.
+    fn head(&self, at: u64) -> String {
+        match self {
+            Change::Program(_) => format!("tuner switch at seq {at} of every communicator"),
+            Change::Config { map, values } => format!(
+                "config {map} {} from seq {at} of every communicator",
+                pairs_text(values)
+            ),
+        }
+    }
+
+    /// What a process that kept its stage does alone, and what would make the others do it.
+    fn alone(&self, at: u64) -> (String, &'static str) {
+        match self {
+            Change::Program(_) => (format!("switches at seq {at}"), "stage the same program"),
+            Change::Config { map, .. } => (
+                format!("takes the new values of '{map}' at seq {at}"),
+                "stage the same values",
+            ),
+        }
+    }
+
+    /// The JSON key and document of the processes' answers.
+    fn answers_json(
+        &self,
+        answers: &[(u32, Result<Reply, ClientError>)],
+    ) -> (&'static str, String) {
+        match self {
+            Change::Program(path) => ("reload", reload_json(path, answers)),
+            Change::Config { map, values } => {
+                let procs: Vec<String> = answers
+                    .iter()
+                    .map(|(pid, a)| answer_json(*pid, a, ["accepted", "rejected"]))
+                    .collect();
+                (
+                    "config",
+                    format!(
+                        "{{\"map\":{},\"values\":{},\"processes\":[{}]}}",
+                        js(map),
+                        values_json(values),
+                        procs.join(",")
+                    ),
+                )
+            }
+        }
+    }
+}
+
+/// Stages `change` in every process of `pids` at `at`; if any process refuses (or cannot be
+/// asked), withdraws it (`unstage`) from those that accepted, so that either every process
+/// makes the change at the same sequence number or none does.
+fn stage_everywhere(
+    dir: &Path,
+    pids: &[u32],
+    change: &Change,
+    at: AtSeq,
+    json: bool,
+    out: &mut dyn Write,
+) -> u8 {
+    let cmd = change.command();
     let n = match at {
         AtSeq::At(n) => n,
         AtSeq::After(m) => {
-            let answers = ask_all(dir, &pids, &Request::Status, STATUS_TIMEOUT);
+            let answers = ask_all(dir, pids, &Request::Status, STATUS_TIMEOUT);
             let mut highest = 0u64;
             for (pid, a) in &answers {
                 match a {
@@ -122,7 +304,7 @@ pub fn stage_in(
                         }
                     }
                     Err(e) => {
-                        eprintln!("ncclbpf reload: pid {pid}: not asked: {e}; nothing was staged");
+                        eprintln!("ncclbpf {cmd}: pid {pid}: not asked: {e}; nothing was staged");
                         return FAILED;
                     }
                 }
@@ -130,11 +312,7 @@ pub fn stage_in(
             highest.saturating_add(m)
         }
     };
-    let req = Request::Stage {
-        at: n,
-        path: object.clone(),
-    };
-    let answers = ask_all(dir, &pids, &req, RELOAD_TIMEOUT);
+    let answers = ask_all(dir, pids, &change.request(n), RELOAD_TIMEOUT);
     let accepted: Vec<u32> = answers
         .iter()
         .filter(|(_, a)| matches!(a, Ok(r) if r.result.is_ok()))
@@ -159,15 +337,17 @@ pub fn stage_in(
             .iter()
             .map(|(pid, a)| answer_json(*pid, a, ["withdrawn", "not_withdrawn"]))
             .collect();
-        let body = reload_json(&object, &answers);
+        let (key, body) = change.answers_json(&answers);
         format!(
-            "{{\"at_seq\":{n},\"reload\":{},\"withdrawn\":[{}]}}\n",
+            "{{\"at_seq\":{n},\"{key}\":{},\"withdrawn\":[{}]}}\n",
             body.trim_end(),
             w.join(",")
         )
     } else {
-        let mut s = format!("tuner switch at seq {n} of every communicator\n");
+        let mut s = change.head(n);
+        s.push('\n');
         s.push_str(&reload_text(&answers));
+        let (alone, fix) = change.alone(n);
         for (pid, a) in &withdrawn {
             let _ = match a {
                 Ok(r) if r.result.is_ok() => {
@@ -175,12 +355,12 @@ pub fn stage_in(
                 }
                 Ok(r) => writeln!(
                     s,
-                    "pid {pid}: INCONSISTENT: the stage could not be withdrawn: {}; this process switches at seq {n} and the others do not: stop the job or stage the same program on the others",
+                    "pid {pid}: INCONSISTENT: the stage could not be withdrawn: {}; this process {alone} and the others do not: stop the job or {fix} on the others",
                     r.result.as_ref().err().map_or("", |e| e.as_str())
                 ),
                 Err(e) => writeln!(
                     s,
-                    "pid {pid}: INCONSISTENT: not asked to withdraw the stage ({e}); it switches at seq {n} and the others do not"
+                    "pid {pid}: INCONSISTENT: not asked to withdraw the stage ({e}); it {alone} and the others do not"
                 ),
             };
         }

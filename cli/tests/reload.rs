@@ -1,6 +1,7 @@
 //! `cli/src/reload.rs` against a control server in this process (a stand-in handler with canned
-//! replies): verdicts, exit statuses, `--all`, unreachable processes, JSON. The module is
-//! compiled here on its own, as the command line will use it.
+//! replies): verdicts, exit statuses, `--all`, unreachable processes, JSON; staged tuner
+//! programs and config updates, all or nothing (two stand-in processes, one of which refuses).
+//! The module is compiled here on its own, as the command line will use it.
 
 #[path = "../src/reload.rs"]
 mod reload;
@@ -9,7 +10,7 @@ use ncclbpf_control::server::{self, Handler, Peer};
 use ncclbpf_control::{Item, ProgramInfo, Reply, Request, Swap};
 use reload::{ACCEPTED, FAILED, REJECTED, Targets};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 struct Canned;
@@ -315,8 +316,291 @@ fn staging_is_all_or_nothing() {
     assert!("+0".parse::<reload::AtSeq>().is_err() && "x".parse::<reload::AtSeq>().is_err());
 }
 
+fn config(pids: Vec<u32>, map: &str, values: &[(u32, u64)], at: &str, json: bool) -> (u8, String) {
+    let mut out = vec![];
+    let code = reload::config_in(
+        dir(),
+        &Targets::Pids(pids),
+        map,
+        values,
+        at.parse().unwrap(),
+        json,
+        &mut out,
+    );
+    (code, String::from_utf8(out).unwrap())
+}
+
+#[test]
+fn config_arguments() {
+    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        reload::config_args(
+            &args(&["12", "34", "slo_budget_ns", "3=200000", "5=0x1e8480"]),
+            false
+        ),
+        Ok(reload::ConfigArgs {
+            targets: Targets::Pids(vec![12, 34]),
+            map: "slo_budget_ns".into(),
+            values: vec![(3, 200_000), (5, 2_000_000)]
+        })
+    );
+    // A map named like a number is still the map: the one before the values.
+    assert_eq!(
+        reload::config_args(&args(&["7", "0=1"]), true),
+        Ok(reload::ConfigArgs {
+            targets: Targets::All,
+            map: "7".into(),
+            values: vec![(0, 1)]
+        })
+    );
+    for (a, all, why) in [
+        (&["limit", "0=1"][..], false, "give the process ids"),
+        (&["12", "limit", "0=1"], true, "not both"),
+        (&["limit"], true, "no values after config map 'limit'"),
+        (
+            &["limit", "0=1", "12"],
+            false,
+            "no values after config map '12'",
+        ),
+        (&["0=1"], true, "give the config map"),
+        (&["x", "limit", "0=1"], false, "\"x\" is not a process id"),
+        (
+            &["limit", "0=1", "0=2"],
+            true,
+            "entry 0 of config map 'limit' is given twice",
+        ),
+        (&["limit", "0=-1"], true, "not a u64 value"),
+        (&["limit", "a=1"], true, "not an entry number"),
+        (&["li-mit", "0=1"], true, "is not one of"),
+    ] {
+        let e = reload::config_args(&args(a), all).unwrap_err();
+        assert!(e.contains(why), "{a:?}: {e}");
+    }
+}
+
+#[test]
+fn config_updates_are_all_or_nothing() {
+    let me = std::process::id();
+    let (code, out) = config(vec![me], "limit", &[(0, 100)], "5000", false);
+    assert_eq!(code, ACCEPTED, "{out}");
+    assert!(
+        out.starts_with("config limit 0=100 from seq 5000 of every communicator\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("pid {me}: accepted\n"))
+            && out.contains("  config limit 0=100: staged: every communicator's decisions see it from seq 5000 on\n")
+            && out.contains("comm 0x0000000000c0ffee: seq 700, switches at seq 5000"),
+        "{out}"
+    );
+    // Refused: exit 1, nothing to withdraw.
+    let (code, out) = config(vec![me], "nope", &[(0, 1)], "5000", false);
+    assert_eq!(code, REJECTED, "{out}");
+    assert!(
+        out.contains(&format!("pid {me}: rejected: no config update staged: the tuner program 'decide' has no map 'nope'"))
+            && !out.contains("withdrawn"),
+        "{out}"
+    );
+    // One process not reachable: the one that accepted has its update withdrawn; 2 wins.
+    let (code, out) = config(vec![me, 999_999_999], "limit", &[(0, 100)], "5000", false);
+    assert_eq!(code, FAILED, "{out}");
+    assert!(
+        out.contains("pid 999999999: not asked: process 999999999 does not exist")
+            && out.contains(&format!(
+                "pid {me}: stage withdrawn (another process refused)"
+            )),
+        "{out}"
+    );
+    let (code, out) = config(
+        vec![me, 999_999_999],
+        "limit",
+        &[(0, 100), (2, 7)],
+        "100",
+        true,
+    );
+    assert_eq!(code, FAILED, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["at_seq"], 100);
+    assert_eq!(v["config"]["map"], "limit");
+    assert_eq!(v["config"]["values"][1]["key"], 2);
+    assert_eq!(v["config"]["values"][1]["value"], 7);
+    assert_eq!(v["config"]["processes"][0]["verdict"], "accepted");
+    let staged = &v["config"]["processes"][0]["items"][0];
+    assert_eq!(
+        (
+            &staged["kind"],
+            &staged["section"],
+            &staged["name"],
+            &staged["at"]
+        ),
+        (
+            &"staged".into(),
+            &"config".into(),
+            &"limit".into(),
+            &100.into()
+        ),
+        "{out}"
+    );
+    assert_eq!(v["config"]["processes"][1]["verdict"], "not_asked");
+    assert_eq!(v["withdrawn"][0]["verdict"], "withdrawn");
+    // +M needs every process's count first: one that cannot be asked stages nothing anywhere.
+    let (code, out) = config(vec![me, 999_999_999], "limit", &[(0, 1)], "+100", false);
+    assert_eq!((code, out.as_str()), (FAILED, ""));
+    // +M: after the highest count now (the canned status lists no communicator: 0).
+    let (code, out) = config(vec![me], "limit", &[(0, 1)], "+100", false);
+    assert_eq!(code, ACCEPTED, "{out}");
+    assert!(out.starts_with("config limit 0=1 from seq 100 "), "{out}");
+    // Bad updates are not sent.
+    let (code, out) = config(vec![me], "limit", &[(1, 1), (1, 2)], "5000", false);
+    assert_eq!((code, out.as_str()), (FAILED, ""));
+}
+
+/// A stand-in process for the two-process test: at seq `seq` of communicator 0x77, it accepts
+/// (or refuses) staged config updates, and keeps every request it got.
+struct Rank {
+    refuse: bool,
+    seq: u64,
+    got: Mutex<Vec<Request>>,
+}
+
+impl Handler for Rank {
+    fn handle(&self, req: &Request, _peer: Peer) -> Reply {
+        self.got.lock().unwrap().push(req.clone());
+        let comm = |switch_at| Item::Comm {
+            id: 0x77,
+            seq: self.seq,
+            switch_at,
+        };
+        match req {
+            Request::Status => Reply::ok(vec![comm(None)]),
+            Request::StageConfig { at, map, values } if !self.refuse => Reply::ok(vec![
+                Item::StagedConfig {
+                    map: map.clone(),
+                    values: values.clone(),
+                    at: *at,
+                },
+                comm(Some(*at)),
+            ]),
+            Request::StageConfig { map, .. } => {
+                let e = "communicator(s) 0x0000000000000077 read the process-wide config maps \
+                         (start the job with NCCL_BPF_AGREEMENT=on)";
+                Reply::error(
+                    vec![Item::Rejected {
+                        what: "config".into(),
+                        name: map.clone(),
+                        message: e.into(),
+                    }],
+                    format!("no config update staged: {e}; nothing was changed"),
+                )
+            }
+            Request::Unstage => Reply::ok(vec![Item::Other(
+                "unstaged the config update at seq 1900".into(),
+            )]),
+            _ => Reply::error(vec![], "not in this test"),
+        }
+    }
+    fn log(&self, _warn: bool, _msg: &str) {}
+}
+
+/// Kills the stand-in's process at the end.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Two processes of one job in one registry dir: this one (accepts, at seq 700) and a child
+/// whose socket leads to a server of this process that refuses (at seq 900).
+#[test]
+fn a_refusing_process_withdraws_the_config_update_from_the_others() {
+    let base = std::env::temp_dir().join(format!("ncclbpf-cli-config-{}", std::process::id()));
+    let (job, other) = (base.join("job"), base.join("other"));
+    let _ = std::fs::remove_dir_all(&base);
+    let rank = |refuse, seq| {
+        Arc::new(Rank {
+            refuse,
+            seq,
+            got: Mutex::new(vec![]),
+        })
+    };
+    let (good, bad) = (rank(false, 700), rank(true, 900));
+    server::start_in(&job, good.clone()).unwrap();
+    let bad_socket = server::start_in(&other, bad.clone()).unwrap();
+    let child = Child(
+        std::process::Command::new("sleep")
+            .arg("300")
+            .spawn()
+            .unwrap(),
+    );
+    let (me, them) = (std::process::id(), child.0.id());
+    std::os::unix::fs::symlink(&bad_socket, ncclbpf_control::socket_path_in(&job, them)).unwrap();
+
+    let mut out = vec![];
+    let values = [(0, 100)];
+    let at = "+1000".parse().unwrap();
+    let code = reload::config_in(&job, &Targets::All, "limit", &values, at, false, &mut out);
+    let out = String::from_utf8(out).unwrap();
+    assert_eq!(code, REJECTED, "{out}");
+    // +1000 after the higher count (900): seq 1900 asked of both.
+    assert!(
+        out.starts_with("config limit 0=100 from seq 1900 of every communicator\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("pid {them}: rejected: no config update staged: communicator(s) 0x0000000000000077 read the process-wide config maps"))
+            && out.contains("NCCL_BPF_AGREEMENT=on")
+            && out.contains(&format!("pid {me}: accepted\n"))
+            && out.contains("1 of 2 processes accepted\n")
+            && out.ends_with(&format!("pid {me}: stage withdrawn (another process refused)\n")),
+        "{out}"
+    );
+    let asked = |r: &Rank| r.got.lock().unwrap().clone();
+    let staged = Request::StageConfig {
+        at: 1900,
+        map: "limit".into(),
+        values: values.to_vec(),
+    };
+    assert_eq!(
+        asked(&good),
+        [Request::Status, staged.clone(), Request::Unstage]
+    );
+    assert_eq!(
+        asked(&bad),
+        [Request::Status, staged],
+        "nothing to withdraw there"
+    );
+
+    // The same in JSON, at a stated seq: no status asked first.
+    good.got.lock().unwrap().clear();
+    let mut out = vec![];
+    let code = reload::config_in(
+        &job,
+        &Targets::Pids(vec![me, them]),
+        "limit",
+        &values,
+        reload::AtSeq::At(5000),
+        true,
+        &mut out,
+    );
+    assert_eq!(code, REJECTED);
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["at_seq"], 5000);
+    assert_eq!(v["config"]["processes"][0]["verdict"], "accepted");
+    assert_eq!(v["config"]["processes"][1]["verdict"], "rejected");
+    assert_eq!(v["withdrawn"][0]["pid"], me);
+    assert_eq!(v["withdrawn"][0]["verdict"], "withdrawn");
+    assert_eq!(asked(&good).len(), 2, "stage-config and unstage");
+    drop(child);
+    let _ = std::fs::remove_dir_all(&base);
+}
+
 #[test]
 fn entry_points_for_the_command_line() {
+    let _config: fn(&reload::ConfigArgs, reload::AtSeq, bool) -> std::process::ExitCode =
+        reload::config;
     // What main.rs wires: stdout and the user's registry dir.
     let _run: fn(&Targets, &Path, Option<reload::AtSeq>, bool) -> std::process::ExitCode =
         reload::run;
