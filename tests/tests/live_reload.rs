@@ -8,6 +8,8 @@
 //!   changed, a missing or broken file: rejected with the reason (the verifier's log, the
 //!   registry's message), every hook keeps its program, no map of the rejected object appears;
 //! * a tuner program is refused with the reason while the object's net programs swap;
+//! * a tuner program staged at a sequence number takes over at that collective in every process;
+//!   so do new config-map values staged with `ncclbpf config --at-seq`, all processes or none;
 //! * a client of another uid is refused (`SO_PEERCRED`), and logged once;
 //! * `NCCL_BPF_CONTROL=0` makes no socket; a stale socket is removed by the next process; the
 //!   socket goes at exit.
@@ -580,6 +582,144 @@ fn four_ranks_at_their_own_pace_switch_at_the_same_collective() {
     for r in ranks {
         let (_, log) = r.stop();
         assert_eq!(Server::channels(&log), [(1, 1), (at, 3)], "{log}");
+    }
+}
+
+impl Server {
+    /// The staged config updates the process lists (`Item::StagedConfig`).
+    fn staged_configs(&self) -> Vec<Item> {
+        let r = self.ask(Request::Status);
+        r.items
+            .into_iter()
+            .filter(|i| matches!(i, Item::StagedConfig { .. }))
+            .collect()
+    }
+}
+
+/// `harness-serve tuner` with epoch_state.o on a one-rank communicator `comm`, one decision
+/// every 1000 µs, with `env` added: with the agreement (the default for a policy with agreed
+/// data) the context completes each agreement on its own record and keeps its own view of the
+/// config map `limit`.
+fn epoch_state_rank(dir: &Path, comm: u64, env: &[(&str, &str)]) -> Server {
+    let obj = shipped("safe/epoch_state.o");
+    let mut all = vec![("NCCL_BPF_POLICY", obj.to_str().unwrap())];
+    all.extend_from_slice(env);
+    Server::start_mode(&["tuner", &comm.to_string(), "1000", "1"], dir, &all)
+}
+
+/// `ncclbpf config ARGS...` against the processes of `dir`: exit status and the JSON document.
+fn config_cli(dir: &Path, args: &[&str]) -> (Option<i32>, serde_json::Value) {
+    let out = Command::new(cli())
+        .arg("config")
+        .arg("--json")
+        .args(args)
+        .env("NCCL_BPF_SHM_DIR", dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let v = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{e}: {text}{}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code(), v)
+}
+
+/// Two processes, each with a one-rank communicator whose context runs the agreement
+/// (epoch_state.o): `ncclbpf config --at-seq +200 --all limit 0=100` stages the new value in
+/// both at one sequence number N, which both list, and each communicator takes it at exactly
+/// its N-th collective (their logs say so, once).
+#[test]
+fn a_staged_config_update_takes_effect_at_the_stated_collective_in_every_process() {
+    let dir = scratch("config");
+    let ranks = [
+        epoch_state_rank(&dir, 0xc0f1, &[]),
+        epoch_state_rank(&dir, 0xc0f2, &[]),
+    ];
+    eventually("both processes decide", || {
+        ranks
+            .iter()
+            .all(|r| r.comms().first().is_some_and(|c| c.1 > 10))
+    });
+    let (code, v) = config_cli(&dir, &["--at-seq", "+200", "--all", "limit", "0=100"]);
+    assert_eq!(code, Some(0), "{v}");
+    let at = v["at_seq"].as_u64().unwrap();
+    for (r, p) in ranks
+        .iter()
+        .zip(v["config"]["processes"].as_array().unwrap())
+    {
+        assert_eq!(p["pid"], r.pid, "{v}");
+        assert_eq!(p["verdict"], "accepted", "{v}");
+    }
+    assert_eq!(v["withdrawn"], serde_json::json!([]), "{v}");
+    for r in &ranks {
+        assert_eq!(
+            r.staged_configs(),
+            [Item::StagedConfig {
+                map: "limit".into(),
+                values: vec![(0, 100)],
+                at
+            }],
+            "status lists the staged update"
+        );
+        assert_eq!(r.comms()[0].2, Some(at), "{:?}", r.comms());
+    }
+    eventually("both communicators pass the stated collective", || {
+        ranks.iter().all(|r| r.comms()[0].1 > at + 20)
+    });
+    for (r, comm) in ranks.into_iter().zip([0xc0f1u64, 0xc0f2]) {
+        let (_, log) = r.stop();
+        let line = format!("comm {comm:#018x}: config limit 0=100 from seq {at} on");
+        assert_eq!(log.matches(&line).count(), 1, "{line}:\n{log}");
+        assert_eq!(
+            log.matches("config limit 0=100 from seq").count(),
+            1,
+            "{log}"
+        );
+        assert!(
+            log.contains("config limit 0=100 at seq") && log.contains("staged from seq"),
+            "the control request is logged:\n{log}"
+        );
+    }
+}
+
+/// A process whose context reads the process-wide config maps (NCCL_BPF_AGREEMENT=off: no
+/// agreement, so no views) refuses a staged config update and says how to get one; the process
+/// that accepted it has it withdrawn and never takes it.
+#[test]
+fn a_process_without_views_refuses_a_config_update_and_the_others_withdraw_it() {
+    let dir = scratch("config-refused");
+    let ranks = [
+        epoch_state_rank(&dir, 0xc0f3, &[]),
+        epoch_state_rank(&dir, 0xc0f4, &[("NCCL_BPF_AGREEMENT", "off")]),
+    ];
+    eventually("both processes decide", || {
+        ranks
+            .iter()
+            .all(|r| r.comms().first().is_some_and(|c| c.1 > 10))
+    });
+    let (code, v) = config_cli(&dir, &["--at-seq", "+200", "--all", "limit", "0=100"]);
+    assert_eq!(code, Some(1), "{v}");
+    let at = v["at_seq"].as_u64().unwrap();
+    let procs = v["config"]["processes"].as_array().unwrap();
+    let of = |pid: u32| procs.iter().find(|p| p["pid"] == pid).unwrap();
+    assert_eq!(of(ranks[0].pid)["verdict"], "accepted", "{v}");
+    let refused = of(ranks[1].pid);
+    assert_eq!(refused["verdict"], "rejected", "{v}");
+    let why = refused["error"].as_str().unwrap();
+    assert!(
+        why.contains("0x000000000000c0f4") && why.contains("NCCL_BPF_AGREEMENT=on"),
+        "{why}"
+    );
+    assert_eq!(v["withdrawn"][0]["pid"], ranks[0].pid, "{v}");
+    assert_eq!(v["withdrawn"][0]["verdict"], "withdrawn", "{v}");
+    for r in &ranks {
+        assert_eq!(r.staged_configs(), [], "nothing stays staged");
+        assert_eq!(r.comms()[0].2, None);
+    }
+    eventually("both communicators pass the stated collective", || {
+        ranks.iter().all(|r| r.comms()[0].1 > at + 20)
+    });
+    for r in ranks {
+        let (_, log) = r.stop();
+        assert!(!log.contains("config limit 0=100 from seq"), "{log}");
     }
 }
 

@@ -4,12 +4,15 @@
 //! harness-serve serve                 init, connect a loopback pair, print "ready <pid>", then
 //!                                     move checked messages until stdin says "stop" (or closes);
 //!                                     print "stopped <messages> <bytes>" and the plugin's log
-//! harness-serve tuner <comm_id> [us]  init (for the control socket), open the tuner (v5) for
-//!                                     communicator comm_id, print "ready <pid>", then decide
+//! harness-serve tuner <comm_id> [us [nranks]]
+//!                                     init (for the control socket), open the tuner (v5) for
+//!                                     communicator comm_id of `nranks` ranks (4; on min(nranks, 2)
+//!                                     nodes), print "ready <pid>", then decide
 //!                                     all-reduces of cycling sizes, one every `us` µs (100), until stdin
 //!                                     says "stop"; print "stopped <calls>" and "channels S:N ..."
 //!                                     (the decision number S from which the channel count was
-//!                                     N), then the plugin's log
+//!                                     N), then the plugin's log. With nranks 1 a policy that runs
+//!                                     the agreement completes it alone (its own records).
 //! harness-serve as-uid <uid> <socket> switch to uid (and its gid), connect to the control
 //!                                     socket, send "status", print what comes back
 //! ```
@@ -69,9 +72,10 @@ fn stopper() -> Arc<AtomicBool> {
     stop
 }
 
-fn tuner(comm_id: u64, pause_us: u64) {
+fn tuner(comm_id: u64, pause_us: u64, nranks: usize) {
     let _net = Net::ready(None);
-    let t = ncclbpf_harness::Tuner::open_comm(Some(5), comm_id, 4, 2).expect("open the tuner");
+    let t = ncclbpf_harness::Tuner::open_comm(Some(5), comm_id, nranks, nranks.min(2))
+        .expect("open the tuner");
     let stop = stopper();
     println!("ready {}", std::process::id());
     std::io::stdout().flush().unwrap();
@@ -133,12 +137,17 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         ["serve"] => serve(),
-        ["tuner", comm] => tuner(comm.parse().expect("comm id"), 100),
-        ["tuner", comm, us] => tuner(comm.parse().expect("comm id"), us.parse().expect("µs")),
+        ["tuner", comm] => tuner(comm.parse().expect("comm id"), 100, 4),
+        ["tuner", comm, us] => tuner(comm.parse().expect("comm id"), us.parse().expect("µs"), 4),
+        ["tuner", comm, us, nranks] => tuner(
+            comm.parse().expect("comm id"),
+            us.parse().expect("µs"),
+            nranks.parse().expect("nranks"),
+        ),
         ["as-uid", uid, socket] => as_uid(uid.parse().expect("uid"), socket),
         _ => {
             eprintln!(
-                "usage: harness-serve serve | harness-serve tuner <comm_id> | harness-serve as-uid <uid> <socket>"
+                "usage: harness-serve serve | harness-serve tuner <comm_id> [us [nranks]] | harness-serve as-uid <uid> <socket>"
             );
             std::process::exit(2);
         }
