@@ -266,6 +266,11 @@ pub fn check_config(prog: &LoadedProgram, up: &crate::stage::ConfigUpdate) -> Re
     if up.values.is_empty() {
         return Err("no values given".into());
     }
+    let mut keys: Vec<u32> = up.values.iter().map(|(k, _)| *k).collect();
+    keys.sort_unstable();
+    if let Some(w) = keys.windows(2).find(|w| w[0] == w[1]) {
+        return Err(format!("entry {} given twice", w[0]));
+    }
     if let Some((k, _)) = up.values.iter().find(|(k, _)| *k >= d.max_entries) {
         return Err(format!(
             "map '{}' has {} entries: no entry {k}",
@@ -726,6 +731,24 @@ impl Setting {
                 epoch: crate::policy::epoch_program(),
                 ..Setting::OFF
             },
+        }
+    }
+
+    /// Whether contexts of `prog` made under this setting keep per-communicator views of config
+    /// maps (they run the agreement).
+    pub fn keeps_views(&self, prog: &LoadedProgram) -> bool {
+        match self.mode {
+            Mode::Off => false,
+            Mode::On => true,
+            Mode::Auto => uses_agreed(prog, self.epoch),
+        }
+    }
+
+    pub fn mode_name(&self) -> &'static str {
+        match self.mode {
+            Mode::Auto => "auto",
+            Mode::On => "on",
+            Mode::Off => "off",
         }
     }
 

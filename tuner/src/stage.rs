@@ -104,6 +104,8 @@ pub enum Refusal {
     Agreement,
     /// Live contexts (comm ids) that keep no views of config maps.
     NoViews(Vec<u64>),
+    /// Contexts made later would keep none (why).
+    NoFutureViews(String),
 }
 
 impl std::fmt::Display for Refusal {
@@ -138,6 +140,7 @@ impl std::fmt::Display for Refusal {
                     list.join(", ")
                 )
             }
+            Refusal::NoFutureViews(why) => write!(f, "{why}"),
             Refusal::Agreement => write!(
                 f,
                 "a tuner context of this process runs the agreement between ranks: a staged swap \
@@ -223,6 +226,18 @@ impl History {
     /// does not run the agreement reads the process-wide map, which every communicator shares:
     /// its contents cannot change at one communicator's decision only).
     pub fn stage_config(&self, at: u64, update: ConfigUpdate, source: &str) -> Result<(), Refusal> {
+        self.stage_config_for(at, update, source, Ok(()))
+    }
+
+    /// [`stage_config`](Self::stage_config), and refused with `later`'s reason when contexts
+    /// made later would keep no views (after the checks of the live ones).
+    pub fn stage_config_for(
+        &self,
+        at: u64,
+        update: ConfigUpdate,
+        source: &str,
+        later: Result<(), String>,
+    ) -> Result<(), Refusal> {
         if at == 0 {
             return Err(Refusal::Zero);
         }
@@ -251,6 +266,9 @@ impl History {
         };
         if !viewless.is_empty() {
             return Err(Refusal::NoViews(viewless));
+        }
+        if let Err(why) = later {
+            return Err(Refusal::NoFutureViews(why));
         }
         if !late.is_empty() {
             return Err(Refusal::TooLate { at, contexts: late });
@@ -490,9 +508,24 @@ pub fn stage_config(
     let Some(slot) = crate::policy::slot() else {
         return Err(StageError::NoPolicy.to_string());
     };
-    crate::agree::check_config(&slot.current(), &update)?;
+    let prog = slot.current();
+    crate::agree::check_config(&prog, &update)?;
+    // Contexts made later must keep views too, or they would pass the update over.
+    let setting = crate::agree::Setting::from_env();
+    let later = if setting.keeps_views(&prog) {
+        Ok(())
+    } else {
+        Err(format!(
+            "this process's tuner contexts do not run the agreement (NCCL_BPF_AGREEMENT={}, \
+             policy '{}'), so communicators made later keep no per-communicator views of config \
+             maps and new values could not take effect at one stated collective of each (start \
+             the job with NCCL_BPF_AGREEMENT=on)",
+            setting.mode_name(),
+            prog.name
+        ))
+    };
     history
-        .stage_config(at, update, source)
+        .stage_config_for(at, update, source, later)
         .map_err(|r| r.to_string())
 }
 

@@ -220,6 +220,15 @@ fn a_staged_config_update_takes_effect_at_the_same_decision_on_every_rank() {
     )
     .unwrap_err();
     assert!(e.contains("no entry 1"), "{e}");
+    let e = ncclbpf_tuner::agree::check_config(
+        &prog,
+        &ConfigUpdate {
+            map: "limit".into(),
+            values: vec![(0, 1), (0, 2)],
+        },
+    )
+    .unwrap_err();
+    assert!(e.contains("entry 0 given twice"), "{e}");
     assert!(
         h.stage_config(100, up, "test")
             .unwrap_err()
