@@ -246,7 +246,10 @@ impl Request {
             Request::Stage { at, path } => (format!("stage {at} "), path),
             Request::StageConfig { at, map, values } => {
                 check_config(map, values)?;
-                let line = format!("stage-config {at} {map} {}\n", config_pairs_text(values, true));
+                let line = format!(
+                    "stage-config {at} {map} {}\n",
+                    config_pairs_text(values, true)
+                );
                 // Never longer (at most 256 pairs of 30 characters), but say so if it were.
                 if line.len() > MAX_REQUEST {
                     return Err(format!("the update of '{map}' is too long for one request"));
