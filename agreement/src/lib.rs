@@ -130,6 +130,8 @@ struct Exchange {
     /// Set by [`nudge`]: frames arrived that the mover should take now.
     nudged: std::sync::atomic::AtomicBool,
     pump: OnceLock<fn()>,
+    /// The net plugin's function that starts its frame mover if it is not running.
+    starter: OnceLock<fn()>,
     stats: Mutex<Stats>,
 }
 
@@ -143,6 +145,7 @@ fn exchange() -> &'static Exchange {
         users: AtomicUsize::new(0),
         nudged: std::sync::atomic::AtomicBool::new(false),
         pump: OnceLock::new(),
+        starter: OnceLock::new(),
         stats: Mutex::new(Stats::default()),
     })
 }
@@ -177,8 +180,17 @@ impl Drop for User {
 }
 
 pub fn join() -> User {
-    exchange().users.fetch_add(1, Ordering::AcqRel);
+    let x = exchange();
+    x.users.fetch_add(1, Ordering::AcqRel);
+    if let Some(start) = x.starter.get() {
+        start();
+    }
     User(())
+}
+
+/// The net plugin's function that starts its frame mover (called when a user joins). Set once.
+pub fn set_starter(f: fn()) {
+    let _ = exchange().starter.set(f);
 }
 
 /// Whether any tuner context of this process runs the agreement.

@@ -8,8 +8,11 @@
 //! reaches every rank that the processes' connections link, in N-1 hops around a ring.
 //!
 //! The thread parks on the exchange's outbox (1 ms at most, so frames that arrive while NCCL's
-//! proxy is idle are read within about a millisecond); a rank that waits for records also runs
-//! [`pump`] itself. The thread exits when the last comm goes and starts again with the next.
+//! proxy is idle are read within about a millisecond; a frame read inside NCCL's own call wakes
+//! it at once); a rank that waits for records also runs [`pump`] itself. It runs only while a
+//! tuner context runs the agreement and some comm is listed: it exits when the last comm goes
+//! or the last such context ends, and starts again with the next (a process without the
+//! agreement never has it).
 //! A send comm that opens after records were sent first gets every record the board holds.
 
 use crate::comm::Comm;
@@ -37,27 +40,38 @@ fn registry() -> MutexGuard<'static, Registry> {
 
 /// Lists a new comm (its final address); a send comm gets the records already held.
 pub fn register(comm: &Comm) {
-    let start = {
-        let mut r = registry();
-        r.comms.push(comm as *const Comm as usize);
-        !std::mem::replace(&mut r.thread, true)
-    };
-    if start {
-        agreement::set_pump(pump);
-        if let Err(e) = std::thread::Builder::new()
-            .name("ncclbpf agree".into())
-            .spawn(run)
-        {
-            registry().thread = false;
-            crate::nlog!(
-                WARN,
-                NET,
-                "cannot start the agreement's thread ({e}): records move only inside NCCL's own calls and while a rank waits"
-            );
-        }
-    }
+    registry().comms.push(comm as *const Comm as usize);
+    agreement::set_pump(pump);
+    agreement::set_starter(start);
+    start();
     if comm.direction == ConnDirection::Send && agreement::active() {
         send_all(comm, &agreement::backlog());
+    }
+}
+
+/// Starts the mover if the agreement runs, comms are listed and it is not running (a process
+/// without the agreement never has it).
+fn start() {
+    if !agreement::active() {
+        return;
+    }
+    {
+        let mut r = registry();
+        if r.thread || r.comms.is_empty() {
+            return;
+        }
+        r.thread = true;
+    }
+    if let Err(e) = std::thread::Builder::new()
+        .name("ncclbpf agree".into())
+        .spawn(run)
+    {
+        registry().thread = false;
+        crate::nlog!(
+            WARN,
+            NET,
+            "cannot start the agreement's thread ({e}): records move only inside NCCL's own calls and while a rank waits"
+        );
     }
 }
 
@@ -139,16 +153,14 @@ fn pump_with(mut out: Vec<Arc<[u8]>>) {
 
 fn run() {
     loop {
-        if registry().comms.is_empty() {
+        {
+            // Decided under the lock that `start` checks, so a start never finds it set by a
+            // thread that is leaving.
             let mut r = registry();
-            if r.comms.is_empty() {
+            if r.comms.is_empty() || !agreement::active() {
                 r.thread = false;
                 return;
             }
-        }
-        if !agreement::active() {
-            std::thread::sleep(Duration::from_millis(10));
-            continue;
         }
         let out = agreement::wait_outgoing(Duration::from_millis(1));
         // A panic here must not take the host process down: the thread ends (logged) and the
