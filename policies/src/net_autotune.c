@@ -11,13 +11,16 @@
  * epoch ran is read from the agreed calls (every call adds its candidate + 1), not from the
  * state: decisions during an epoch use the state of D epochs before (NCCL_BPF_AGREEMENT_DELAY).
  * Per class:
- *   exploring  each candidate in turn for two epochs that ran it: the first is discarded (the
- *              network settles on the new choice), the second measured; after the last one the
- *              class settles on the fastest (ties: the earlier, so NCCL's own choice, candidate
- *              0, wins them). The policy never settles on something slower than NCCL's choice
- *              measured the same way.
+ *   exploring  each candidate in turn for three epochs that ran it: the first is discarded (the
+ *              network settles on the new choice: new connections open there), the other two
+ *              measured, and the faster of them counts (one stalled collective can double an
+ *              epoch's mean at small sizes; two epochs in a row rarely both hold one); after the
+ *              last candidate the class settles on the fastest (ties: the earlier, so NCCL's own
+ *              choice, candidate 0, wins them). The policy never settles on something slower
+ *              than NCCL's choice measured the same way.
  *   settled    t of the kept candidate is tracked (EWMA 7/8, the reference); t above 5/4 of the
- *              reference in two measured epochs in a row starts a new exploration.
+ *              reference in three measured epochs in a row (not one or two stalls) starts a new
+ *              exploration.
  * Every decision depends on agreed values only (the state, the config table, msg_size), so
  * every rank decides the same; the verifier checks it.
  *
@@ -291,6 +294,8 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
         time = t;
         best = idx;
       }
+    }
+    if (used == idx && seen >= 3) { /* measured twice: the faster counted above */
       __u32 next = autotune_next(idx);
       if (next < AUTOTUNE_CANDIDATES) {
         idx = apply = next;
@@ -303,7 +308,7 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
     }
   } else if (used == apply) {
     if (t > time + time / 4) {
-      if (++drift >= 2) { /* slower by a quarter twice in a row: explore again */
+      if (++drift >= 3) { /* slower by a quarter three times in a row: explore again */
         phase = AUTOTUNE_EXPLORING;
         idx = seen = best = drift = apply = 0;
         time = AUTOTUNE_NEVER;
