@@ -1,0 +1,283 @@
+"""One rank of the net_autotune benchmark; run by bench/gpu/autotune.sh (shared/docs/gpu-testbed.md).
+
+Runs a plan of phases, one all_reduce size at a time, and checks every result on every rank:
+
+  size:BYTES:N            N all_reduces of BYTES (float32), each one followed by
+                          torch.cuda.synchronize(), so that the time between two enqueues (what
+                          net_autotune's epoch program sees) is the time of one all_reduce;
+  decode:BYTES:T[:PER]    T "tokens" of PER (default 160) back-to-back all_reduces of BYTES
+                          (bf16, one buffer each), then one synchronize per token;
+  contend:BYTES:A:B:C     A + B + C all_reduces as in size:, with a loopback flood (FLOOD_PAIRS
+                          TCP streams through 127.0.0.1, each a sender and a receiver process)
+                          started by rank 0 after the first A and stopped after the next B.
+
+Phases are separated by ';' in PLAN. No other collective is issued (no barrier), so the k-th
+all_reduce of the run is the tuner's k-th decision (its sequence number), and NCCL's TUNING
+line k of rank 0 says what was applied to it.
+
+Each rank fills its input from a generator seeded by its rank with small integers, so the sum is
+exact and every rank computes the expected result itself; every all_reduce is compared with it
+on the device (the count of wrong all_reduces accumulates there and is read at each phase's end).
+
+Rank 0 writes TRACE (if set): one line per all_reduce (size, contend) or per token (decode):
+  seq_first seq_last phase_index phase_name bytes us flood
+with us the time of that all_reduce (or token) measured around it (synchronized before and
+after), flood 1 while the flood runs. Every rank prints "PHASE rank=R ..." per phase and
+"DONE rank=R checks=C bad=B"; with HOLD_FILE it then prints "HOLDING rank=R pid=P ..." and waits
+until that file exists (HOLD_TIMEOUT seconds at most) before destroying the process group.
+
+`python3 autotune.py --flood PAIRS SECONDS` is the flood itself (no torch): PAIRS sender/receiver
+process pairs over 127.0.0.1 until SIGTERM or SECONDS; prints "FLOOD pairs=.. seconds=..
+bytes=.. gibps=.." at the end.
+"""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+
+# ----------------------------------------------------------------------------- the flood
+def flood_main(pairs, limit):
+    stop_at = time.monotonic() + limit
+    parent = os.getpid()
+    owner = os.getppid()  # the rank that started it: the flood ends when it is gone
+    lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(pairs)
+    port = lsock.getsockname()[1]
+    children = []
+    rfd, wfd = os.pipe()
+
+    def on_term(*_):
+        raise SystemExit(0)
+
+    def child(fn):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                signal.signal(signal.SIGTERM, on_term)
+                fn()
+            except BaseException:
+                pass
+            finally:
+                os._exit(0)
+        children.append(pid)
+
+    def receiver():
+        s, _ = lsock.accept()
+        buf = bytearray(1 << 20)
+        while time.monotonic() < stop_at + 5 and os.getppid() == parent:
+            if not s.recv_into(buf):
+                break
+
+    def sender():
+        s = socket.create_connection(("127.0.0.1", port))
+        buf = b"\x5a" * (1 << 20)
+        sent = 0
+        try:
+            while time.monotonic() < stop_at and os.getppid() == parent:
+                sent += s.send(buf)
+        finally:
+            os.write(wfd, f"{sent}\n".encode())
+
+    for _ in range(pairs):
+        child(receiver)
+        child(sender)
+    stopped = []
+    signal.signal(signal.SIGTERM, lambda *_: stopped.append(1))
+    t0 = time.monotonic()
+    while not stopped and time.monotonic() < stop_at and os.getppid() == owner:
+        time.sleep(0.02)
+    secs = time.monotonic() - t0
+    for pid in children:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    left, end = set(children), time.monotonic() + 5
+    while left and time.monotonic() < end:
+        for pid in list(left):
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                left.discard(pid)
+        time.sleep(0.01)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    os.close(wfd)
+    data = b""
+    while True:
+        chunk = os.read(rfd, 4096)
+        if not chunk:
+            break
+        data += chunk
+    total = sum(int(v) for v in data.split())
+    print(f"FLOOD pairs={pairs} seconds={secs:.2f} bytes={total} gibps={total / max(secs, 1e-9) / 2**30:.2f}", flush=True)
+
+
+# ----------------------------------------------------------------------------- the rank
+def parse_plan(text):
+    phases = []
+    for i, item in enumerate(p for p in text.split(";") if p.strip()):
+        f = item.strip().split(":")
+        kind, nbytes = f[0], int(f[1])
+        if kind == "size":
+            phases.append(dict(kind=kind, bytes=nbytes, n=int(f[2])))
+        elif kind == "decode":
+            phases.append(dict(kind=kind, bytes=nbytes, tokens=int(f[2]), per=int(f[3]) if len(f) > 3 else 160))
+        elif kind == "contend":
+            phases.append(dict(kind=kind, bytes=nbytes, a=int(f[2]), b=int(f[3]), c=int(f[4])))
+        else:
+            raise SystemExit(f"unknown phase {item!r}")
+        phases[-1]["name"] = f"{kind}{i}_{nbytes}"
+    return phases
+
+
+def main():
+    import torch
+    import torch.distributed as dist
+
+    plan = parse_plan(os.environ.get("PLAN", "size:65536:200"))
+    dist.init_process_group("nccl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dev = torch.device("cuda:0")
+    torch.cuda.set_device(dev)
+    label = sys.argv[1] if len(sys.argv) > 1 else "?"
+    trace = open(os.environ["TRACE"], "w") if rank == 0 and os.environ.get("TRACE") else None
+    pairs = int(os.environ.get("FLOOD_PAIRS", "4"))
+    flood_limit = float(os.environ.get("FLOOD_LIMIT", "120"))
+
+    def values(r, n, dtype, lo, hi):
+        g = torch.Generator(device=dev)
+        g.manual_seed(1000 + r)
+        return torch.randint(lo, hi, (n,), generator=g, device=dev).to(dtype)
+
+    def inputs(nbytes, dtype, lo, hi):
+        n = max(1, nbytes // torch.tensor([], dtype=dtype).element_size())
+        exp = sum(values(r, n, dtype, lo, hi).float() for r in range(world)).to(dtype)
+        return values(rank, n, dtype, lo, hi), exp
+
+    seq = 0
+    checks = bad_total = 0
+    flood = None
+    # timeout(1) sends SIGTERM: unwind (the finally below stops the flood) instead of dying.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(124))
+
+    def flood_start():
+        nonlocal flood
+        if rank == 0 and pairs > 0:
+            flood = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--flood", str(pairs), str(flood_limit)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            if os.environ.get("FLOOD_PIDFILE"):
+                with open(os.environ["FLOOD_PIDFILE"], "w") as f:
+                    f.write(f"{flood.pid}\n")
+            print(f"FLOOD started pid={flood.pid} pairs={pairs} at seq={seq}", flush=True)
+
+    def flood_stop():
+        nonlocal flood
+        if flood is None:
+            return
+        flood.terminate()
+        try:
+            out, _ = flood.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            flood.kill()
+            out, _ = flood.communicate()
+        print(f"{out.strip()} stopped_at_seq={seq}", flush=True)
+        flood = None
+        if os.environ.get("FLOOD_PIDFILE"):
+            try:
+                os.unlink(os.environ["FLOOD_PIDFILE"])
+            except FileNotFoundError:
+                pass
+
+    import gc
+    try:
+        for pi, ph in enumerate(plan):
+            # No collector pauses inside a phase (they would show as slow collectives).
+            gc.collect()
+            gc.disable()
+            t_phase = time.perf_counter()
+            acc = torch.zeros((), dtype=torch.int64, device=dev)
+            if ph["kind"] in ("size", "contend"):
+                src, exp = inputs(ph["bytes"], torch.float32, -1000, 1000)
+                buf = torch.empty_like(src)
+                n = ph["n"] if ph["kind"] == "size" else ph["a"] + ph["b"] + ph["c"]
+                on_at = ph.get("a", -1)
+                off_at = ph.get("a", 0) + ph.get("b", 0)
+                flooding = 0
+                hist = torch.zeros(n, dtype=torch.int64, device=dev)  # wrong ones so far, per all_reduce
+                for i in range(n):
+                    if ph["kind"] == "contend" and i == on_at:
+                        flood_start()
+                        flooding = 1
+                    if ph["kind"] == "contend" and i == off_at:
+                        flood_stop()
+                        flooding = 0
+                    buf.copy_(src)
+                    torch.cuda.synchronize()
+                    t0 = time.perf_counter()
+                    dist.all_reduce(buf)
+                    torch.cuda.synchronize()
+                    us = (time.perf_counter() - t0) * 1e6
+                    seq += 1
+                    acc += (buf != exp).any()
+                    hist[i] = acc
+                    if trace:
+                        trace.write(f"{seq} {seq} {pi} {ph['name']} {ph['bytes']} {us:.1f} {flooding}\n")
+                flood_stop()
+                done = n
+            else:  # decode
+                src, exp = inputs(ph["bytes"], torch.bfloat16, -4, 5)
+                per = ph["per"]
+                bufs = torch.empty((per, src.numel()), dtype=src.dtype, device=dev)
+                hist = torch.zeros(ph["tokens"], dtype=torch.int64, device=dev)
+                for tok in range(ph["tokens"]):
+                    bufs.copy_(src.expand(per, -1))
+                    torch.cuda.synchronize()
+                    t0 = time.perf_counter()
+                    for j in range(per):
+                        dist.all_reduce(bufs[j])
+                    torch.cuda.synchronize()
+                    us = (time.perf_counter() - t0) * 1e6
+                    acc += (bufs != exp).any(dim=1).sum()
+                    hist[tok] = acc
+                    if trace:
+                        trace.write(f"{seq + 1} {seq + per} {pi} {ph['name']} {ph['bytes']} {us:.1f} 0\n")
+                    seq += per
+                done = ph["tokens"] * per
+            gc.enable()
+            bad = int(acc.item())
+            checks += done
+            bad_total += bad
+            # The first wrong all_reduce (or token) of the phase, 0-based, if any.
+            first = int(torch.nonzero(hist)[0].item()) if bad else -1
+            if trace:
+                trace.flush()
+            print(f"PHASE rank={rank} label={label} name={ph['name']} checks={done} bad={bad} first_bad={first} "
+                  f"seq_end={seq} seconds={time.perf_counter() - t_phase:.2f}", flush=True)
+    finally:
+        flood_stop()
+    print(f"DONE rank={rank} label={label} checks={checks} bad={bad_total} seq={seq}", flush=True)
+    if trace:
+        trace.close()
+    if os.environ.get("HOLD_FILE"):
+        hold = os.environ["HOLD_FILE"]
+        limit = float(os.environ.get("HOLD_TIMEOUT", "60"))
+        print(f"HOLDING rank={rank} pid={os.getpid()} checks={checks} bad={bad_total}", flush=True)
+        t0 = time.monotonic()
+        while not os.path.exists(hold) and time.monotonic() - t0 < limit:
+            time.sleep(0.05)
+        seen = "released" if os.path.exists(hold) else "timed out"
+        print(f"HOLD {seen} rank={rank} after {time.monotonic() - t0:.1f} s", flush=True)
+    dist.destroy_process_group()
+    sys.exit(1 if bad_total else 0)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--flood":
+        flood_main(int(sys.argv[2]), float(sys.argv[3]))
+    else:
+        main()

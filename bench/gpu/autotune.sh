@@ -1,0 +1,238 @@
+#!/usr/bin/env bash
+# net_autotune on real NCCL (issue 9's GPU done-criterion), on the GPU machine
+# (shared/docs/gpu-testbed.md): every rank a separate "host" on one GPU (MPS), all traffic
+# through our net plugin, NCCL_NET_PLUGIN and NCCL_TUNER_PLUGIN both the library.
+# For each rank count (RANKS, default "2 4"), in one script:
+#   1. static sweep: one job per candidate of net_autotune (0 NCCL's own choice, 1 Ring/Simple,
+#      2 Ring/LL, 3 Ring/LL128, 4 Tree/Simple, 5 Tree/LL, 6 Tree/LL128, 7 Ring/Simple on 2
+#      channels), forced with NCCL_ALGO / NCCL_PROTO (/ NCCL_MAX_NCHANNELS=2), no tuner policy;
+#      the same all_reduce sizes and decode pattern as below (SWEEP_PLAN);
+#   2. net_autotune (NCCL_BPF_POLICY=net_autotune.o, K=$K, D=$D): the sizes one at a time, each
+#      long enough to explore, settle and be measured, then a contention phase at CONTEND's size:
+#      before / during / after a loopback flood (FLOOD_PAIRS TCP streams through 127.0.0.1,
+#      started and stopped by rank 0 at fixed collectives) (AUTO_PLAN);
+#   3. net_autotune on the decode pattern (160 back-to-back all_reduces, one sync per token) with
+#      K=$KDEC, so that an epoch is one token (DEC_PLAN);
+#   4. the best static choice of step 1 at CONTEND's size through the same flood (CONTEND_STATIC).
+# Phase lengths: net_autotune (policies/src/net_autotune.c) runs each candidate from the decision
+# that applies it for D+1 epochs (the first measured epoch is discarded, the next one measured, D
+# epochs of delay), so a size class new at an epoch boundary settles at its (8 (D+1)) K + 1-th
+# collective (769 with K 32, D 2; token 25 with K 160); the sizes run 38 epochs each (the last
+# MEASURE=256 collectives measured), the flood lasts 90 epochs (2 to notice, D of delay, 24 to
+# explore again, then measured; room for a second exploration), 50 epochs after it, decode 44
+# tokens (the last 12 measured).
+# LL128=1 (default) adds jobs 2 and 3 again with NCCL_PROTO=LL,LL128,Simple (labels autoll128,
+# autodecll128): NCCL here leaves LL128 off unless NCCL_PROTO names it, and a tuner's LL128
+# choice is then not applied (candidates 3 and 6 run NCCL's choice); the static sweep's
+# candidates 3 and 6 name it, so they do run LL128.
+# ROUNDS=R (default 1) runs steps 1-3 R times, alternated (labels get _rR), since figures of
+# separate processes differ by tens of percent on this machine; NOOP_AGREE=1 adds a sweep job of
+# noop.o with NCCL_BPF_AGREEMENT=on (NCCL's choice with the agreement running) per round, to set
+# against static0; REFRESH=round rewrites the report once per rank count and round (less time).
+# Every rank checks every all_reduce (bench/gpu/autotune.py). Jobs 2 and 3 hold at the end
+# (HOLD_FILE) while `ncclbpf decisions --compare PID...`, `ncclbpf status --all` and
+# `ncclbpf maps PID` read them. Every rank runs under timeout(1); the script skips what would
+# end past DEADLINE seconds. After each job it rewrites $OUT/summary.md, $OUT/convergence.png
+# (bench/gpu/autotune_report.py) and $OUT/logs.tar.gz (every log, trace and CLI output), so a run
+# stopped at its limit still returns what it did.
+# Expects BUILD (default build/) from scripts/stage.sh with net_autotune.o.
+# Usage: bench/gpu/autotune.sh [outdir]
+set -u
+cd "$(dirname "$0")/../.."
+OUT=${1:-${OUT:-/tmp/ncclbpf-autotune}}
+mkdir -p "$OUT"
+W=${WORK:-/tmp/ncclbpf-autotune-work}
+rm -rf "$W"
+mkdir -p "$W"
+B=$(cd "${BUILD:-build}" 2>/dev/null && pwd)
+LIB=$B/libnccl-net-bpf.so
+CLI=$B/ncclbpf
+POLICY=$B/net_autotune.o
+for f in "$LIB" "$CLI" "$POLICY"; do
+  [ -e "$f" ] || { echo "missing $f: run scripts/stage.sh on a build machine"; exit 1; }
+done
+
+RANKS=${RANKS:-2 4}
+K=${K:-32}
+D=${D:-2}
+KDEC=${KDEC:-160}
+CANDS=${CANDS:-0 1 2 3 4 5 6 7}
+FLOOD_PAIRS=${FLOOD_PAIRS:-4}
+CONTEND=${CONTEND:-1048576:320:2880:1600}
+CONTEND_STATIC=${CONTEND_STATIC:-1}
+LL128=${LL128:-1}
+ROUNDS=${ROUNDS:-1}
+NOOP_AGREE=${NOOP_AGREE:-0}
+REFRESH=${REFRESH:-job}
+SWEEP_PLAN=${SWEEP_PLAN:-size:65536:300;size:1048576:200;size:16777216:40;decode:262144:12}
+AUTO_PLAN=${AUTO_PLAN:-size:65536:1216;size:1048576:1216;size:16777216:1216;contend:$CONTEND}
+DEC_PLAN=${DEC_PLAN:-decode:262144:44}
+# The report's windows: the last MEASURE all_reduces of each net_autotune size phase, the last
+# MEASURE_TOKENS tokens of its decode phase, the last SWEEP_FRACTION of each static phase.
+MEASURE=${MEASURE:-256}
+MEASURE_TOKENS=${MEASURE_TOKENS:-12}
+SWEEP_FRACTION=${SWEEP_FRACTION:-0.6}
+DEADLINE=${DEADLINE:-500}
+T_STATIC=${T_STATIC:-150}
+T_AUTO=${T_AUTO:-240}
+t_start=$(date +%s)
+since() { echo $(($(date +%s) - t_start)); }
+
+. bench/gpu/lib.sh
+start_mps
+# A flood left behind (rank 0 killed): it ends itself once rank 0 is gone; end it by its pid.
+stop_floods() {
+  local f
+  for f in "$W"/*.floodpid; do
+    [ -e "$f" ] && kill "$(cat "$f")" 2>/dev/null
+    rm -f "$f"
+  done
+}
+finish() {
+  stop_floods
+  echo quit | nvidia-cuda-mps-control 2>/dev/null
+}
+trap finish EXIT
+
+{
+  date -u +'date %Y-%m-%dT%H:%M:%SZ'
+  python3 -c 'import torch, torch.cuda.nccl as n; print("torch", torch.__version__, "nccl", n.version())'
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu /'
+  "$CLI" --version
+  nproc | sed 's/^/cpus /'
+  echo "K=$K D=$D KDEC=$KDEC MEASURE=$MEASURE MEASURE_TOKENS=$MEASURE_TOKENS SWEEP_FRACTION=$SWEEP_FRACTION"
+  echo "FLOOD_PAIRS=$FLOOD_PAIRS CANDS=$CANDS RANKS=$RANKS DEADLINE=$DEADLINE LL128=$LL128 ROUNDS=$ROUNDS NOOP_AGREE=$NOOP_AGREE"
+  echo "SWEEP_PLAN=$SWEEP_PLAN"
+  echo "AUTO_PLAN=$AUTO_PLAN"
+  echo "DEC_PLAN=$DEC_PLAN"
+  echo "POLICY=$POLICY $(sha256sum "$POLICY" | cut -c1-16) LIB $(sha256sum "$LIB" | cut -c1-16)"
+} | tee "$W/meta.txt"
+
+cand_env() {
+  case $1 in
+    0) ;;
+    1) echo NCCL_ALGO=Ring NCCL_PROTO=Simple ;;
+    2) echo NCCL_ALGO=Ring NCCL_PROTO=LL ;;
+    3) echo NCCL_ALGO=Ring NCCL_PROTO=LL128 ;;
+    4) echo NCCL_ALGO=Tree NCCL_PROTO=Simple ;;
+    5) echo NCCL_ALGO=Tree NCCL_PROTO=LL ;;
+    6) echo NCCL_ALGO=Tree NCCL_PROTO=LL128 ;;
+    7) echo NCCL_ALGO=Ring NCCL_PROTO=Simple NCCL_MAX_NCHANNELS=2 ;;
+  esac
+}
+
+refresh() {
+  timeout 90 python3 bench/gpu/autotune_report.py "$W" "$OUT" >"$W/report.txt" 2>&1 || echo "report failed (see report.txt)"
+  tar -C "$W" -czf "$OUT/logs.tar.gz.tmp" . 2>/dev/null && mv -f "$OUT/logs.tar.gz.tmp" "$OUT/logs.tar.gz"
+}
+
+all_hold() { # label n: every rank printed HOLDING, or some rank already exited
+  local r
+  for r in $(seq 0 $(($2 - 1))); do
+    [ -e "$W/$1-n$2-r$r.rc" ] && return 0
+    grep -q '^HOLDING ' "$W/$1-n$2-r$r.log" 2>/dev/null || return 1
+  done
+}
+
+port=30100
+# job LABEL N TIMEOUT EST HOLD PLAN [VAR=VALUE ...]: N ranks of autotune.py; EST is about how long
+# it takes (skipped if it would end past DEADLINE); HOLD=1: hold at the end for the CLI.
+job() {
+  local label=$1 n=$2 tmo=$3 est=$4 hold=$5 plan=$6 r
+  shift 6
+  if [ $(($(since) + est)) -gt "$DEADLINE" ]; then
+    echo "SKIP label=$label n=$n (t=$(since) s, est $est s, deadline $DEADLINE s)" | tee -a "$W/runs.txt"
+    return
+  fi
+  port=$((port + 1))
+  local hf=$W/hold-$label-n$n t0
+  t0=$(date +%s)
+  rm -f "$hf"
+  for r in $(seq 0 $((n - 1))); do
+    (
+      env "$@" PLAN="$plan" TRACE="$W/$label-n$n.trace" FLOOD_PIDFILE="$W/$label-n$n.floodpid" FLOOD_PAIRS=$FLOOD_PAIRS FLOOD_LIMIT=$tmo \
+        $([ "$hold" = 1 ] && echo HOLD_FILE="$hf" HOLD_TIMEOUT=60) \
+        RANK=$r WORLD_SIZE=$n LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+        NCCL_HOSTID=host$r NCCL_SOCKET_IFNAME=lo NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
+        NVSHMEM_DISABLE_NVLS=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,TUNING PYTHONUNBUFFERED=1 \
+        NCCL_NET_PLUGIN=$LIB NCCL_NET=BPF NCCL_TUNER_PLUGIN=$LIB \
+        timeout -k 5 "$tmo" python3 bench/gpu/autotune.py "$label" >"$W/$label-n$n-r$r.log" 2>&1
+      echo $? >"$W/$label-n$n-r$r.rc"
+    ) &
+  done
+  if [ "$hold" = 1 ]; then
+    local end=$(($(date +%s) + tmo + 10))
+    while ! all_hold "$label" "$n" && [ "$(date +%s)" -lt "$end" ]; do sleep 0.1; done
+    {
+      local pids
+      pids=$(grep -h '^HOLDING ' "$W"/$label-n$n-r*.log | sed 's/.* pid=\([0-9]*\).*/\1/' | tr '\n' ' ')
+      echo "## rank pids (HOLDING lines): $pids (t=$(since) s)"
+      echo "## \$ ncclbpf status --all"
+      timeout 20 "$CLI" status --all
+      echo "## exit $?"
+      echo "## \$ ncclbpf decisions --compare $pids"
+      # shellcheck disable=SC2086
+      timeout 20 "$CLI" decisions --compare $pids
+      echo "## exit $?"
+      # shellcheck disable=SC2086
+      timeout 20 "$CLI" decisions --compare $pids --json >"$W/$label-n$n-compare.json" 2>&1
+      local p0
+      p0=$(grep -h '^HOLDING rank=0 ' "$W/$label-n$n-r0.log" | sed 's/.* pid=\([0-9]*\).*/\1/')
+      if [ -n "$p0" ]; then
+        echo "## \$ ncclbpf maps $p0 (rank 0)"
+        timeout 20 "$CLI" maps "$p0"
+        echo "## exit $?"
+        timeout 20 "$CLI" maps "$p0" --map autotune_state --json >"$W/$label-n$n-state.json" 2>&1
+      fi
+    } >"$W/$label-n$n-cli.txt" 2>&1
+    touch "$hf"
+  fi
+  wait
+  local rcs=""
+  for r in $(seq 0 $((n - 1))); do rcs="$rcs r$r=$(cat "$W/$label-n$n-r$r.rc" 2>/dev/null || echo '?')"; done
+  echo "RUN label=$label n=$n$rcs wall=$(($(date +%s) - t0)) t=$(since)" | tee -a "$W/runs.txt"
+  grep -h '^FLOOD ' "$W/$label-n$n-r0.log" | sed 's/^/    /'
+  stop_floods
+  [ "$REFRESH" = job ] && refresh
+}
+
+: >"$W/runs.txt"
+for round in $(seq 1 "$ROUNDS"); do
+  sfx=$([ "$ROUNDS" -gt 1 ] && echo "_r$round")
+  for n in $RANKS; do
+    for c in $CANDS; do
+      # shellcheck disable=SC2046
+      job "static$c$sfx" "$n" "$T_STATIC" $((6 + 2 * n)) 0 "$SWEEP_PLAN" $(cand_env "$c")
+    done
+    if [ "$NOOP_AGREE" = 1 ]; then
+      # NCCL's own choice with the agreement running (noop.o has no opinion): what the
+      # agreement's records and frames cost, against static0.
+      job "noopagree$sfx" "$n" "$T_STATIC" $((6 + 2 * n)) 0 "$SWEEP_PLAN" NCCL_BPF_POLICY="$B/noop.o" NCCL_BPF_AGREEMENT=on \
+        NCCL_BPF_AGREEMENT_EPOCH="$K" NCCL_BPF_AGREEMENT_DELAY="$D" NCCL_BPF_AGREEMENT_TIMEOUT=30
+    fi
+    job "auto$sfx" "$n" "$T_AUTO" $((10 + 5 * n)) 1 "$AUTO_PLAN" NCCL_BPF_POLICY="$POLICY" \
+      NCCL_BPF_AGREEMENT_EPOCH="$K" NCCL_BPF_AGREEMENT_DELAY="$D" NCCL_BPF_AGREEMENT_TIMEOUT=30
+    job "autodec$sfx" "$n" "$T_STATIC" $((4 + 2 * n)) 1 "$DEC_PLAN" NCCL_BPF_POLICY="$POLICY" \
+      NCCL_BPF_AGREEMENT_EPOCH="$KDEC" NCCL_BPF_AGREEMENT_DELAY="$D" NCCL_BPF_AGREEMENT_TIMEOUT=30
+    if [ "$CONTEND_STATIC" = 1 ] && [ "$round" = 1 ]; then
+      best=$(timeout 60 python3 bench/gpu/autotune_report.py --best "$W" "$n" "${CONTEND%%:*}" 2>/dev/null)
+      best=${best:-0}
+      echo "best static candidate at ${CONTEND%%:*} B, $n ranks: $best" | tee -a "$W/runs.txt"
+      # shellcheck disable=SC2046
+      job "contend_static$best" "$n" "$T_STATIC" $((6 + 2 * n)) 0 "contend:$CONTEND" $(cand_env "$best")
+    fi
+    [ "$REFRESH" = job ] || refresh
+  done
+done
+if [ "$LL128" = 1 ]; then
+  for n in $RANKS; do
+    job autoll128 "$n" "$T_AUTO" $((40 + 10 * n)) 1 "$AUTO_PLAN" NCCL_BPF_POLICY="$POLICY" NCCL_PROTO=LL,LL128,Simple \
+      NCCL_BPF_AGREEMENT_EPOCH="$K" NCCL_BPF_AGREEMENT_DELAY="$D" NCCL_BPF_AGREEMENT_TIMEOUT=30
+    job autodecll128 "$n" "$T_STATIC" $((15 + 5 * n)) 1 "$DEC_PLAN" NCCL_BPF_POLICY="$POLICY" NCCL_PROTO=LL,LL128,Simple \
+      NCCL_BPF_AGREEMENT_EPOCH="$KDEC" NCCL_BPF_AGREEMENT_DELAY="$D" NCCL_BPF_AGREEMENT_TIMEOUT=30
+  done
+fi
+echo "total $(since) s" | tee -a "$W/runs.txt"
+refresh
+cat "$W/report.txt"
+cat "$OUT/summary.md"
