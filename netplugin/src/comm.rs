@@ -142,6 +142,7 @@ struct State {
     /// The frame being received (its length once its header is read) and those received.
     frame_in: Option<(usize, Vec<u8>)>,
     inbox: VecDeque<Vec<u8>>,
+    inbox_bytes: usize,
     /// Frames dropped because the inbox was full.
     frames_dropped: u64,
     /// The peer closed the control stream at a message boundary, seen while no receive needed
@@ -150,9 +151,11 @@ struct State {
     closed: bool,
 }
 
-/// Received frames kept until [`Comm::take_frames`]; beyond that the oldest are dropped (and
-/// counted).
+/// Received frames kept until [`Comm::take_frames`], in number and in bytes; beyond either the
+/// oldest are dropped (and counted). A process that runs no agreement never takes them, so this
+/// is all a peer's frames can cost it per connection.
 pub const MAX_INBOX: usize = 1024;
+pub const MAX_INBOX_BYTES: usize = 1 << 20;
 
 impl State {
     /// The fifo head's control-stream part (header and inline payload) is complete.
@@ -240,6 +243,7 @@ impl Comm {
                 frame_cursor: 0,
                 frame_in: None,
                 inbox: VecDeque::new(),
+                inbox_bytes: 0,
                 frames_dropped: 0,
                 closed: false,
                 hooks: ConnHooks::on_open(ConnInfo {
@@ -525,6 +529,7 @@ impl Comm {
             self.progress_recv(&mut st);
         }
         let dropped = std::mem::take(&mut st.frames_dropped);
+        st.inbox_bytes = 0;
         (st.inbox.drain(..).collect(), dropped)
     }
 
@@ -585,10 +590,14 @@ impl Comm {
             }
         }
         let (_, frame) = st.frame_in.take().expect("set above");
-        if st.inbox.len() >= MAX_INBOX {
-            st.inbox.pop_front();
+        while st.inbox.len() >= MAX_INBOX || st.inbox_bytes + frame.len() > MAX_INBOX_BYTES {
+            let Some(old) = st.inbox.pop_front() else {
+                break;
+            };
+            st.inbox_bytes -= old.len();
             st.frames_dropped += 1;
         }
+        st.inbox_bytes += frame.len();
         st.inbox.push_back(frame);
         st.cursor = 0;
         ncclbpf_agreement::nudge();
@@ -1095,6 +1104,17 @@ mod tests {
         let (f, dropped) = r.take_frames();
         assert_eq!((f.len(), dropped), (MAX_INBOX, 5));
         assert_eq!(f[0], 5u32.to_le_bytes(), "the oldest five were dropped");
+        // And in bytes: 40 frames of 64 KiB keep the last 16 (1 MiB).
+        for i in 0..40u8 {
+            s.send_frame(&vec![i; wire::MAX_FRAME]).unwrap();
+        }
+        let q = s.isend(buf(&mut one)).unwrap().unwrap();
+        let rq = r.irecv(buf(&mut into)).unwrap().unwrap();
+        assert_eq!(wait(&s, q).unwrap(), 1);
+        assert_eq!(wait(&r, rq).unwrap(), 1);
+        let (f, dropped) = r.take_frames();
+        assert_eq!((f.len(), dropped), (16, 24));
+        assert_eq!(f[0][0], 24);
         s.close();
         r.close();
     }
