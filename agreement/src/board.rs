@@ -165,20 +165,7 @@ mod tests {
     use super::*;
 
     fn rec(comm: u64, origin: u64, epoch: u64, nranks: u32) -> Record {
-        Record {
-            comm_id: comm,
-            origin,
-            epoch,
-            nranks,
-            colls: 8,
-            pid: 1,
-            host: "h".into(),
-            config: 0,
-            decisions: 0,
-            duration_ns: 0,
-            bytes: 0,
-            words: vec![],
-        }
+        crate::record::test_record(comm, origin, epoch, nranks)
     }
 
     #[test]

@@ -450,20 +450,7 @@ mod tests {
     }
 
     fn rec(comm: u64, origin: u64, epoch: u64) -> Record {
-        Record {
-            comm_id: comm,
-            origin,
-            epoch,
-            nranks: 2,
-            colls: 4,
-            pid: 1,
-            host: "h".into(),
-            config: 0,
-            decisions: 0,
-            duration_ns: 0,
-            bytes: 0,
-            words: vec![],
-        }
+        crate::record::test_record(comm, origin, epoch, 2)
     }
 
     #[test]

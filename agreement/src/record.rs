@@ -185,6 +185,25 @@ fn truncated(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
+/// A record for tests: comm, origin, epoch and communicator size as given, the rest plain.
+#[cfg(test)]
+pub(crate) fn test_record(comm_id: u64, origin: u64, epoch: u64, nranks: u32) -> Record {
+    Record {
+        comm_id,
+        origin,
+        epoch,
+        nranks,
+        colls: 8,
+        pid: 1,
+        host: "h".into(),
+        config: 0,
+        decisions: 0,
+        duration_ns: 0,
+        bytes: 0,
+        words: vec![],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
