@@ -6,6 +6,7 @@
 # from a rank's own record to the epoch's last one (mean and max over the epochs and ranks), the
 # agreement's bytes on the wire per rank and epoch, and those against the ring traffic of the
 # same epoch.
+# Records travel over the ring connections only (LOCAL=1 adds the node-local relay).
 # Usage: scripts/agreement-bench.sh   (knobs: RANKS="2 4", SIZES="4096 65536", CALLS=3000,
 #        K=64, D=2; expects scripts/build.sh and policies/build.sh to have run)
 set -euo pipefail
@@ -28,6 +29,7 @@ for n in $RANKS; do
     for r in $(seq 0 $((n - 1))); do
       NCCL_BPF_POLICY=$POLICY NCCL_BPF_SHM_DIR=$dir NCCL_BPF_CONTROL=0 \
         NCCL_BPF_AGREEMENT_EPOCH=$K NCCL_BPF_AGREEMENT_DELAY=$D NCCL_BPF_LOG_STDERR=1 \
+        NCCL_BPF_AGREEMENT_LOCAL=${LOCAL:-0} \
         timeout 300 "$BIN" agree "$r" "$n" "$dir" "$CALLS" "$b" >"$dir/out.$r" 2>&1 &
     done
     wait

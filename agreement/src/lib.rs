@@ -7,9 +7,10 @@
 //! * [`board`]: the records a process holds, each once, bounded;
 //! * [`combine`]: the deterministic combination, and the checks that every rank runs the same
 //!   configuration and made the same decisions;
+//! * [`local`]: records between the processes of one node, through files in the registry;
 //! * this module: the process's exchange, between the tuner (which posts its records and waits
-//!   for the others') and the net plugin (which carries them: [`take_outgoing`], [`deliver`],
-//!   [`set_pump`]).
+//!   for the others') and the net plugin (which carries them: [`set_net`], [`deliver`]), and the
+//!   thread that moves them while a tuner context runs the agreement.
 //!
 //! Records are flooded: a process sends its own records, and every record it receives for the
 //! first time, on every send connection it has (to whichever communicator it belongs), and a
@@ -19,6 +20,7 @@
 
 pub mod board;
 pub mod combine;
+pub mod local;
 pub mod record;
 
 pub use board::Insert;
@@ -129,10 +131,20 @@ struct Exchange {
     users: AtomicUsize,
     /// Set by [`nudge`]: frames arrived that the mover should take now.
     nudged: std::sync::atomic::AtomicBool,
-    pump: OnceLock<fn()>,
-    /// The net plugin's function that starts its frame mover if it is not running.
-    starter: OnceLock<fn()>,
+    net: OnceLock<Net>,
+    /// The node-local relay (`None` until first used, or off / unavailable: then the reason).
+    local: Mutex<Option<Result<local::Local, String>>>,
+    /// Whether the mover thread runs.
+    mover: Mutex<bool>,
     stats: Mutex<Stats>,
+}
+
+/// What the net plugin does for the exchange: write frames on every send connection, and hand
+/// the frames that arrived on every receive connection to [`deliver`].
+#[derive(Clone, Copy)]
+pub struct Net {
+    pub send: fn(&[Arc<[u8]>]),
+    pub receive: fn(),
 }
 
 fn exchange() -> &'static Exchange {
@@ -144,8 +156,9 @@ fn exchange() -> &'static Exchange {
         queued: Condvar::new(),
         users: AtomicUsize::new(0),
         nudged: std::sync::atomic::AtomicBool::new(false),
-        pump: OnceLock::new(),
-        starter: OnceLock::new(),
+        net: OnceLock::new(),
+        local: Mutex::new(None),
+        mover: Mutex::new(false),
         stats: Mutex::new(Stats::default()),
     })
 }
@@ -182,15 +195,100 @@ impl Drop for User {
 pub fn join() -> User {
     let x = exchange();
     x.users.fetch_add(1, Ordering::AcqRel);
-    if let Some(start) = x.starter.get() {
-        start();
-    }
+    start_mover(x);
     User(())
 }
 
-/// The net plugin's function that starts its frame mover (called when a user joins). Set once.
-pub fn set_starter(f: fn()) {
-    let _ = exchange().starter.set(f);
+/// Starts the mover thread unless it runs: while any user lives it moves frames (net and
+/// node-local) every millisecond, or at once when frames are queued or [`nudge`]d.
+fn start_mover(x: &'static Exchange) {
+    let mut running = lock(&x.mover);
+    if *running {
+        return;
+    }
+    *running = std::thread::Builder::new()
+        .name("ncclbpf agree".into())
+        .spawn(move || mover(x))
+        .is_ok();
+}
+
+fn mover(x: &'static Exchange) {
+    loop {
+        {
+            // Decided under the lock `start_mover` takes, so a start never finds it set by a
+            // thread that is leaving.
+            let mut running = lock(&x.mover);
+            if x.users.load(Ordering::Acquire) == 0 {
+                *running = false;
+                return;
+            }
+        }
+        let out = wait_outgoing(Duration::from_millis(1));
+        // A panic must not take the host process down: the thread ends and the next user
+        // starts another; waiting ranks move frames themselves meanwhile.
+        if std::panic::catch_unwind(|| step(out)).is_err() {
+            *lock(&x.mover) = false;
+            return;
+        }
+    }
+}
+
+/// `NCCL_BPF_AGREEMENT_LOCAL=0` turns the node-local relay off (records then travel over the
+/// plugin's connections only).
+pub const LOCAL_ENV: &str = "NCCL_BPF_AGREEMENT_LOCAL";
+
+/// Moves frames once: `out` (and whatever it makes new) onto every connection and the node's
+/// relay, and every frame that arrived into the board.
+pub fn step(mut out: Vec<Arc<[u8]>>) {
+    let x = exchange();
+    let net = x.net.get().copied();
+    // New records found here are forwarded in the same call; a bound keeps a flood of distinct
+    // records from holding the caller.
+    for _ in 0..4 {
+        if let Some(n) = net {
+            (n.send)(&out);
+            (n.receive)();
+        }
+        let arrived = {
+            let mut l = lock(&x.local);
+            let l = l.get_or_insert_with(|| {
+                if std::env::var(LOCAL_ENV).is_ok_and(|v| v.trim() == "0") {
+                    return Err(format!("{LOCAL_ENV}=0"));
+                }
+                local::Local::open(&shared_maps::registry_dir()).map_err(|e| e.to_string())
+            });
+            match l {
+                Ok(l) => {
+                    let _ = l.publish(&out);
+                    l.collect()
+                }
+                Err(_) => vec![],
+            }
+        };
+        for f in arrived {
+            deliver(&f);
+        }
+        out = take_outgoing();
+        if out.is_empty() {
+            return;
+        }
+    }
+    requeue(out);
+}
+
+/// Turns the node-local relay off in this process (before the agreement first moves frames;
+/// for tools and tests that drive tuner contexts in-process, where every "rank" shares one
+/// exchange anyway).
+pub fn disable_local(why: &str) {
+    *lock(&exchange().local) = Some(Err(why.to_string()));
+}
+
+/// Why records do not travel through the node-local relay, if they do not.
+pub fn local_problem() -> Option<String> {
+    match &*lock(&exchange().local) {
+        Some(Err(e)) => Some(e.clone()),
+        _ => None,
+    }
 }
 
 /// Whether any tuner context of this process runs the agreement.
@@ -198,11 +296,9 @@ pub fn active() -> bool {
     exchange().users.load(Ordering::Acquire) > 0
 }
 
-/// The net plugin's function that moves frames now (writes queued ones, reads arrived ones),
-/// called by a rank that waits for records, so that it does not depend on another thread's
-/// timing alone. Set once.
-pub fn set_pump(f: fn()) {
-    let _ = exchange().pump.set(f);
+/// The net plugin's part of moving frames. Set once.
+pub fn set_net(n: Net) {
+    let _ = exchange().net.set(n);
 }
 
 /// Posts this rank's record: onto the board, and out to every connection.
@@ -338,7 +434,7 @@ impl std::fmt::Display for Missing {
 }
 
 /// Waits (at most `timeout`) until this process holds `nranks` records of `epoch` of `comm`,
-/// and returns them sorted by origin. Moves frames itself while it waits ([`set_pump`]).
+/// and returns them sorted by origin. Moves frames itself while it waits ([`step`]).
 pub fn wait_for(
     comm: u64,
     epoch: u64,
@@ -380,20 +476,18 @@ pub fn wait_for(
                 waited: now - start,
             });
         }
-        if let Some(pump) = x.pump.get() {
-            drop(b);
-            pump();
-            b = lock(&x.board);
-            if b.records(comm, epoch)
-                .is_some_and(|rs| rs.len() >= nranks as usize)
-            {
-                continue;
-            }
+        drop(b);
+        step(take_outgoing());
+        b = lock(&x.board);
+        if b.records(comm, epoch)
+            .is_some_and(|rs| rs.len() >= nranks as usize)
+        {
+            continue;
         }
-        let step = (deadline - now).min(Duration::from_micros(200));
+        let pause = (deadline - now).min(Duration::from_micros(200));
         b = x
             .arrived
-            .wait_timeout(b, step)
+            .wait_timeout(b, pause)
             .unwrap_or_else(|e| e.into_inner())
             .0;
     }
@@ -453,8 +547,14 @@ mod tests {
         crate::record::test_record(comm, origin, epoch, 2)
     }
 
+    /// These tests share the process's exchange; none of them writes to the real registry.
+    fn no_relay() {
+        disable_local("off in unit tests");
+    }
+
     #[test]
     fn a_wait_ends_when_the_last_record_arrives_and_new_records_are_forwarded() {
+        no_relay();
         let comm = 0x5151_0001;
         post(&rec(comm, 1, 0));
         let out = take_outgoing();
@@ -483,6 +583,7 @@ mod tests {
 
     #[test]
     fn a_wait_is_bounded_and_says_who_is_missing() {
+        no_relay();
         let comm = 0x5151_0002;
         post(&rec(comm, 1, 3));
         let m = wait_for(comm, 3, 2, Duration::from_millis(50)).unwrap_err();

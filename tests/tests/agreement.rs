@@ -134,6 +134,8 @@ fn four_skewed_ranks_running_net_autotune_decide_alike_at_every_collective() {
             ("NCCL_BPF_AGREEMENT_EPOCH", EPOCH),
             ("NCCL_BPF_AGREEMENT_DELAY", DELAY),
             ("NCCL_BPF_AGREEMENT_TIMEOUT", "60"),
+            // Over the ring connections only, not through the node's relay.
+            ("NCCL_BPF_AGREEMENT_LOCAL", "0"),
         ],
     );
     let first = decisions(&dir, 0);
@@ -244,5 +246,39 @@ fn a_rank_that_never_hears_from_the_others_fails_its_collective_after_the_timeou
         took >= Duration::from_secs(2) && took < Duration::from_secs(60),
         "{took:?}"
     );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Two ranks on one host whose NCCL connections are all P2P/SHM (here: none at all through the
+/// plugin) agree through the node-local relay in the registry directory: the first agreement
+/// at seq 129 on both, identical decisions.
+#[test]
+fn ranks_of_one_host_agree_through_the_node_relay_without_net_connections() {
+    let dir = scratch("node");
+    let ranks = [
+        rank("src/net_autotune.o", &["alone=1", "nranks=2", "slow=200"]),
+        rank("src/net_autotune.o", &["alone=1", "nranks=2"]),
+    ];
+    let outs = run(
+        &dir,
+        &ranks,
+        600,
+        4096,
+        &[
+            ("NCCL_BPF_AGREEMENT_EPOCH", EPOCH),
+            ("NCCL_BPF_AGREEMENT_DELAY", DELAY),
+            ("NCCL_BPF_AGREEMENT_TIMEOUT", "30"),
+        ],
+    );
+    for o in &outs {
+        assert!(!o.contains("failed at call"), "{o}");
+        assert!(
+            o.contains("first agreement (epoch 0, 2 ranks alike) at seq 129"),
+            "{o}"
+        );
+        assert_eq!(digest_line(o), digest_line(&outs[0]));
+    }
+    assert_eq!(decisions(&dir, 0), decisions(&dir, 1));
+    assert_eq!(decisions(&dir, 0).len(), 600);
     let _ = std::fs::remove_dir_all(dir);
 }
