@@ -3,7 +3,9 @@
 //! Register map: r0 rax, r1 rdi, r2 rsi, r3 rdx, r4 rcx, r5 r8 (the System V argument
 //! registers, so helpers are called directly), r6 rbx, r7 r13, r8 r14, r9 r15 (callee-saved,
 //! as BPF requires), r10 rbp. r10/r11 of x86 are scratch. Every BPF function gets a frame:
-//! five pushes and 512 bytes of stack keep `rsp` 16-byte aligned at every call.
+//! `rbp` and the callee-saved registers of the BPF registers r6–r9 it names are pushed (a
+//! function that never names r8 leaves r14 alone, so it needs no saving), then 512 bytes of
+//! stack, plus 8 when the pushes are even in number, keep `rsp` 16-byte aligned at every call.
 
 use super::x86::*;
 use policy_object::insn::{self as op, Insn};
@@ -60,24 +62,76 @@ fn width(i: &Insn) -> Width {
     }
 }
 
-/// A function's entry: five pushes and the 512-byte stack keep `rsp` 16-byte aligned.
-/// The program's entry also zeroes r0 and r3–r9, so nothing of the caller's is readable.
-fn prologue(a: &mut Asm, main: bool) {
-    for g in [RBP, RBX, R13, R14, R15] {
+/// What a function's prologue saves, and the padding that keeps `rsp` aligned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Frame {
+    /// `rbp`, then the callee-saved registers the function names.
+    saved: Vec<Gpr>,
+    pad: i32,
+}
+
+/// The BPF registers the instructions of `insns` name (as destination or source, whatever the
+/// opcode makes of the field: a superset of what they use).
+fn named(insns: &[Insn]) -> [bool; 11] {
+    let mut n = [false; 11];
+    n[0] = true;
+    for i in insns {
+        for x in [i.dst, i.src] {
+            if let Some(b) = n.get_mut(x as usize) {
+                *b = true;
+            }
+        }
+    }
+    n
+}
+
+fn frame_for(named: &[bool; 11]) -> Frame {
+    let mut saved = vec![RBP];
+    for (bpf, g) in [(6, RBX), (7, R13), (8, R14), (9, R15)] {
+        if named[bpf] {
+            saved.push(g);
+        }
+    }
+    // The return address and an odd number of pushes leave `rsp` 16-byte aligned.
+    let pad = if saved.len() % 2 == 0 { 8 } else { 0 };
+    Frame { saved, pad }
+}
+
+/// A function's entry: the pushes and the 512-byte stack (see the module doc). The program's
+/// entry also zeroes r0 and every register of r3–r9 that any function of the program names, so
+/// nothing of the caller's is readable even if the verifier let a program read an unwritten
+/// register.
+fn prologue(a: &mut Asm, f: &Frame, zero: Option<&[bool; 11]>) {
+    for &g in &f.saved {
         a.push(g);
     }
-    a.alu_ri(true, Alu::Sub, RSP, STACK);
+    a.alu_ri(true, Alu::Sub, RSP, STACK + f.pad);
     a.lea(RBP, RSP, STACK);
-    if main {
-        for g in [RAX, RDX, RCX, R8, RBX, R13, R14, R15] {
-            a.alu_rr(false, Alu::Xor, g, g);
+    if let Some(named) = zero {
+        for (bpf, g) in [
+            (0, RAX),
+            (3, RDX),
+            (4, RCX),
+            (5, R8),
+            (6, RBX),
+            (7, R13),
+            (8, R14),
+            (9, R15),
+        ] {
+            if named[bpf] {
+                a.alu_rr(false, Alu::Xor, g, g);
+            }
         }
     }
 }
 
-fn epilogue(a: &mut Asm) {
-    a.mov_rr(true, RSP, RBP);
-    for g in [R15, R14, R13, RBX, RBP] {
+fn epilogue(a: &mut Asm, f: &Frame) {
+    if f.pad == 0 {
+        a.mov_rr(true, RSP, RBP);
+    } else {
+        a.lea(RSP, RBP, f.pad);
+    }
+    for &g in f.saved.iter().rev() {
         a.pop(g);
     }
     a.ret();
@@ -253,6 +307,24 @@ pub fn translate_with(
     array: &dyn Fn(usize) -> Option<InlineArray>,
 ) -> Result<(Vec<u8>, usize), JitError> {
     let entries = check_program(insns, helper)?;
+    // Each function runs from its entry to the next one (check_program keeps jumps inside).
+    let starts: Vec<usize> = (0..insns.len()).filter(|&pc| entries[pc]).collect();
+    let all_named = named(insns);
+    let frames: Vec<(usize, Frame)> = starts
+        .iter()
+        .enumerate()
+        .map(|(k, &s)| {
+            let end = starts.get(k + 1).copied().unwrap_or(insns.len());
+            // The entry zeroes every register any function names, so it saves all of those.
+            let names = if s == 0 {
+                all_named
+            } else {
+                named(&insns[s..end])
+            };
+            (s, frame_for(&names))
+        })
+        .collect();
+    let mut frame = frames[0].1.clone();
     // Instructions other paths can reach: jump targets and function entries.
     let mut merge = entries.clone();
     let mut pc = 0;
@@ -283,7 +355,10 @@ pub fn translate_with(
     while pc < insns.len() {
         if entries[pc] {
             entry_at[pc] = a.len();
-            prologue(&mut a, pc == 0);
+            if let Some((_, f)) = frames.iter().find(|(s, _)| *s == pc) {
+                frame = f.clone();
+            }
+            prologue(&mut a, &frame, (pc == 0).then_some(&all_named));
         }
         at[pc] = a.len();
         let i = insns[pc];
@@ -320,7 +395,7 @@ pub fn translate_with(
                     let f = a.jmp();
                     fixups.push((f, jump_to(&i), false));
                 }
-                op::EXIT => epilogue(&mut a),
+                op::EXIT => epilogue(&mut a, &frame),
                 op::CALL if i.src == op::PSEUDO_CALL => {
                     let f = a.call_rel();
                     fixups.push((f, jump_to(&i), true));
@@ -778,6 +853,56 @@ mod tests {
             0,
             "misaligned stack at a helper call"
         );
+    }
+
+    /// Frames save only the callee-saved registers a function names: for every subset of r6–r9
+    /// named by the main program and every subset named by a subprogram it calls, helpers see
+    /// an aligned stack in both, and the caller's r6–r9 survive the call (the subprogram
+    /// overwrites those it names).
+    #[test]
+    fn frames_save_what_each_function_names_and_stay_aligned() {
+        let probe = probe_alignment as *const () as usize as u64;
+        let helper = |id: i32| (id == 99).then_some(probe);
+        for main_set in 0u8..16 {
+            for sub_set in 0u8..16 {
+                let regs = |set: u8| (0..4u8).filter(move |k| set & (1 << k) != 0).map(|k| 6 + k);
+                let mut p = vec![];
+                // main: rK = K*1000 for its registers, probe, call sub, r0 = probe results +
+                // sum of (rK - K*1000), which is 0 unless the call clobbered one.
+                for r6 in regs(main_set) {
+                    p.push(i(op::ALU64 | op::MOV | op::K, r6, 0, 0, r6 as i32 * 1000));
+                }
+                p.push(i(op::JMP | op::CALL, 0, 0, 0, 99));
+                p.push(i(op::ALU64 | op::MOV | op::X, 1, 0, 0, 0));
+                p.push(i(op::STX | op::MEM | op::DW, 10, 1, -8, 0));
+                let call_at = p.len();
+                p.push(i(op::JMP | op::CALL, 0, op::PSEUDO_CALL, 0, 0)); // patched below
+                p.push(i(op::LDX | op::MEM | op::DW, 1, 10, -8, 0));
+                p.push(i(op::ALU64 | op::ADD | op::X, 0, 1, 0, 0));
+                for r6 in regs(main_set) {
+                    p.push(i(op::ALU64 | op::SUB | op::K, r6, 0, 0, r6 as i32 * 1000));
+                    p.push(i(op::ALU64 | op::ADD | op::X, 0, r6, 0, 0));
+                }
+                p.push(i(op::JMP | op::EXIT, 0, 0, 0, 0));
+                let sub = p.len();
+                p[call_at].imm = (sub - call_at - 1) as i32;
+                // sub: overwrite its registers, probe, return the probe's result.
+                for r6 in regs(sub_set) {
+                    p.push(i(op::ALU64 | op::MOV | op::K, r6, 0, 0, -7));
+                }
+                p.push(i(op::JMP | op::CALL, 0, 0, 0, 99));
+                p.push(i(op::JMP | op::EXIT, 0, 0, 0, 0));
+                let code = translate(&p, &helper).unwrap();
+                let e = ExecBuf::new(&code).unwrap();
+                let mut ctx = [0u8; 8];
+                // SAFETY: the program only calls the probe and its own subprogram.
+                let got = unsafe { e.call(ctx.as_mut_ptr()) };
+                assert_eq!(
+                    got, 0,
+                    "main names {main_set:#06b}, sub names {sub_set:#06b}"
+                );
+            }
+        }
     }
 
     #[test]
