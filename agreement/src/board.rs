@@ -21,9 +21,14 @@ pub const MAX_COMMS: usize = 1024;
 /// Records the board keeps in all (about 200 bytes each with 4 words: some 50 MB at most,
 /// whatever peers send). Beyond it a new record is refused, except one of this process's own.
 pub const MAX_RECORDS: usize = 262_144;
-/// Epochs kept below the newest combined one (late copies of them are then recognised as
-/// duplicates rather than new).
+/// Epochs kept below the oldest one a local context still needs (late copies of them are then
+/// recognised as duplicates rather than new).
 const KEEP_BELOW_DONE: u64 = 8;
+/// How far past the epoch its slowest local context needs a communicator's records may be: a
+/// rank waits for the others' records of epoch b − D at b, so no rank gets more than D epochs
+/// ahead of another (D ≤ [`crate::MAX_DELAY`]); records further ahead are refused, so that a
+/// broken or hostile peer cannot fill the board with far epochs.
+const AHEAD: u64 = 2 * crate::MAX_DELAY + 4;
 
 /// What became of a record offered to the board.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +53,15 @@ struct CommBoard {
     /// Epochs below are gone.
     floor: u64,
     touched: u64,
+    /// This process's contexts of the communicator (origin) and the oldest epoch each still
+    /// needs. Epochs are dropped only below all of them (and never while one needs them).
+    locals: BTreeMap<u64, u64>,
+}
+
+impl CommBoard {
+    fn needed(&self) -> Option<u64> {
+        self.locals.values().copied().min()
+    }
 }
 
 #[derive(Default)]
@@ -91,8 +105,17 @@ impl Board {
         if r.epoch < c.floor {
             return Insert::Stale;
         }
+        if let Some(need) = c.needed()
+            && r.epoch > need.saturating_add(AHEAD)
+        {
+            return Insert::Stale;
+        }
         if !c.epochs.contains_key(&r.epoch) && c.epochs.len() >= EPOCHS_KEPT {
-            // The oldest epoch goes (and with it every older one).
+            if c.needed().is_some() {
+                // A communicator of this process: its epochs go only as its contexts move on.
+                return Insert::Stale;
+            }
+            // Only forwarded here: the oldest epoch goes (and with it every older one).
             if let Some((&low, _)) = c.epochs.iter().next() {
                 if r.epoch < low {
                     return Insert::Stale;
@@ -138,10 +161,26 @@ impl Board {
         Some(e.complete?.saturating_duration_since(e.posted?))
     }
 
-    /// `epoch` of `comm` was combined: epochs well below it can go.
-    pub fn done(&mut self, comm: u64, epoch: u64) {
+    /// A context of this process (`origin`) of `comm` needs epochs from `next` on (from 0 when
+    /// it starts); epochs well below what every local context needs can go.
+    pub fn needs(&mut self, comm: u64, origin: u64, next: u64) {
+        let c = self.comms.entry(comm).or_default();
+        c.locals.insert(origin, next);
+        self.prune(comm);
+    }
+
+    /// The context `origin` of `comm` ended.
+    pub fn leave(&mut self, comm: u64, origin: u64) {
         if let Some(c) = self.comms.get_mut(&comm) {
-            let floor = epoch.saturating_sub(KEEP_BELOW_DONE);
+            c.locals.remove(&origin);
+            self.prune(comm);
+        }
+    }
+
+    fn prune(&mut self, comm: u64) {
+        if let Some(c) = self.comms.get_mut(&comm) {
+            let Some(need) = c.needed() else { return };
+            let floor = need.saturating_sub(KEEP_BELOW_DONE);
             if floor > c.floor {
                 c.floor = floor;
                 let kept = c.epochs.split_off(&floor);
@@ -190,7 +229,7 @@ mod tests {
         for e in 0..20 {
             b.insert(rec(1, 10, e, 1), true);
         }
-        b.done(1, 19);
+        b.needs(1, 10, 19);
         assert!(b.records(1, 5).is_none());
         assert!(b.records(1, 11).is_some());
         assert_eq!(b.insert(rec(1, 99, 3, 1), false), Insert::Stale);
@@ -211,6 +250,34 @@ mod tests {
         assert_eq!(b.comms.len(), MAX_COMMS);
         let held: usize = b.comms.values().map(CommBoard::count).sum();
         assert_eq!(b.records, held, "the total follows every removal");
+    }
+
+    #[test]
+    fn an_epoch_a_local_context_still_needs_is_never_dropped() {
+        let mut b = Board::default();
+        // Two contexts of one communicator in this process, far apart (D up to MAX_DELAY).
+        b.needs(1, 100, 0);
+        b.needs(1, 200, 0);
+        for e in 0..30 {
+            assert_eq!(b.insert(rec(1, 7, e, 2), false), Insert::New, "epoch {e}");
+        }
+        b.needs(1, 200, 30); // the fast one moved on
+        assert!(b.records(1, 0).is_some(), "the slow one still needs epoch 0");
+        b.needs(1, 100, 25);
+        assert!(b.records(1, 16).is_none() && b.records(1, 17).is_some());
+        b.leave(1, 100);
+        assert!(b.records(1, 21).is_none() && b.records(1, 22).is_some());
+    }
+
+    #[test]
+    fn far_epochs_of_a_local_communicator_are_refused_not_kept() {
+        let mut b = Board::default();
+        b.needs(1, 100, 5);
+        assert_eq!(b.insert(rec(1, 7, 5 + AHEAD, 2), false), Insert::New);
+        assert_eq!(b.insert(rec(1, 7, 6 + AHEAD, 2), false), Insert::Stale);
+        assert_eq!(b.insert(rec(1, 7, u64::MAX, 2), false), Insert::Stale);
+        // The honest record of the needed epoch still goes in.
+        assert_eq!(b.insert(rec(1, 8, 5, 2), false), Insert::New);
     }
 
     #[test]

@@ -44,6 +44,9 @@ pub struct Params {
 }
 
 pub const EPOCH_ENV: &str = "NCCL_BPF_AGREEMENT_EPOCH";
+/// The largest D: ranks are at most D epochs apart, and the board keeps 2·D + 4 epochs of a
+/// communicator past what its slowest local context needs.
+pub const MAX_DELAY: u64 = 16;
 pub const DELAY_ENV: &str = "NCCL_BPF_AGREEMENT_DELAY";
 pub const TIMEOUT_ENV: &str = "NCCL_BPF_AGREEMENT_TIMEOUT";
 
@@ -79,7 +82,7 @@ impl Params {
         };
         Ok(Params {
             epoch: num(EPOCH_ENV, 1, 1 << 20, d.epoch)?,
-            delay: num(DELAY_ENV, 2, 64, d.delay)?,
+            delay: num(DELAY_ENV, 2, MAX_DELAY, d.delay)?,
             timeout: Duration::from_secs(num(TIMEOUT_ENV, 1, 86_400, d.timeout.as_secs())?),
         })
     }
@@ -433,12 +436,42 @@ impl std::fmt::Display for Missing {
     }
 }
 
-/// Waits (at most `timeout`) until this process holds `nranks` records of `epoch` of `comm`,
-/// and returns them sorted by origin. Moves frames itself while it waits ([`step`]).
+/// A context of this process (`origin`) of `comm` starts: the board keeps the communicator's
+/// records from epoch 0 on for it.
+pub fn arrive(comm: u64, origin: u64) {
+    lock(&exchange().board).needs(comm, origin, 0);
+}
+
+/// The context `origin` of `comm` ended.
+pub fn leave(comm: u64, origin: u64) {
+    lock(&exchange().board).leave(comm, origin);
+}
+
+/// The records of `epoch` a wait returns: those of `members` once all are there, or (no
+/// members yet) the first `nranks` once there are that many.
+fn ready(
+    rs: &std::collections::BTreeMap<u64, Record>,
+    nranks: u32,
+    members: Option<&[u64]>,
+) -> Option<Vec<Record>> {
+    match members {
+        Some(m) => m.iter().map(|o| rs.get(o).cloned()).collect(),
+        None => (rs.len() >= nranks as usize).then(|| rs.values().cloned().collect()),
+    }
+}
+
+/// Waits (at most `timeout`) until this process holds the records of `epoch` of `comm` that
+/// context `origin` combines: those of `members` (the origins of its first combination), or
+/// before it has any, `nranks` records; returns them sorted by origin. Records of any other
+/// origin are left out: once a communicator's members are known, a record more (a peer's
+/// mistake, or another communicator with the same hash) cannot change what this rank combines.
+/// Moves frames itself while it waits ([`step`]).
 pub fn wait_for(
     comm: u64,
+    origin: u64,
     epoch: u64,
     nranks: u32,
+    members: Option<&[u64]>,
     timeout: Duration,
 ) -> Result<Vec<Record>, Missing> {
     let x = exchange();
@@ -446,12 +479,12 @@ pub fn wait_for(
     let deadline = start + timeout;
     let mut b = lock(&x.board);
     loop {
-        if let Some(rs) = b.records(comm, epoch)
-            && rs.len() >= nranks as usize
+        if let Some(out) = b
+            .records(comm, epoch)
+            .and_then(|rs| ready(rs, nranks, members))
         {
-            let out: Vec<Record> = rs.values().cloned().collect();
             let latency = b.latency(comm, epoch);
-            b.done(comm, epoch);
+            b.needs(comm, origin, epoch + 1);
             drop(b);
             let mut s = lock(&x.stats);
             s.combined += 1;
@@ -480,7 +513,7 @@ pub fn wait_for(
         step(take_outgoing());
         b = lock(&x.board);
         if b.records(comm, epoch)
-            .is_some_and(|rs| rs.len() >= nranks as usize)
+            .is_some_and(|rs| ready(rs, nranks, members).is_some())
         {
             continue;
         }
@@ -568,7 +601,7 @@ mod tests {
             assert_eq!(deliver(&other), Delivered::New);
             assert_eq!(deliver(&other), Delivered::Old);
         });
-        let got = wait_for(comm, 0, 2, Duration::from_secs(10)).unwrap();
+        let got = wait_for(comm, 1, 0, 2, None, Duration::from_secs(10)).unwrap();
         t.join().unwrap();
         assert_eq!(got.iter().map(|r| r.origin).collect::<Vec<_>>(), [1, 2]);
         let fwd = take_outgoing();
@@ -586,7 +619,7 @@ mod tests {
         no_relay();
         let comm = 0x5151_0002;
         post(&rec(comm, 1, 3));
-        let m = wait_for(comm, 3, 2, Duration::from_millis(50)).unwrap_err();
+        let m = wait_for(comm, 1, 3, 2, None, Duration::from_millis(50)).unwrap_err();
         assert_eq!((m.have.len(), m.nranks, m.epoch), (1, 2, 3));
         assert!(
             m.to_string()

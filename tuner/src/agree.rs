@@ -354,7 +354,35 @@ pub struct Agreement {
     state: [u64; STATE_WORDS],
     view: View,
     status: Status,
+    /// The origins of this communicator's ranks, fixed by the first combination: later
+    /// epochs combine exactly their records.
+    members: Option<Vec<u64>>,
     _user: agreement::User,
+}
+
+impl Drop for Agreement {
+    fn drop(&mut self) {
+        agreement::leave(self.comm_id, self.origin);
+    }
+}
+
+/// The contents of config map `name` as the object loaded them, the same for every context of
+/// the process: taken when the first context of the process reads it, before any context
+/// installed a view (views hold staged updates each context applies at its own decisions, so a
+/// new communicator must not start from another's).
+fn base_config(m: &Arc<Map>) -> Vec<u8> {
+    // By the map itself (a process has one of each name; tests make several registries).
+    static BASE: std::sync::Mutex<Vec<(usize, Vec<u8>)>> = std::sync::Mutex::new(Vec::new());
+    let id = Arc::as_ptr(m) as usize;
+    let mut base = BASE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, b)) = base.iter().find(|(k, _)| *k == id) {
+        return b.clone();
+    }
+    let bytes: Vec<u8> = (0..m.spec().max_entries)
+        .flat_map(|i| m.get(&i.to_le_bytes()).unwrap_or_else(|| vec![0; 8]))
+        .collect();
+    base.push((id, bytes.clone()));
+    bytes
 }
 
 /// The result of an epoch boundary.
@@ -385,24 +413,19 @@ impl Agreement {
                     vec![0u8; m.spec().value_size as usize * m.spec().max_entries as usize]
                 })
                 .collect(),
-            configs: layout
-                .configs
-                .iter()
-                .map(|(_, m)| {
-                    (0..m.spec().max_entries)
-                        .flat_map(|i| m.get(&i.to_le_bytes()).unwrap_or_else(|| vec![0; 8]))
-                        .collect()
-                })
-                .collect(),
+            configs: layout.configs.iter().map(|(_, m)| base_config(m)).collect(),
             key: VIEW_SERIAL.fetch_add(1, Ordering::Relaxed),
         };
         let config = with_configs(config_base, &layout, &view);
         let last = layout.snapshot();
+        let origin = agreement::new_origin();
+        agreement::arrive(comm_id, origin);
         Ok(Agreement {
             params,
             comm_id,
             nranks: nranks.max(1),
-            origin: agreement::new_origin(),
+            origin,
+            members: None,
             host: agreement::host_name(),
             config_base,
             config,
@@ -509,7 +532,14 @@ impl Agreement {
         if matches!(self.status, Status::Differs(_)) {
             return Boundary::Nothing;
         }
-        let records = match agreement::wait_for(self.comm_id, e, self.nranks, self.params.timeout) {
+        let records = match agreement::wait_for(
+            self.comm_id,
+            self.origin,
+            e,
+            self.nranks,
+            self.members.as_deref(),
+            self.params.timeout,
+        ) {
             Ok(r) => r,
             Err(m) => {
                 let why = format!(
@@ -520,7 +550,27 @@ impl Agreement {
                 return Boundary::Note(why);
             }
         };
-        match agreement::combine(&records, &self.layout.reduces) {
+        let verdict = if records.len() != self.nranks as usize {
+            // More records than ranks at the first combination: another communicator with the
+            // same hash, or a peer's mistake. Which ones each rank saw depends on timing, so
+            // nothing decided from them could be trusted to agree.
+            Verdict::Differs(format!(
+                "{} records for {} ranks (from {}): another communicator shares this one's hash?",
+                records.len(),
+                self.nranks,
+                records
+                    .iter()
+                    .map(agreement::Record::maker)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        } else {
+            agreement::combine(&records, &self.layout.reduces)
+        };
+        if self.members.is_none() {
+            self.members = Some(records.iter().map(|r| r.origin).collect());
+        }
+        match verdict {
             Verdict::Agreed(c) => {
                 let first = self.status == Status::Waiting;
                 self.apply(&c);

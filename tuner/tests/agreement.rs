@@ -267,3 +267,67 @@ fn staged_config_updates_are_refused_while_a_context_keeps_no_views() {
     );
     drop(plain);
 }
+
+/// Two contexts of one communicator in one process (one per GPU), one (D−1)·K decisions ahead
+/// of the other, D = 11: the board keeps every epoch the slower one still needs (it used to drop
+/// epochs 8 below the faster one's, and the slower one failed at seq 12).
+#[test]
+fn a_lagging_context_of_the_same_communicator_still_finds_its_epochs() {
+    let l = load("lag");
+    let s = setting(&l, 1, 11, Duration::from_millis(500));
+    let h = history();
+    let a = TunerContext::for_programs(0x7711, 2, 2, l.slot, &s, h);
+    let b = TunerContext::for_programs(0x7711, 2, 2, l.slot, &s, h);
+    for _ in 1..=10 {
+        proto(&a);
+    }
+    for i in 1..=40u64 {
+        proto(&b);
+        assert!(
+            !b.failed(),
+            "b failed at seq {i}: {}",
+            b.agreement_summary().unwrap()
+        );
+        proto(&a);
+        assert!(!a.failed(), "a failed at seq {}", i + 10);
+    }
+}
+
+/// A communicator made after another one already applied a staged config update starts from
+/// the object's contents, not from the view the other installed: its ranks, made at different
+/// moments of the other communicator's progress, agree.
+#[test]
+fn a_new_communicators_configuration_does_not_depend_on_another_communicators_progress() {
+    let l = load("newview");
+    set_limit(&l, 1_000_000);
+    let h = history();
+    let s = setting(&l, 4, 2, Duration::from_secs(5));
+    let xa = TunerContext::for_programs(0x7731, 2, 2, l.slot, &s, h);
+    let xb = TunerContext::for_programs(0x7731, 2, 2, l.slot, &s, h);
+    h.stage_config(
+        90,
+        ConfigUpdate {
+            map: "limit".into(),
+            values: vec![(0, 100)],
+        },
+        "test",
+    )
+    .unwrap();
+    for _ in 1..=85 {
+        proto(&xa);
+        proto(&xb);
+    }
+    // Rank a is further on in X when it makes Y (X's update applied, its view installed); rank
+    // b makes Y right after X's seq 86 (without the update yet).
+    for _ in 86..=90 {
+        proto(&xa);
+    }
+    let ya = TunerContext::for_programs(0x7732, 2, 2, l.slot, &s, h);
+    proto(&xb);
+    let yb = TunerContext::for_programs(0x7732, 2, 2, l.slot, &s, h);
+    for i in 1..=20u64 {
+        assert_eq!(proto(&ya), proto(&yb), "seq {i}");
+    }
+    let sum = ya.agreement_summary().unwrap();
+    assert!(sum.contains("deciding from epoch"), "{sum}");
+}
