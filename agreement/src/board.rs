@@ -262,7 +262,10 @@ mod tests {
             assert_eq!(b.insert(rec(1, 7, e, 2), false), Insert::New, "epoch {e}");
         }
         b.needs(1, 200, 30); // the fast one moved on
-        assert!(b.records(1, 0).is_some(), "the slow one still needs epoch 0");
+        assert!(
+            b.records(1, 0).is_some(),
+            "the slow one still needs epoch 0"
+        );
         b.needs(1, 100, 25);
         assert!(b.records(1, 16).is_none() && b.records(1, 17).is_some());
         b.leave(1, 100);

@@ -55,7 +55,7 @@ pub fn combine(records: &[Record], layout: &[Reduce]) -> Verdict {
     let Some(first) = records.first() else {
         return Verdict::Differs("no records".into());
     };
-    let checks: [(&str, Key); 5] = [
+    let checks: [(&str, Key); 6] = [
         (
             "configuration (tuner programs, map shapes, config maps, agreement settings)",
             |r| format!("{:#018x}", r.config),
@@ -66,6 +66,10 @@ pub fn combine(records: &[Record], layout: &[Reduce]) -> Verdict {
         ),
         ("epoch length", |r| r.colls.to_string()),
         ("communicator size", |r| r.nranks.to_string()),
+        (
+            "members (the origins each rank combines epochs with)",
+            |r| format!("{:#018x}", r.members),
+        ),
         ("record shape (words per record)", |r| {
             r.words.len().to_string()
         }),
@@ -138,6 +142,7 @@ mod tests {
             decisions: 9,
             duration_ns,
             bytes: 100,
+            members: 0,
             words,
         }
     }
@@ -191,6 +196,11 @@ mod tests {
         rs[1].nranks = 5;
         assert!(
             matches!(combine(&rs, &[Reduce::Sum]), Verdict::Differs(t) if t.starts_with("communicator size"))
+        );
+        let mut rs = base();
+        rs[1].members = 9;
+        assert!(
+            matches!(combine(&rs, &[Reduce::Sum]), Verdict::Differs(t) if t.starts_with("members"))
         );
         let mut rs = base();
         rs[1].colls = 32;

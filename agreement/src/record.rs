@@ -8,7 +8,7 @@
 //!  8 comm_id u64   16 origin u64   24 epoch u64
 //! 32 nranks u32    36 colls u32    40 pid u32     44 words u32
 //! 48 config digest u64   56 decision digest u64   64 duration_ns u64   72 bytes u64
-//! 80 reserved u64
+//! 80 members digest u64
 //! 88 words[words] u64, then the host name (host length bytes, UTF-8)
 //! ```
 //!
@@ -48,6 +48,10 @@ pub struct Record {
     pub decisions: u64,
     /// The maker's wall time for the epoch.
     pub duration_ns: u64,
+    /// The digest of the origins the maker combines this communicator's epochs with (fixed by
+    /// its first combination; 0 before): equal on every rank, or the ranks do not combine the
+    /// same records.
+    pub members: u64,
     /// Bytes of the epoch's collectives (the same on every rank).
     pub bytes: u64,
     /// The change of the maker's epoch-source maps over the epoch, source by source.
@@ -107,7 +111,13 @@ impl Record {
         for v in [self.nranks, self.colls, self.pid, words.len() as u32] {
             out.extend_from_slice(&v.to_le_bytes());
         }
-        for v in [self.config, self.decisions, self.duration_ns, self.bytes, 0] {
+        for v in [
+            self.config,
+            self.decisions,
+            self.duration_ns,
+            self.bytes,
+            self.members,
+        ] {
             out.extend_from_slice(&v.to_le_bytes());
         }
         for w in words {
@@ -164,6 +174,7 @@ impl Record {
             decisions: u64_at(b, 56),
             duration_ns: u64_at(b, 64),
             bytes: u64_at(b, 72),
+            members: u64_at(b, 80),
             words,
         })
     }
@@ -200,6 +211,7 @@ pub(crate) fn test_record(comm_id: u64, origin: u64, epoch: u64, nranks: u32) ->
         decisions: 0,
         duration_ns: 0,
         bytes: 0,
+        members: 0,
         words: vec![],
     }
 }
@@ -221,6 +233,7 @@ mod tests {
             decisions: 0x2222,
             duration_ns: 1_000_000 + origin,
             bytes: 1 << 20,
+            members: 0x3333,
             words: vec![1, 2, u64::MAX, origin],
         }
     }

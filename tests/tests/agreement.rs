@@ -152,17 +152,19 @@ fn four_skewed_ranks_running_net_autotune_decide_alike_at_every_collective() {
         }
     }
     for o in &outs {
+        // Epoch 0 fixes each rank's members; opinions start with the first epoch whose records
+        // all name them, epoch D = 4, applied at seq (4 + 4) * 32 + 1.
         assert!(
-            o.contains("first agreement (epoch 0, 4 ranks alike) at seq 129"),
+            o.contains("first agreement (epoch 4, 4 ranks alike) at seq 257"),
             "{o}"
         );
         assert_eq!(digest_line(o), digest_line(&outs[0]));
     }
     // No opinion before the first agreement; then the policy explores: several distinct
-    // choices, from collective 129 on only.
+    // choices, from collective 257 on only.
     let choice = |l: &String| l.split_once(' ').unwrap().1.to_string();
-    let before: std::collections::BTreeSet<String> = first[..128].iter().map(choice).collect();
-    let after: std::collections::BTreeSet<String> = first[128..].iter().map(choice).collect();
+    let before: std::collections::BTreeSet<String> = first[..256].iter().map(choice).collect();
+    let after: std::collections::BTreeSet<String> = first[256..].iter().map(choice).collect();
     assert_eq!(
         before.len(),
         1,
@@ -251,7 +253,7 @@ fn a_rank_that_never_hears_from_the_others_fails_its_collective_after_the_timeou
 
 /// Two ranks on one host whose NCCL connections are all P2P/SHM (here: none at all through the
 /// plugin) agree through the node-local relay in the registry directory: the first agreement
-/// at seq 129 on both, identical decisions.
+/// at seq 257 on both, identical decisions.
 #[test]
 fn ranks_of_one_host_agree_through_the_node_relay_without_net_connections() {
     let dir = scratch("node");
@@ -273,7 +275,7 @@ fn ranks_of_one_host_agree_through_the_node_relay_without_net_connections() {
     for o in &outs {
         assert!(!o.contains("failed at call"), "{o}");
         assert!(
-            o.contains("first agreement (epoch 0, 2 ranks alike) at seq 129"),
+            o.contains("first agreement (epoch 4, 2 ranks alike) at seq 257"),
             "{o}"
         );
         assert_eq!(digest_line(o), digest_line(&outs[0]));

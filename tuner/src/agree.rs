@@ -455,6 +455,18 @@ impl Agreement {
         self.config
     }
 
+    /// The digest of the members' origins (0 before the first combination).
+    fn members_digest(&self) -> u64 {
+        let Some(m) = &self.members else { return 0 };
+        let mut sorted = m.clone();
+        sorted.sort_unstable();
+        let mut h = Fnv::new();
+        for o in sorted {
+            h.u64(o);
+        }
+        h.0.max(1)
+    }
+
     /// Staged config updates this context has applied or passed over.
     pub fn configs_seen(&self) -> usize {
         self.configs_seen
@@ -570,10 +582,18 @@ impl Agreement {
         if self.members.is_none() {
             self.members = Some(records.iter().map(|r| r.origin).collect());
         }
+        // Opinions start only with an epoch whose records all name the same members (each
+        // rank's digest of the origins it combines with, fixed at its first combination, so
+        // from epoch D on): then every rank combined the same records for every epoch, the
+        // first one included, and the epoch program's state is the same everywhere.
+        let verified = records.iter().all(|r| r.members != 0);
         match verdict {
             Verdict::Agreed(c) => {
-                let first = self.status == Status::Waiting;
+                let first = self.status == Status::Waiting && verified;
                 self.apply(&c);
+                if !verified {
+                    return Boundary::Nothing;
+                }
                 self.status = Status::Agreed(e);
                 if first {
                     Boundary::Note(format!(
@@ -618,6 +638,7 @@ impl Agreement {
             decisions: digest,
             duration_ns: now.saturating_duration_since(self.started).as_nanos() as u64,
             bytes: self.bytes,
+            members: self.members_digest(),
             words,
         };
         self.started = now;
