@@ -14,13 +14,20 @@
 #   3. net_autotune on the decode pattern (160 back-to-back all_reduces, one sync per token) with
 #      K=$KDEC, so that an epoch is one token (DEC_PLAN);
 #   4. the best static choice of step 1 at CONTEND's size through the same flood (CONTEND_STATIC).
-# Phase lengths: net_autotune (policies/src/net_autotune.c) runs each candidate from the decision
-# that applies it for D+1 epochs (the first measured epoch is discarded, the next one measured, D
-# epochs of delay), so a size class new at an epoch boundary settles at its (8 (D+1)) K + 1-th
-# collective (769 with K 32, D 2; token 25 with K 160); the sizes run 38 epochs each (the last
-# MEASURE=256 collectives measured), the flood lasts 90 epochs (2 to notice, D of delay, 24 to
-# explore again, then measured; room for a second exploration), 50 epochs after it, decode 44
-# tokens (the last 12 measured).
+# Phase lengths: net_autotune (policies/src/net_autotune.c) learns from LEARN=3 epochs per
+# candidate (since commit 88a60e5: one discarded, the faster of the next two counts; 2 before).
+# An epoch's figures reach the epoch program D - 1 epochs after it ends (agreement delay) and the
+# next candidate applies from the epoch after, so each candidate runs D + LEARN - 1 epochs (the
+# old policy's traces: 96 collectives = 3 epochs per candidate with K 32, D 2): a size class new
+# at an epoch boundary settles at collective 8 (D + 2) K + 1 = 1025 of its phase, the first phase
+# of a communicator D epochs later (1089), bound (8 (D + 2) + D + 1) K = 1120. The sizes run 1792
+# = 56 epochs each (the last MEASURE=256 measured, from 1537 on), which also covers the looser
+# count of D + 3 epochs per candidate (settled at 1281, first phase 1345, bound 1376). Drift is
+# three slow epochs in a row, so the flood lasts 100 epochs: 3 to notice, D of delay, 32-40 to
+# explore again, then settled and measured (room for a second exploration); 56 epochs after it
+# (an exploration still running at the flood's end, then the measured window). Decode: K=$KDEC
+# makes an epoch one token, settled by token 8 (D + 2) + D + 1 = 35 (43 by the looser count);
+# 60 tokens, the last MEASURE_TOKENS=12 measured. LEARN goes into meta.txt for the report.
 # LL128=1 (default) adds jobs 2 and 3 again with NCCL_PROTO=LL,LL128,Simple (labels autoll128,
 # autodecll128): NCCL here leaves LL128 off unless NCCL_PROTO names it, and a tuner's LL128
 # choice is then not applied (candidates 3 and 6 run NCCL's choice); the static sweep's
@@ -58,19 +65,22 @@ D=${D:-2}
 KDEC=${KDEC:-160}
 CANDS=${CANDS:-0 1 2 3 4 5 6 7}
 FLOOD_PAIRS=${FLOOD_PAIRS:-4}
-CONTEND=${CONTEND:-1048576:320:2880:1600}
+CONTEND=${CONTEND:-1048576:320:3200:1792}
 CONTEND_STATIC=${CONTEND_STATIC:-1}
 LL128=${LL128:-1}
 ROUNDS=${ROUNDS:-1}
 NOOP_AGREE=${NOOP_AGREE:-0}
 REFRESH=${REFRESH:-job}
 SWEEP_PLAN=${SWEEP_PLAN:-size:65536:300;size:1048576:200;size:16777216:40;decode:262144:12}
-AUTO_PLAN=${AUTO_PLAN:-size:65536:1216;size:1048576:1216;size:16777216:1216;contend:$CONTEND}
-DEC_PLAN=${DEC_PLAN:-decode:262144:44}
+AUTO_PLAN=${AUTO_PLAN:-size:65536:1792;size:1048576:1792;size:16777216:1792;contend:$CONTEND}
+DEC_PLAN=${DEC_PLAN:-decode:262144:60}
 # The report's windows: the last MEASURE all_reduces of each net_autotune size phase, the last
 # MEASURE_TOKENS tokens of its decode phase, the last SWEEP_FRACTION of each static phase.
 MEASURE=${MEASURE:-256}
 MEASURE_TOKENS=${MEASURE_TOKENS:-12}
+# Epochs net_autotune learns from per candidate (3 since commit 88a60e5, 2 before), for the
+# report's convergence bound.
+LEARN=${LEARN:-3}
 SWEEP_FRACTION=${SWEEP_FRACTION:-0.6}
 DEADLINE=${DEADLINE:-500}
 T_STATIC=${T_STATIC:-150}
@@ -100,7 +110,7 @@ trap finish EXIT
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu /'
   "$CLI" --version
   nproc | sed 's/^/cpus /'
-  echo "K=$K D=$D KDEC=$KDEC MEASURE=$MEASURE MEASURE_TOKENS=$MEASURE_TOKENS SWEEP_FRACTION=$SWEEP_FRACTION"
+  echo "K=$K D=$D KDEC=$KDEC LEARN=$LEARN MEASURE=$MEASURE MEASURE_TOKENS=$MEASURE_TOKENS SWEEP_FRACTION=$SWEEP_FRACTION"
   echo "FLOOD_PAIRS=$FLOOD_PAIRS CANDS=$CANDS RANKS=$RANKS DEADLINE=$DEADLINE LL128=$LL128 ROUNDS=$ROUNDS NOOP_AGREE=$NOOP_AGREE"
   echo "SWEEP_PLAN=$SWEEP_PLAN"
   echo "AUTO_PLAN=$AUTO_PLAN"
@@ -210,23 +220,23 @@ for round in $(seq 1 "$ROUNDS"); do
       job "noopagree$sfx" "$n" "$T_STATIC" $((6 + 2 * n)) 0 "$SWEEP_PLAN" NCCL_BPF_POLICY="$B/noop.o" NCCL_BPF_AGREEMENT=on \
         NCCL_BPF_AGREEMENT_EPOCH="$K" NCCL_BPF_AGREEMENT_DELAY="$D" NCCL_BPF_AGREEMENT_TIMEOUT=30
     fi
-    job "auto$sfx" "$n" "$T_AUTO" $((10 + 5 * n)) 1 "$AUTO_PLAN" NCCL_BPF_POLICY="$POLICY" \
+    job "auto$sfx" "$n" "$T_AUTO" $((14 + 8 * n)) 1 "$AUTO_PLAN" NCCL_BPF_POLICY="$POLICY" \
       NCCL_BPF_AGREEMENT_EPOCH="$K" NCCL_BPF_AGREEMENT_DELAY="$D" NCCL_BPF_AGREEMENT_TIMEOUT=30
-    job "autodec$sfx" "$n" "$T_STATIC" $((4 + 2 * n)) 1 "$DEC_PLAN" NCCL_BPF_POLICY="$POLICY" \
+    job "autodec$sfx" "$n" "$T_STATIC" $((5 + 2 * n)) 1 "$DEC_PLAN" NCCL_BPF_POLICY="$POLICY" \
       NCCL_BPF_AGREEMENT_EPOCH="$KDEC" NCCL_BPF_AGREEMENT_DELAY="$D" NCCL_BPF_AGREEMENT_TIMEOUT=30
     if [ "$CONTEND_STATIC" = 1 ] && [ "$round" = 1 ]; then
       best=$(timeout 60 python3 bench/gpu/autotune_report.py --best "$W" "$n" "${CONTEND%%:*}" 2>/dev/null)
       best=${best:-0}
       echo "best static candidate at ${CONTEND%%:*} B, $n ranks: $best" | tee -a "$W/runs.txt"
       # shellcheck disable=SC2046
-      job "contend_static$best" "$n" "$T_STATIC" $((6 + 2 * n)) 0 "contend:$CONTEND" $(cand_env "$best")
+      job "contend_static$best" "$n" "$T_STATIC" $((6 + 4 * n)) 0 "contend:$CONTEND" $(cand_env "$best")
     fi
     [ "$REFRESH" = job ] || refresh
   done
 done
 if [ "$LL128" = 1 ]; then
   for n in $RANKS; do
-    job autoll128 "$n" "$T_AUTO" $((40 + 10 * n)) 1 "$AUTO_PLAN" NCCL_BPF_POLICY="$POLICY" NCCL_PROTO=LL,LL128,Simple \
+    job autoll128 "$n" "$T_AUTO" $((50 + 12 * n)) 1 "$AUTO_PLAN" NCCL_BPF_POLICY="$POLICY" NCCL_PROTO=LL,LL128,Simple \
       NCCL_BPF_AGREEMENT_EPOCH="$K" NCCL_BPF_AGREEMENT_DELAY="$D" NCCL_BPF_AGREEMENT_TIMEOUT=30
     job autodecll128 "$n" "$T_STATIC" $((15 + 5 * n)) 1 "$DEC_PLAN" NCCL_BPF_POLICY="$POLICY" NCCL_PROTO=LL,LL128,Simple \
       NCCL_BPF_AGREEMENT_EPOCH="$KDEC" NCCL_BPF_AGREEMENT_DELAY="$D" NCCL_BPF_AGREEMENT_TIMEOUT=30
