@@ -35,8 +35,8 @@
 //! `O_NOFOLLOW` (reads also with `O_NONBLOCK`, so a FIFO cannot block them) and checked once
 //! open (`fstat`) to be a regular file of this user; anything else is skipped, and an entry with
 //! one of our names that is not a regular file (a FIFO, a link, a socket) is removed. A relay
-//! creates its files with `O_CREAT | O_EXCL | O_NOFOLLOW`, after removing whatever has the name,
-//! so a planted link is never followed.
+//! creates its files with `O_CREAT | O_EXCL | O_NOFOLLOW` (a record file after removing whatever
+//! has its name; a lock file under a token no file has), so a planted link is never followed.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::{CStr, CString};
@@ -89,7 +89,10 @@ enum Kind {
 /// The token of a file name of ours, and which of its files it is.
 fn parse_name(name: &str) -> Option<(&str, Kind)> {
     let (token, rest) = name.split_once('.')?;
-    if token.len() != TOKEN_LEN || !token.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    if token.len() != TOKEN_LEN
+        || !token
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
     {
         return None;
     }
@@ -244,9 +247,12 @@ fn check_dir(f: &File, path: &Path, uid: u32, forbidden: u32, need: &str) -> io:
     ))
 }
 
-/// Opening a directory without following a link: a link is refused with a clear error.
+/// Why a directory could not be opened (without following a link: then a link is refused,
+/// and says so).
 fn dir_error(path: &Path, e: io::Error) -> io::Error {
-    if e.raw_os_error() == Some(libc::ELOOP) {
+    if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR))
+        && fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
+    {
         return io::Error::new(
             io::ErrorKind::PermissionDenied,
             format!(
