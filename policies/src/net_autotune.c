@@ -13,11 +13,12 @@
  * Per class:
  *   exploring  each candidate in turn for three epochs that ran it: the first is discarded (the
  *              network settles on the new choice: new connections open there), the other two
- *              measured, and the faster of them counts (one stalled collective can double an
- *              epoch's mean at small sizes; two epochs in a row rarely both hold one); after the
+ *              measured, and their mean is the candidate's time (the same number of epochs for
+ *              every candidate, so one measured in several slots, e.g. NCCL's own choice where
+ *              a candidate is not applied, gains no extra chances at a lucky epoch); after the
  *              last candidate the class settles on the fastest (ties: the earlier, so NCCL's own
- *              choice, candidate 0, wins them). The policy never settles on something slower
- *              than NCCL's choice measured the same way.
+ *              choice, candidate 0, wins them), and that mean is the reference. The policy
+ *              never settles on something slower than NCCL's choice measured the same way.
  *   settled    t of the kept candidate is tracked (EWMA 7/8, the reference); t above 5/4 of the
  *              reference in three measured epochs in a row (not one or two stalls) starts a new
  *              exploration.
@@ -34,9 +35,10 @@
  *   [1] ctl       phase (bits 0-7: 0 new, 1 exploring, 2 settled), candidate being explored
  *                 (8-15), epochs it ran (16-23), best so far (24-31), drift count (32-39),
  *                 explorations started (40-47, saturating)
- *   [2] time_ns   exploring: the best candidate's t; settled: the reference
- *   [3] net_bytes the agreed net bytes (all ranks' completions, sent and received) of the last
- *                 epoch measured for the class, for observers */
+ *   [2] time_ns   exploring: the best candidate's time; settled: the reference
+ *   [3] exploring: the current candidate's first measured t; settled: the agreed net bytes (all
+ *                 ranks' completions, sent and received) of the last epoch measured for the
+ *                 class, for observers */
 #include "ncclbpf.h"
 
 #define AUTOTUNE_CLASSES 8
@@ -276,7 +278,7 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
   __u64 cls = dom - 1;
   asm volatile("" : "+r"(cls));
   __u64 *w = &s[(cls & (AUTOTUNE_CLASSES - 1)) * 4];
-  __u64 apply = w[0] & (AUTOTUNE_CANDIDATES - 1), ctl = w[1], time = w[2];
+  __u64 apply = w[0] & (AUTOTUNE_CANDIDATES - 1), ctl = w[1], time = w[2], first = w[3];
   __u64 phase = ctl & 0xff, idx = (ctl >> 8) & 0xff, seen = (ctl >> 16) & 0xff;
   __u64 best = (ctl >> 24) & 0xff, drift = (ctl >> 32) & 0xff, rounds = (ctl >> 40) & 0xff;
   int restart = phase != AUTOTUNE_EXPLORING && phase != AUTOTUNE_SETTLED;
@@ -289,13 +291,13 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
     if (rounds < 255) rounds++;
   }
   if (phase == AUTOTUNE_EXPLORING) {
-    if (used == idx && ++seen >= 2) { /* the first epoch that ran it is discarded */
-      if (t < time) {
-        time = t;
+    if (used == idx && ++seen == 2) first = t; /* the first epoch that ran it is discarded */
+    if (used == idx && seen >= 3) {            /* measured twice: the mean counts */
+      __u64 mean = first / 2 + t / 2;
+      if (mean < time) {
+        time = mean;
         best = idx;
       }
-    }
-    if (used == idx && seen >= 3) { /* measured twice: the faster counted above */
       __u32 next = autotune_next(idx);
       if (next < AUTOTUNE_CANDIDATES) {
         idx = apply = next;
@@ -323,7 +325,7 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
   w[1] = (phase & 0xff) | (idx & 0xff) << 8 | (seen & 0xff) << 16 | (best & 0xff) << 24 |
          (drift & 0xff) << 32 | (rounds & 0xff) << 40;
   w[2] = time;
-  w[3] = net_bytes;
+  w[3] = phase == AUTOTUNE_EXPLORING ? first : net_bytes;
   ncclbpf_state_store(ctx, s);
   return 0;
 }

@@ -345,6 +345,35 @@ fn autotune_explores_every_candidate_and_keeps_the_fastest() {
     assert_eq!(states[0], states[1], "JIT and interpreter agree");
 }
 
+/// A candidate is scored by the mean of its two measured epochs, not the faster one: Tree/LL128
+/// that runs 30 us in one epoch and 150 us in the next (mean 90) loses to Ring/LL128 at a steady
+/// 50 us, and to Tree/Simple's 80; with the faster epoch counted it would have won.
+#[test]
+fn autotune_scores_a_candidate_by_the_mean_of_its_measured_epochs() {
+    let mut s = autotune(Tier::Jit);
+    let flip = std::cell::Cell::new(0u64);
+    let mut settled = false;
+    for _ in 0..80 {
+        let epoch = flip.get();
+        flip.set(epoch + 1);
+        let d = s.run_epoch(&|_| MIB, &|c| match decision(c) {
+            (TREE, LL128, 0) if epoch % 2 == 0 => 30_000,
+            (TREE, LL128, 0) => 150_000,
+            (RING, LL128, 0) => 200_000,
+            _ => autotune_cost(c),
+        });
+        let _ = one(&d);
+        if phase(&s) == SETTLED {
+            settled = true;
+            break;
+        }
+    }
+    assert!(settled, "class state {:?}", s.class(CLASS_1M));
+    let [apply, _, time, _] = s.class(CLASS_1M);
+    assert_eq!(apply, 4, "Tree/Simple, steady 80 us, beats the noisy Tree/LL128");
+    assert_eq!(time, 80_000, "its mean is the reference");
+}
+
 #[test]
 fn autotune_explores_again_when_the_kept_choice_slows_down() {
     let mut s = autotune(Tier::Jit);
