@@ -28,12 +28,12 @@
 
 use crate::buf::Buf;
 use crate::error::{NetError, NetResult};
-use crate::hooks::{ConnHooks, ConnInfo};
+use crate::hooks::{ConnHooks, ConnInfo, Ends};
 use crate::setup::Endpoint;
 use crate::wire::{self, MSG_HEADER_SIZE, Shape};
 use crossbeam_channel::{Receiver, Sender};
 use ncclnet_headers::NcclResult;
-use shared_maps::ConnDirection;
+use shared_maps::{ConnDirection, ProgressMark};
 use std::any::Any;
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
@@ -207,7 +207,12 @@ impl Comm {
         control
             .set_nonblocking(true)
             .map_err(|e| NetError::io("set_nonblocking", e))?;
-        let peer_port = control.peer_addr().map(|a| a.port()).unwrap_or(0);
+        let peer = control.peer_addr().ok();
+        let ends = Ends {
+            peer_ip: peer.map(|a| a.ip().to_canonical()),
+            local_port: control.local_addr().map_or(0, |a| a.port()),
+        };
+        let peer_port = peer.map_or(0, |a| a.port());
         for s in &data {
             s.set_nonblocking(false)
                 .map_err(|e| NetError::io("set_nonblocking", e))?;
@@ -246,14 +251,17 @@ impl Comm {
                 inbox_bytes: 0,
                 frames_dropped: 0,
                 closed: false,
-                hooks: ConnHooks::on_open(ConnInfo {
-                    direction,
-                    conn_id,
-                    peer_port,
-                    dev: endpoint.dev,
-                    comm_id: endpoint.comm_id,
-                    nstreams: shape.nstreams,
-                }),
+                hooks: ConnHooks::on_open_at(
+                    ConnInfo {
+                        direction,
+                        conn_id,
+                        peer_port,
+                        dev: endpoint.dev,
+                        comm_id: endpoint.comm_id,
+                        nstreams: shape.nstreams,
+                    },
+                    ends,
+                ),
             }),
         });
         let ptr = &*comm as *const Comm as *mut Comm;
@@ -400,7 +408,7 @@ impl Comm {
         if st.workers.is_some() {
             return Ok(());
         }
-        match self.start_workers(&st.data) {
+        match self.start_workers(&st.data, st.hooks.progress_mark()) {
             Ok(w) => {
                 st.workers = Some(w);
                 Ok(())
@@ -414,7 +422,11 @@ impl Comm {
 
     /// One helper thread per data stream. If one cannot be started, those already started are
     /// stopped and joined (their queues are empty) and the reason comes back as a message.
-    fn start_workers(&self, data: &[Arc<TcpStream>]) -> Result<Workers, String> {
+    fn start_workers(
+        &self,
+        data: &[Arc<TcpStream>],
+        progress: Option<ProgressMark<'static>>,
+    ) -> Result<Workers, String> {
         let n = data.len();
         let mut workers = Workers {
             txs: Vec::with_capacity(n),
@@ -434,6 +446,7 @@ impl Comm {
                 stream: Arc::clone(stream),
                 slots: Arc::clone(&self.slots),
                 error: Arc::clone(&self.worker_error),
+                progress,
                 #[cfg(test)]
                 index: k,
             };
@@ -852,6 +865,9 @@ struct WorkerCtx {
     stream: Arc<TcpStream>,
     slots: Arc<[ReqSlot]>,
     error: Arc<Mutex<Option<NetError>>>,
+    /// Stamps the connection's last progress after each chunk (the comm joins its helpers
+    /// before its hooks, which hold the record, are dropped).
+    progress: Option<ProgressMark<'static>>,
     #[cfg(test)]
     index: usize,
 }
@@ -870,7 +886,12 @@ impl WorkerCtx {
             let slot = &self.slots[task.idx as usize];
             if !broken {
                 let failure = match catch_unwind(AssertUnwindSafe(|| self.transfer(task.buf))) {
-                    Ok(Ok(())) => None,
+                    Ok(Ok(())) => {
+                        if let Some(p) = &self.progress {
+                            p.stamp();
+                        }
+                        None
+                    }
                     Ok(Err(e)) => Some(NetError::io(
                         match self.direction {
                             ConnDirection::Send => "send on data stream",

@@ -2,8 +2,14 @@
 //!
 //! Every operation on a comm passes through here: a connection opening (connect, accept), a
 //! request posted (isend, irecv), completed or failed (in `test`), a connection closing. Each
-//! point updates the per-connection counters in [`shared_maps::ConnTable`] and runs the
-//! verified BPF program attached to that hook, if any.
+//! point updates the connection's record in [`shared_maps::ConnTable`] and runs the verified
+//! BPF program attached to that hook, if any.
+//!
+//! The table lives in shared memory (the runtime map `ncclbpf_conns`, see
+//! [`shared_maps::conn_table`]), so `ncclbpf status` reads every connection's counters, pending
+//! requests and time of last progress from outside, also while this process is stuck inside a
+//! collective. Its cost on the data path: a post reads the coarse clock (vDSO) only when the
+//! connection becomes busy, a completion reads it once; every other update is a relaxed store.
 //!
 //! Programs come from the objects named by `NCCL_BPF_POLICY` (or its alias
 //! `NCCL_BPF_NET_POLICY`): every program in a `net/*` section is attached to its hook. A policy that fails to load or verify is reported in
@@ -18,16 +24,27 @@
 pub use policy_runtime::setting::is_tuner_section;
 use policy_runtime::setting::{self, Scope, Source};
 use policy_runtime::{Handle, LoadOptions, LoadedProgram, NetCtx, Swappable};
-use shared_maps::{ConnDirection, ConnSlotGuard, ConnTable, Registry};
+use shared_maps::{ConnDirection, ConnLabels, ConnSlotGuard, ConnTable, ProgressMark, Registry};
+use std::net::IpAddr;
 use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Instant;
 
 /// Connections tracked per process; more still work but are not counted.
 pub const MAX_TRACKED_CONNS: usize = 4096;
 
-static CONNS: LazyLock<ConnTable> = LazyLock::new(|| ConnTable::new(MAX_TRACKED_CONNS));
+static CONNS: LazyLock<ConnTable> = LazyLock::new(|| {
+    ConnTable::shared(Registry::global(), MAX_TRACKED_CONNS).unwrap_or_else(|e| {
+        crate::nlog!(
+            WARN,
+            NET,
+            "per-connection table: {e}; connections are counted in private memory, which \
+             ncclbpf status cannot read"
+        );
+        ConnTable::new(MAX_TRACKED_CONNS)
+    })
+});
 
-/// The process-wide per-connection table.
+/// The process-wide per-connection table (in shared memory when it could be made).
 pub fn conn_table() -> &'static ConnTable {
     &CONNS
 }
@@ -223,10 +240,34 @@ pub struct ConnHooks {
     net: Handle<NetSet>,
 }
 
+/// Where the two ends of a connection's control stream are, as far as this end knows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ends {
+    pub peer_ip: Option<IpAddr>,
+    /// This end's port (the other end's peer port), 0 if unknown.
+    pub local_port: u16,
+}
+
 impl ConnHooks {
+    /// [`Self::on_open_at`] with the peer's address and the local port unknown.
     pub fn on_open(info: ConnInfo) -> ConnHooks {
+        ConnHooks::on_open_at(info, Ends::default())
+    }
+
+    /// A connection end opens: claims its record (labelled with `info` and `ends`) and runs
+    /// the connect or accept program.
+    pub fn on_open_at(info: ConnInfo, ends: Ends) -> ConnHooks {
+        let labels = ConnLabels {
+            direction: info.direction,
+            conn_id: info.conn_id,
+            comm_id: info.comm_id,
+            dev: info.dev,
+            peer_ip: ends.peer_ip,
+            peer_port: info.peer_port,
+            local_port: ends.local_port,
+        };
         let mut h = ConnHooks {
-            slot: CONNS.register(info.direction, info.conn_id, info.peer_port),
+            slot: CONNS.register(&labels),
             info,
             net: net().handle(),
         };
@@ -236,6 +277,13 @@ impl ConnHooks {
         };
         h.run(hook, op, 0, 0, 0);
         h
+    }
+
+    /// Stamps this connection's progress from a helper thread (a chunk moved); `None` when
+    /// the connection has no record (the table was full). Must not outlive the hooks: the
+    /// comm joins its helpers before it drops them.
+    pub fn progress_mark(&self) -> Option<ProgressMark<'static>> {
+        self.slot.as_ref().map(ConnSlotGuard::progress_mark)
     }
 
     /// Whether completions need post times (a completion program may read latencies).
@@ -312,17 +360,13 @@ impl ConnHooks {
     pub fn on_close(&mut self) {
         if let Some(s) = &self.slot {
             let c = s.snapshot();
-            let dir = if c.direction == ConnDirection::Send {
-                "send"
-            } else {
-                "recv"
-            };
             crate::nlog!(
                 INFO,
                 NET,
-                "closed {dir} connection {:#018x} (peer port {}): {} bytes in {} messages, {} errors, {} in flight",
+                "closed {} connection {:#018x} (peer {}): {} bytes in {} messages, {} errors, {} in flight",
+                c.direction.name(),
                 c.conn_id,
-                c.peer_port,
+                c.peer_text(),
                 c.bytes,
                 c.messages,
                 c.errors,

@@ -383,6 +383,17 @@ impl MapView {
         unsafe { AtomicU64::from_ptr(p) }.load(Ordering::Acquire)
     }
 
+    /// Word `w` (little-endian `u64` at byte `8 * w`) of entry `index` of an array map, read
+    /// atomically; `None` for another kind of map or outside the entry.
+    pub fn array_word(&self, index: u32, w: usize) -> Option<u64> {
+        let s = &self.spec;
+        if s.kind != MapType::Array || index >= s.max_entries || (w + 1) * 8 > stride(s.value_size)
+        {
+            return None;
+        }
+        Some(self.word(HEADER + index as usize * stride(s.value_size) + w * 8))
+    }
+
     fn check_header(&self) -> io::Result<()> {
         let s = &self.spec;
         let ok = self.word(0) == MAGIC
