@@ -19,6 +19,7 @@ mod out;
 mod reload;
 mod rules;
 mod sizes;
+mod status;
 mod verify;
 
 use clap::{Parser, Subcommand};
@@ -39,12 +40,12 @@ use std::process::ExitCode;
   ncclbpf decisions --compare 12345 12346
   ncclbpf maps $(pgrep -n python)
   ncclbpf rules check nccl_tuner.conf
-  ncclbpf status --all
+  ncclbpf status --all --stall-after 30
   ncclbpf reload 12345 my_net_policy.o
   ncclbpf config --at-seq +5000 --all slo_budget_ns 3=200000
 
 `ncclbpf help <command>` or `ncclbpf <command> --help` for each command's options, examples and
-exit statuses; --json on verify, inspect, decisions and maps prints one JSON document.
+exit statuses; --json on verify, inspect, decisions, maps and status prints one JSON document.
 
 ",
         "Exit status:
@@ -156,24 +157,9 @@ Exit status:
         #[arg(long)]
         json: bool,
     },
-    /// What runs at each net hook of running processes.
-    #[command(after_help = "Examples:
-  ncclbpf status 12345
-  ncclbpf status --all --json
-
-Exit status:
-  0  every process answered
-  2  usage error, or a process that could not be asked")]
-    Status {
-        /// Process ids (or --all).
-        pids: Vec<u32>,
-        /// Every live process of this user with a control socket.
-        #[arg(long)]
-        all: bool,
-        /// Print one JSON document.
-        #[arg(long)]
-        json: bool,
-    },
+    /// What runs at each net hook of running processes, their connections (from shared
+    /// memory), and which connections stalled.
+    Status(status::Args),
     /// Tuner rules files (NCCL's nccl_tuner.conf format): `rules check FILE`.
     Rules {
         #[command(subcommand)]
@@ -213,10 +199,7 @@ fn control(cmd: &Cmd) -> Option<ExitCode> {
             Ok(c) => reload::config(&c, *at_seq, *json),
             Err(e) => fail(e),
         }),
-        Cmd::Status { pids, all, json } => Some(match reload::Targets::new(pids.clone(), *all) {
-            Ok(t) => reload::status(&t, *json),
-            Err(e) => fail(e),
-        }),
+        Cmd::Status(a) => Some(status::run(a)),
         _ => None,
     }
 }
@@ -233,7 +216,7 @@ fn main() -> ExitCode {
         Cmd::Decisions(a) => decisions::run(&mut out, a),
         Cmd::Maps(a) => maps::run(&mut out, a),
         Cmd::Rules { cmd } => rules::run(&mut out, cmd),
-        Cmd::Reload { .. } | Cmd::Config { .. } | Cmd::Status { .. } => {
+        Cmd::Reload { .. } | Cmd::Config { .. } | Cmd::Status(_) => {
             unreachable!("handled by control()")
         }
     };

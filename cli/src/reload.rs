@@ -1,15 +1,15 @@
 //! `ncclbpf reload PID...|--all OBJECT`, `ncclbpf config --at-seq N PID...|--all MAP K=V...` and
-//! `ncclbpf status PID...|--all`: ask running processes, through their control sockets
-//! (`<registry dir>/<pid>.ctl`), to swap in an object's net programs (or stage its tuner program
-//! at a sequence number), to stage new values for a config map at a sequence number, or to say
-//! what runs at each net hook. Staging is all or nothing over the processes ([`stage_in`],
-//! [`config_in`]).
+//! the control-socket half of `ncclbpf status`: ask running processes, through their control
+//! sockets (`<registry dir>/<pid>.ctl`), to swap in an object's net programs (or stage its tuner
+//! program at a sequence number), to stage new values for a config map at a sequence number, or
+//! to say what runs at each net hook ([`status_answers`], [`status_text`], [`status_json`];
+//! `crate::status` adds the connections it reads from shared memory). Staging is all or nothing
+//! over the processes ([`stage_in`], [`config_in`]).
 //!
 //! One verdict per process. `reload` and `config` exit 0 if every process accepted, 1 if any
 //! rejected the object or the update (its programs kept running; a stage is withdrawn from the
 //! others), 2 on a usage error or a process that could not be asked (no such process, no socket,
-//! refused connection); 2 wins over 1. `status` exits 0 if every process answered, 2 otherwise.
-//! `--json` prints one JSON document instead.
+//! refused connection); 2 wins over 1. `--json` prints one JSON document instead.
 //!
 //! Self-contained (it uses only `ncclbpf_control` and `shared_maps`), to be wired into the
 //! command line as, for example:
@@ -20,8 +20,6 @@
 //!            Ok(t) => reload::run(&t, &object, json),
 //!            Err(e) => { eprintln!("ncclbpf reload: {e}"); ExitCode::from(reload::FAILED) }
 //!        }
-//! Status { pids: Vec<u32>, #[arg(long)] all: bool, #[arg(long)] json: bool }
-//!     => ... reload::status(&t, json)
 //! ```
 
 use ncclbpf_control::{ClientError, Item, ProgramInfo, Reply, Request, Swap};
@@ -376,13 +374,6 @@ fn pairs_text(values: &[(u32, u64)]) -> String {
     ncclbpf_control::protocol::config_pairs_text(values, false)
 }
 
-/// `ncclbpf status`.
-pub fn status(targets: &Targets, json: bool) -> ExitCode {
-    let dir = shared_maps::registry_dir();
-    let mut out = std::io::stdout().lock();
-    ExitCode::from(status_in(&dir, targets, json, &mut out))
-}
-
 fn pids_in(dir: &Path, targets: &Targets) -> Result<Vec<u32>, String> {
     match targets {
         Targets::Pids(p) => Ok(p.clone()),
@@ -469,25 +460,14 @@ pub fn run_in(dir: &Path, targets: &Targets, object: &Path, json: bool, out: &mu
     code
 }
 
-/// [`status`] with the registry dir and the output given (tests).
-pub fn status_in(dir: &Path, targets: &Targets, json: bool, out: &mut dyn Write) -> u8 {
-    let pids = match pids_in(dir, targets) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("ncclbpf status: {e}");
-            return FAILED;
-        }
-    };
-    let answers = ask_all(dir, &pids, &Request::Status, STATUS_TIMEOUT);
-    let code = exit_code(&answers);
-    let text = if json {
-        status_json(&answers)
-    } else {
-        status_text(&answers)
-    };
-    let _ = out.write_all(text.as_bytes());
-    let _ = out.flush();
-    code
+/// Asks every process of `pids` (sockets in `dir`) what runs at its hooks, each answer within
+/// `timeout`; answers in pid order.
+pub fn status_answers(
+    dir: &Path,
+    pids: &[u32],
+    timeout: Duration,
+) -> Vec<(u32, Result<Reply, ClientError>)> {
+    ask_all(dir, pids, &Request::Status, timeout)
 }
 
 // ---------------------------------------------------------------- text
@@ -617,54 +597,54 @@ fn reload_text(answers: &[(u32, Result<Reply, ClientError>)]) -> String {
     s
 }
 
-fn status_text(answers: &[(u32, Result<Reply, ClientError>)]) -> String {
+/// One process's answer to `status` as text: its head line (`pid N: …`), then its hooks,
+/// communicators and staged changes, indented.
+pub fn status_text(pid: u32, a: &Result<Reply, ClientError>) -> String {
     let mut s = String::new();
-    for (pid, a) in answers {
-        let r = match a {
-            Ok(r) => r,
-            Err(e) => {
-                let _ = writeln!(s, "pid {pid}: not asked: {e}");
-                continue;
-            }
-        };
-        let head = r.items.iter().find_map(|i| match i {
-            Item::Process {
-                generation,
-                live_programs,
-                ..
-            } => Some(format!(
-                "net generation {generation}, {live_programs} program(s) alive"
-            )),
-            _ => None,
-        });
-        match &r.result {
-            Ok(()) => {
-                let _ = writeln!(s, "pid {pid}: {}", head.unwrap_or_default());
-            }
-            Err(e) => {
-                let _ = writeln!(s, "pid {pid}: error: {e}");
-            }
+    let r = match a {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = writeln!(s, "pid {pid}: not asked: {e}");
+            return s;
         }
-        for i in &r.items {
-            match i {
-                Item::Hook {
-                    section,
-                    program: None,
-                } => {
-                    let _ = writeln!(s, "  {section:<13} -");
-                }
-                Item::Hook {
-                    section,
-                    program: Some(p),
-                } => {
-                    let _ = writeln!(
-                        s,
-                        "  {section:<13} {}  gen {}  {} insns  tag {}  {}  {}",
-                        p.name, p.generation, p.insns, p.tag, p.tier, p.source
-                    );
-                }
-                other => item_text(&mut s, other),
+    };
+    let head = r.items.iter().find_map(|i| match i {
+        Item::Process {
+            generation,
+            live_programs,
+            ..
+        } => Some(format!(
+            "net generation {generation}, {live_programs} program(s) alive"
+        )),
+        _ => None,
+    });
+    match &r.result {
+        Ok(()) => {
+            let _ = writeln!(s, "pid {pid}: {}", head.unwrap_or_default());
+        }
+        Err(e) => {
+            let _ = writeln!(s, "pid {pid}: error: {e}");
+        }
+    }
+    for i in &r.items {
+        match i {
+            Item::Hook {
+                section,
+                program: None,
+            } => {
+                let _ = writeln!(s, "  {section:<13} -");
             }
+            Item::Hook {
+                section,
+                program: Some(p),
+            } => {
+                let _ = writeln!(
+                    s,
+                    "  {section:<13} {}  gen {}  {} insns  tag {}  {}  {}",
+                    p.name, p.generation, p.insns, p.tag, p.tier, p.source
+                );
+            }
+            other => item_text(&mut s, other),
         }
     }
     s
@@ -828,10 +808,8 @@ fn reload_json(object: &Path, answers: &[(u32, Result<Reply, ClientError>)]) -> 
     )
 }
 
-fn status_json(answers: &[(u32, Result<Reply, ClientError>)]) -> String {
-    let procs: Vec<String> = answers
-        .iter()
-        .map(|(pid, a)| answer_json(*pid, a, ["ok", "error"]))
-        .collect();
-    format!("{{\"processes\":[{}]}}\n", procs.join(","))
+/// One process's answer to `status` as a JSON object: `{"pid", "verdict": "ok" | "error" |
+/// "not_asked", "error", "items": [...]}`.
+pub fn status_json(pid: u32, a: &Result<Reply, ClientError>) -> String {
+    answer_json(pid, a, ["ok", "error"])
 }

@@ -236,12 +236,16 @@ fn json_output() {
 
 #[test]
 fn status_lists_hooks() {
-    let mut out = vec![];
-    let code = reload::status_in(dir(), &me(), false, &mut out);
-    let out = String::from_utf8(out).unwrap();
-    assert_eq!(code, ACCEPTED, "{out}");
+    let pid = std::process::id();
+    let answers = reload::status_answers(dir(), &[pid], Duration::from_secs(10));
+    assert_eq!(answers.len(), 1);
+    let (p, a) = &answers[0];
+    assert_eq!(*p, pid);
+    let out = reload::status_text(*p, a);
     assert!(
-        out.contains("net generation 2, 1 program(s) alive"),
+        out.starts_with(&format!(
+            "pid {pid}: net generation 2, 1 program(s) alive\n"
+        )),
         "{out}"
     );
     assert!(out.contains("  net/isend     -\n"), "{out}");
@@ -249,17 +253,19 @@ fn status_lists_hooks() {
         out.contains("  net/complete  on_complete  gen 2  97 insns  tag c2d64456c65cd92b  jit  /p/net_stats.o"),
         "{out}"
     );
-    let mut out = vec![];
-    let code = reload::status_in(dir(), &me(), true, &mut out);
-    let out = String::from_utf8(out).unwrap();
-    assert_eq!(code, ACCEPTED);
+    let out = reload::status_json(*p, a);
     assert!(
         out.contains("{\"kind\":\"hook\",\"section\":\"net/isend\",\"program\":null}"),
         "{out}"
     );
-    let mut out = vec![];
-    let code = reload::status_in(dir(), &Targets::Pids(vec![999_999_999]), false, &mut out);
-    assert_eq!(code, FAILED);
+    assert!(out.contains("\"verdict\":\"ok\""), "{out}");
+    let gone = reload::status_answers(dir(), &[999_999_999], Duration::from_secs(1));
+    let out = reload::status_text(999_999_999, &gone[0].1);
+    assert!(
+        out.starts_with("pid 999999999: not asked: process 999999999 does not exist"),
+        "{out}"
+    );
+    assert!(reload::status_json(999_999_999, &gone[0].1).contains("\"verdict\":\"not_asked\""));
 }
 
 #[test]
@@ -604,5 +610,4 @@ fn entry_points_for_the_command_line() {
     // What main.rs wires: stdout and the user's registry dir.
     let _run: fn(&Targets, &Path, Option<reload::AtSeq>, bool) -> std::process::ExitCode =
         reload::run;
-    let _status: fn(&Targets, bool) -> std::process::ExitCode = reload::status;
 }
