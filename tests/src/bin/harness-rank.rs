@@ -4,6 +4,14 @@
 //! harness-rank ring <rank> <nranks> <dir> <version> <size>...   ring all-reduce, checked
 //! harness-rank send-forever <dir> <version>                      connect to dir/handle.0, send forever
 //! harness-rank recv-forever <dir> <version>                      listen (dir/handle.0), receive forever
+//! harness-rank stall-recv <dir>                                  two receivers (dir/handle.0 moving,
+//!                                                                  dir/handle.1 stalling): one message on
+//!                                                                  1, then a receive there that never
+//!                                                                  completes ("stuck"), while 0 receives
+//!                                                                  forever
+//! harness-rank stall-send <dir>                                   the peer of stall-recv: one message
+//!                                                                  to 1, then sends to 0 forever (stays
+//!                                                                  alive, never sends to 1 again)
 //! harness-rank cycles <n>                                        n connect/close cycles, print fds/threads
 //! harness-rank probe                                              one transfer, then print the plugin's log
 //! harness-rank tune <version|0> <nranks> <nnodes>                 tuner decisions for a size sweep
@@ -223,6 +231,92 @@ fn recv_forever(dir: PathBuf, version: u32) {
     loop {
         // SAFETY: buf lives for the whole process.
         if let Some(q) = unsafe { n.irecv(r, buf.as_mut_ptr(), buf.len(), false) }.unwrap() {
+            n.wait(q, Duration::from_secs(3600)).unwrap();
+        }
+    }
+}
+
+/// `stall-recv`: see the header. Prints `ready` once both connections are up and `stuck`
+/// once the receive that never completes is posted; runs until killed.
+fn stall_recv(dir: PathBuf) {
+    let n = Net::ready(None);
+    let listen = |rank| {
+        let (h, l) = n.listen(0).unwrap();
+        publish(&dir, rank, &h);
+        l
+    };
+    let (l0, l1) = (listen(0), listen(1));
+    let (mut moving, mut stalling) = (None, None);
+    let deadline = Instant::now() + WAIT;
+    while moving.is_none() || stalling.is_none() {
+        if moving.is_none() {
+            moving = n.accept_step(l0).unwrap();
+        }
+        if stalling.is_none() {
+            stalling = n.accept_step(l1).unwrap();
+        }
+        assert!(Instant::now() < deadline, "wire-up timed out");
+    }
+    n.close_listen(l0).unwrap();
+    n.close_listen(l1).unwrap();
+    let (moving, stalling) = (moving.unwrap(), stalling.unwrap());
+    println!("ready");
+    let mut once = vec![0u8; 4096];
+    // SAFETY: `once` outlives the wait.
+    let q = unsafe { n.irecv(stalling, once.as_mut_ptr(), once.len(), false) }
+        .unwrap()
+        .unwrap();
+    n.wait(q, WAIT).unwrap();
+    let mut never = vec![0u8; 4096];
+    // SAFETY: `never` lives until the process is killed.
+    let stuck = unsafe { n.irecv(stalling, never.as_mut_ptr(), never.len(), false) }
+        .unwrap()
+        .unwrap();
+    println!("stuck");
+    let mut buf = vec![0u8; 1 << 20];
+    // Until the peer goes away (the test kills it first): then quietly.
+    let gone = |e: ncclnet_headers::NcclResult| -> ! {
+        println!("peer gone: {}", e.name());
+        std::process::exit(0)
+    };
+    loop {
+        // SAFETY: buf lives for the whole process.
+        let q = unsafe { n.irecv(moving, buf.as_mut_ptr(), buf.len(), false) }
+            .unwrap_or_else(|e| gone(e))
+            .expect("a free request slot");
+        // Progressed as NCCL's proxy would: the stuck request is tested too.
+        while n.test(q, false).unwrap_or_else(|e| gone(e)).is_none() {
+            let done = n.test(stuck, false).unwrap_or_else(|e| gone(e));
+            assert!(done.is_none(), "nothing was sent");
+        }
+    }
+}
+
+/// `stall-send`: see the header.
+fn stall_send(dir: PathBuf) {
+    let n = Net::ready(None);
+    let connect = |rank| {
+        let mut h = fetch(&dir, rank);
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(s) = n.connect_step(0, &mut h).unwrap() {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "connect timed out");
+        }
+    };
+    let (moving, stalling) = (connect(0), connect(1));
+    let once = pattern(4096, 2);
+    // SAFETY: `once` outlives the wait.
+    let q = unsafe { n.isend(stalling, once.as_ptr(), once.len()) }
+        .unwrap()
+        .unwrap();
+    n.wait(q, WAIT).unwrap();
+    println!("ready");
+    let data = pattern(1 << 20, 1);
+    loop {
+        // SAFETY: data lives for the whole process.
+        if let Some(q) = unsafe { n.isend(moving, data.as_ptr(), data.len()) }.unwrap() {
             n.wait(q, Duration::from_secs(3600)).unwrap();
         }
     }
@@ -501,6 +595,8 @@ fn main() {
         ),
         "send-forever" => send_forever(a(1).into(), a(2).parse().unwrap()),
         "recv-forever" => recv_forever(a(1).into(), a(2).parse().unwrap()),
+        "stall-recv" => stall_recv(a(1).into()),
+        "stall-send" => stall_send(a(1).into()),
         "cycles" => cycles(a(1).parse().unwrap()),
         "probe" => probe(),
         "tune" => tune(
