@@ -138,6 +138,9 @@ struct State {
     /// Control frames to send (header included), oldest first; `frame_cursor` bytes of the
     /// first are written.
     frames_out: VecDeque<Vec<u8>>,
+    frames_out_bytes: usize,
+    /// Frames dropped because the peer did not take them.
+    frames_out_dropped: u64,
     frame_cursor: usize,
     /// The frame being received (its length once its header is read) and those received.
     frame_in: Option<(usize, Vec<u8>)>,
@@ -156,6 +159,10 @@ struct State {
 /// is all a peer's frames can cost it per connection.
 pub const MAX_INBOX: usize = 1024;
 pub const MAX_INBOX_BYTES: usize = 1 << 20;
+/// Control frames queued for a peer that does not read them (stalled, or not reading its control
+/// stream) are kept up to this many bytes; beyond, the oldest not yet started are dropped (the
+/// agreement's records stay on its board, and reach a connection that opens later).
+pub const MAX_OUTBOX_BYTES: usize = 4 << 20;
 
 impl State {
     /// The fifo head's control-stream part (header and inline payload) is complete.
@@ -245,6 +252,8 @@ impl Comm {
                 error: None,
                 reported: false,
                 frames_out: VecDeque::new(),
+                frames_out_bytes: 0,
+                frames_out_dropped: 0,
                 frame_cursor: 0,
                 frame_in: None,
                 inbox: VecDeque::new(),
@@ -521,9 +530,24 @@ impl Comm {
         }
         let mut f = wire::frame_header(payload.len()).to_vec();
         f.extend_from_slice(payload);
+        // The frame being written (if one is) stays: dropping it would break the stream.
+        let started = usize::from(st.frame_cursor > 0);
+        while st.frames_out_bytes + f.len() > MAX_OUTBOX_BYTES && st.frames_out.len() > started {
+            let Some(old) = st.frames_out.remove(started) else {
+                break;
+            };
+            st.frames_out_bytes -= old.len();
+            st.frames_out_dropped += 1;
+        }
+        st.frames_out_bytes += f.len();
         st.frames_out.push_back(f);
         self.progress_send(&mut st);
         Ok(())
+    }
+
+    /// Frames dropped because the peer did not take them, since the comm opened.
+    pub fn frames_out_dropped(&self) -> u64 {
+        lock(&self.state).frames_out_dropped
     }
 
     /// Writes the control frames still queued, where the stream is between messages.
@@ -554,6 +578,7 @@ impl Comm {
                 control,
                 frames_out,
                 frame_cursor,
+                frames_out_bytes,
                 error,
                 ..
             } = &mut *st;
@@ -568,8 +593,10 @@ impl Comm {
                 Ok(n) => {
                     *frame_cursor += n;
                     if *frame_cursor == f.len() {
+                        let len = f.len();
                         frames_out.pop_front();
                         *frame_cursor = 0;
+                        *frames_out_bytes -= len;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
@@ -1102,6 +1129,48 @@ mod tests {
         assert_eq!(&into_late[..50], &late[..]);
         let (f, _) = r.take_frames();
         assert_eq!(f, [b"after".to_vec()], "no frame completes a receive");
+        s.close();
+        r.close();
+    }
+
+    /// A peer that reads none of its control stream (stalled, or hostile) cannot make this
+    /// end queue frames without bound: the oldest not yet started go, counted, and the stream
+    /// stays well formed (the frame being written is kept whole).
+    #[test]
+    fn frames_a_peer_does_not_read_are_bounded_on_the_send_side_too() {
+        let (s, r) = pair(0xf2a0_0101, 0xf2a0_0102);
+        let frame = vec![7u8; wire::MAX_FRAME];
+        for _ in 0..1024 {
+            s.send_frame(&frame).unwrap();
+        }
+        let (queued, counted) = {
+            let st = lock(&s.state);
+            (
+                st.frames_out.iter().map(Vec::len).sum::<usize>(),
+                st.frames_out_bytes,
+            )
+        };
+        assert!(queued <= MAX_OUTBOX_BYTES, "{} MiB queued", queued >> 20);
+        assert_eq!(queued, counted, "the byte count follows the queue");
+        assert!(s.frames_out_dropped() > 0);
+        // The receiver then reads what arrives: whole frames only, and a message after them.
+        let mut one = [9u8; 1];
+        let q = s.isend(buf(&mut one)).unwrap().unwrap();
+        let mut into = [0u8; 1];
+        let rq = r.irecv(buf(&mut into)).unwrap().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut frames = 0;
+        loop {
+            let (f, _) = r.take_frames();
+            assert!(f.iter().all(|x| x.len() == wire::MAX_FRAME && x[0] == 7));
+            frames += f.len();
+            let _ = s.test(q.idx as usize);
+            if r.test(rq.idx as usize).unwrap().is_some() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the message never came");
+        }
+        assert!(frames > 0 && into == [9]);
         s.close();
         r.close();
     }
