@@ -48,6 +48,12 @@ typedef long long __s64;
  *                   staged updates that take effect at the same collective on every rank (and
  *                   filled at load, e.g. from a rules file). No program writes it. Constant
  *                   globals (.rodata) are configuration too.
+ * Agreed maps and config maps other than .rodata are per communicator: a process's tuner
+ * programs share its maps, and the runtime installs a communicator's own contents of them
+ * (its view) right before its SEC("tuner") and "tuner/epoch" programs run. "tuner/chunk" and
+ * "tuner/init" run without a view (they would read whichever communicator's contents were
+ * installed last), so there the verifier counts those maps as rank-local: they decide from
+ * their context, constants and .rodata only. .rodata comes with the object and never changes.
  * Put the macro among the members of the definition:
  *   struct { __uint(type, BPF_MAP_TYPE_ARRAY); __type(key, __u32); __type(value, __u64);
  *            __uint(max_entries, 4); NCCLBPF_CONFIG; } thresholds SEC(".maps");           */
@@ -127,7 +133,11 @@ struct ncclbpf_tuner_ctx {
  * it to its buffer's maximum and rounds it down to the protocol's grain (LL 16 B, LL128 1920 B,
  * Simple 512 B), and the runtime keeps NCCL's value for anything below that grain. Every rank
  * of the communicator must compute the same chunk size for the same collective (sender and
- * receiver step through the buffer in chunks): decide from these fields only. */
+ * receiver step through the buffer in chunks): decide from these fields, constants and .rodata
+ * only. It runs per collective without the communicator's view of agreed and config maps (see
+ * "Map scope" above): the verifier rejects a chunk size that depends on one (on its values;
+ * whether an array entry exists depends on the key alone and may be tested), as on any
+ * rank-local map. */
 struct ncclbpf_tuner_chunk_ctx {
   __u64 msg_size;   /* read:  bytes of the collective */
   __u64 comm_id;    /* read */
@@ -146,7 +156,10 @@ struct ncclbpf_tuner_chunk_ctx {
  * as NCCLBPF_F64(4.0) (clang folds it to a constant). Latencies are in µs, bandwidths in GB/s.
  * The runtime keeps NCCL's value for any written entry that is not a finite number in
  * [0, 1e6]. NCCL computes these per rank: a policy must write the same values on every rank
- * (constants, or values from these read-only fields, which are the same on every rank). */
+ * (constants, .rodata, or values from these read-only fields, which are the same on every
+ * rank). It runs at init without the communicator's view of agreed and config maps (see
+ * "Map scope" above; the agreement has not run yet either): the verifier rejects a constant
+ * that depends on one, as on any rank-local map. */
 #define NCCLBPF_NUM_ALGOS 7
 #define NCCLBPF_NUM_PROTOS 3
 #define NCCLBPF_NUM_HW 3       /* NCCL_HW_NVLINK 0, NCCL_HW_PCI 1, NCCL_HW_NET 2 */
@@ -176,8 +189,8 @@ struct ncclbpf_tuner_init_ctx {
 
 /* SEC("tuner/epoch"): runs once per epoch of a communicator, on every rank alike, right after
  * the records of epoch `epoch` were combined into the agreed maps (at collective
- * (epoch+D)*K, before that collective is decided). It reads the agreed maps (and config maps)
- * and these fields, and updates state[], which the runtime keeps for the communicator and
+ * (epoch+D)*K, before that collective is decided). It reads the agreed maps (and config maps,
+ * both in the communicator's view) and these fields, and updates state[], which the runtime keeps for the communicator and
  * copies into the object's NCCLBPF_AGREED_STATE map for the tuner programs. Its writes to
  * state[] must come out the same on every rank: the verifier holds them to the rule of tuner
  * decisions (no rank-local map, clock or CPU id, directly or through a branch). state[] words

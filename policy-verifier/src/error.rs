@@ -39,12 +39,14 @@ pub enum Reject {
         scope: policy_object::Scope,
     },
     /// A tuner decision (a writable context field) that may depend on a rank-local value:
-    /// `from` names it ("map 'net_bytes'"); `branch` is the conditional jump on it the write
-    /// depends on, when the dependence is through control flow.
+    /// `from` names it ("map 'net_bytes'"), `why` says why it may differ between ranks
+    /// ("which is rank-local: ..."); `branch` is the conditional jump on it the write depends
+    /// on, when the dependence is through control flow.
     RankLocal {
         reg: Option<u8>,
         field: &'static str,
         from: String,
+        why: String,
         branch: Option<usize>,
     },
     /// Stack access outside `[-512, 0)`.
@@ -241,11 +243,10 @@ impl fmt::Display for Reject {
                 reg,
                 field,
                 from,
+                why,
                 branch,
             } => {
-                let why = format!(
-                    "{from}, which is rank-local: ranks may decide differently, and a communicator whose ranks disagree hangs (tuner programs decide from the context and from agreed or config maps: NCCLBPF_AGREED, NCCLBPF_CONFIG)"
-                );
+                let why = format!("{from}, {why}");
                 match (branch, reg) {
                     (Some(b), _) => write!(
                         f,

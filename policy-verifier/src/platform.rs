@@ -114,6 +114,16 @@ pub struct Hook {
     /// Context fields whose value is this rank's own (read, but tainted in hooks that decide),
     /// with the reason.
     pub local_fields: &'static [(&'static str, &'static str)],
+    /// Whether the runtime installs the communicator's views of its per-communicator maps
+    /// ([`MapInfo::per_comm`]) before the program runs. Agreed maps and staged config maps are
+    /// process-wide while their contents are per communicator: a tuner context that runs the
+    /// agreement writes its own contents into them before its `tuner` and `tuner/epoch`
+    /// programs (`Agreement::install` in tuner/src/agree.rs, docs/agreement.md §3-4).
+    /// `tuner/chunk` (per collective, from NCCL's `getChunkSize`) and `tuner/init` (once per
+    /// communicator, at init) run without it and read whichever communicator's contents were
+    /// installed last: in a hook that decides and has no views, values read from those maps
+    /// are rank-local.
+    pub views: bool,
 }
 
 /// `reg_buff` comes from each rank's own registration cache (NCCL 2.28-2.30 `ncclPrepareTasks`
@@ -277,6 +287,7 @@ const fn net(section: &'static str) -> Hook {
         helper_note: "",
         decides: false,
         local_fields: &[],
+        views: false,
     }
 }
 
@@ -290,6 +301,7 @@ pub const HOOKS: &[Hook] = &[
         helper_note: "tuner decisions must be identical on every rank, so clocks and CPU ids are not available",
         decides: true,
         local_fields: TUNER_LOCAL_FIELDS,
+        views: true,
     },
     Hook {
         section: "tuner/chunk",
@@ -299,6 +311,7 @@ pub const HOOKS: &[Hook] = &[
         helper_note: "every rank must compute the same chunk size, so clocks and CPU ids are not available",
         decides: true,
         local_fields: &[],
+        views: false,
     },
     Hook {
         section: "tuner/init",
@@ -308,6 +321,7 @@ pub const HOOKS: &[Hook] = &[
         helper_note: "every rank must write the same constants, so clocks and CPU ids are not available",
         decides: true,
         local_fields: &[],
+        views: false,
     },
     Hook {
         section: "tuner/epoch",
@@ -317,6 +331,7 @@ pub const HOOKS: &[Hook] = &[
         helper_note: "the epoch state must come out the same on every rank, so clocks and CPU ids are not available",
         decides: true,
         local_fields: &[],
+        views: true,
     },
     net("net/connect"),
     net("net/accept"),
@@ -342,7 +357,8 @@ pub struct MapInfo {
     /// directly (src 2).
     pub global_data: bool,
     /// Who changes its contents: programs may write only [`Scope::Local`] maps, and tuner
-    /// programs may not decide from them.
+    /// programs may not decide from them (nor, in hooks without the communicator's views, from
+    /// maps that are [`per_comm`](Self::per_comm)).
     pub scope: Scope,
     /// An array (or per-CPU array): every key below `max_entries` has an entry, so whether a
     /// lookup finds one depends on the key alone, not on what any rank stored.
@@ -353,6 +369,21 @@ impl MapInfo {
     /// Whether a program may write it.
     pub fn writable(&self) -> bool {
         !self.read_only && self.scope.program_writable()
+    }
+
+    /// Whether its contents are per communicator while the map is the process's: agreed maps
+    /// (each communicator's agreement fills its own) and config maps other than `.rodata`
+    /// (staged updates take effect at each communicator's own collective). The runtime keeps
+    /// per-communicator views of agreed maps and of the config maps staged updates may change
+    /// (arrays of u64 values); every config map but `.rodata` counts here, so that the rule
+    /// does not hang on which config maps the runtime lets staged updates change. `.rodata`
+    /// comes with the object and never changes.
+    pub fn per_comm(&self) -> bool {
+        match self.scope {
+            Scope::Agreed => true,
+            Scope::Config => !self.global_data,
+            Scope::Local => false,
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! registers, call frames.
 
 use crate::liveness::FrameMask;
-use crate::platform::MapInfo;
+use crate::platform::{Hook, MapInfo, Scope};
 use crate::scalar::Scalar;
 use std::fmt::Write;
 
@@ -38,6 +38,11 @@ impl RegType {
 pub enum Taint {
     /// Read from (or found or not found in) a rank-local map.
     Map(u16),
+    /// Read from (or found or not found in) a map whose contents are per communicator
+    /// ([`MapInfo::per_comm`]), in a hook that runs without the communicator's views of them
+    /// ([`Hook::views`]): what it reads is whichever communicator's contents were installed
+    /// last.
+    NoView(u16),
     /// Returned by a helper whose result is this rank's own (a clock, a CPU id).
     Helper(i32),
     /// A context field whose value is this rank's own (`Hook::local_fields`).
@@ -47,7 +52,7 @@ pub enum Taint {
 impl Taint {
     pub fn describe(self, maps: &[MapInfo]) -> String {
         match self {
-            Taint::Map(m) => format!(
+            Taint::Map(m) | Taint::NoView(m) => format!(
                 "map '{}'",
                 maps.get(m as usize).map_or("?", |m| m.name.as_str())
             ),
@@ -69,7 +74,40 @@ impl Taint {
             Taint::Helper(id) => crate::platform::helper(id)
                 .map_or("?", |h| h.name)
                 .to_string(),
+            Taint::NoView(m) => format!(
+                "{} (no view)",
+                maps.get(m as usize).map_or("?", |m| m.name.as_str())
+            ),
             Taint::Field(name, _) => format!("ctx.{name}"),
+        }
+    }
+
+    /// Why a decision may not depend on it in `hook` (after [`describe`](Self::describe)).
+    pub fn why(self, maps: &[MapInfo], hook: &Hook) -> String {
+        let disagree =
+            "ranks may decide differently, and a communicator whose ranks disagree hangs";
+        let sec = hook.section;
+        let only = format!("'{sec}' programs decide from the context, constants and .rodata only");
+        match self {
+            Taint::NoView(m) => {
+                let what = match maps.get(m as usize).map(|m| m.scope) {
+                    Some(Scope::Agreed) => {
+                        "agreed: its contents are per communicator (each communicator's agreement fills its own)"
+                    }
+                    _ => {
+                        "config: its contents are per communicator (staged updates take effect at each communicator's own collective)"
+                    }
+                };
+                format!(
+                    "which is {what}, and '{sec}' programs run without the communicator's view of them (they read whichever communicator's contents were installed last): {disagree} ({only})"
+                )
+            }
+            _ if hook.views => format!(
+                "which is rank-local: {disagree} (tuner programs decide from the context and from agreed or config maps: NCCLBPF_AGREED, NCCLBPF_CONFIG)"
+            ),
+            _ => format!(
+                "which is rank-local: {disagree} ({only}: agreed and config maps are per communicator, and '{sec}' programs run without the communicator's view of them)"
+            ),
         }
     }
 }

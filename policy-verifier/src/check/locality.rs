@@ -6,7 +6,12 @@
 //! ([`crate::state::Taint`]): what is loaded from a [`Scope::Local`] map (written by net hooks,
 //! per-CPU, `.data`/`.bss`, or simply not declared agreed or config), a lookup result in such
 //! a map (whether the entry exists is this rank's own), and what helpers with rank-local results
-//! return. Taint flows through arithmetic, copies, the stack (spilled or as bytes), pointer
+//! return. In hooks the runtime runs without the communicator's views
+//! ([`Hook::views`](crate::platform::Hook::views): `tuner/chunk`, `tuner/init`), maps whose
+//! contents are per communicator ([`MapInfo::per_comm`](crate::platform::MapInfo::per_comm):
+//! agreed maps, config maps other than `.rodata`) count as rank-local too
+//! ([`Taint::NoView`]): the program reads whichever communicator's contents were installed
+//! last. Taint flows through arithmetic, copies, the stack (spilled or as bytes), pointer
 //! offsets, lookup keys and helper results.
 //!
 //! Dependence through control flow is tracked too: a conditional jump on a tainted value,
@@ -274,9 +279,18 @@ impl Checker<'_> {
         w
     }
 
+    /// The taint of what a map holds (its values, and whether an entry exists), for this
+    /// hook: rank-local maps, and maps whose contents are per communicator where the runtime
+    /// runs the program without the communicator's views ([`platform::Hook::views`]).
     fn local_map(&self, m: u16) -> Option<Taint> {
         let mi = &self.maps[m as usize];
-        (mi.scope == Scope::Local).then_some(Taint::Map(m))
+        if mi.scope == Scope::Local {
+            Some(Taint::Map(m))
+        } else if mi.per_comm() && !self.hook.views {
+            Some(Taint::NoView(m))
+        } else {
+            None
+        }
     }
 
     /// The taint of `size` bytes read at `off` through `base` (before bounds checks: a read
@@ -375,12 +389,14 @@ impl Checker<'_> {
                 reg,
                 field: field.name,
                 from: t.describe(self.maps),
+                why: t.why(self.maps, self.hook),
                 branch: None,
             }),
             (None, Some(r)) => Err(Reject::RankLocal {
                 reg,
                 field: field.name,
                 from: r.taint.describe(self.maps),
+                why: r.taint.why(self.maps, self.hook),
                 branch: Some(r.branch),
             }),
             (None, None) => Ok(()),
