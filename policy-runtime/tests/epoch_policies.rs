@@ -370,7 +370,10 @@ fn autotune_scores_a_candidate_by_the_mean_of_its_measured_epochs() {
     }
     assert!(settled, "class state {:?}", s.class(CLASS_1M));
     let [apply, _, time, _] = s.class(CLASS_1M);
-    assert_eq!(apply, 4, "Tree/Simple, steady 80 us, beats the noisy Tree/LL128");
+    assert_eq!(
+        apply, 4,
+        "Tree/Simple, steady 80 us, beats the noisy Tree/LL128"
+    );
     assert_eq!(time, 80_000, "its mean is the reference");
 }
 
