@@ -357,7 +357,7 @@ fn autotune_scores_a_candidate_by_the_mean_of_its_measured_epochs() {
         let epoch = flip.get();
         flip.set(epoch + 1);
         let d = s.run_epoch(&|_| MIB, &|c| match decision(c) {
-            (TREE, LL128, 0) if epoch % 2 == 0 => 30_000,
+            (TREE, LL128, 0) if epoch.is_multiple_of(2) => 30_000,
             (TREE, LL128, 0) => 150_000,
             (RING, LL128, 0) => 200_000,
             _ => autotune_cost(c),
