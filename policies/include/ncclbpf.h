@@ -67,9 +67,12 @@ typedef long long __s64;
  * At the end of each epoch (K collectives of the communicator, NCCL_BPF_AGREEMENT_EPOCH,
  * default 64), each rank's record holds, per source map, the *change* of every u64 word over
  * the epoch (wrapping difference of its contents at the epoch's end and the previous epoch's
- * end); the agreed map of source N holds, once epoch e is applied (at collective (e+D)*K,
- * D = NCCL_BPF_AGREEMENT_DELAY, default 2), the reduction over all ranks of those changes for
- * epoch e; the state map holds the epoch program's state[] after its last run.
+ * end); the agreed map of source N holds, once epoch e is applied (from collective
+ * (e+D)*K + 1 on, D = NCCL_BPF_AGREEMENT_DELAY, default 2, at most 16), the reduction over all
+ * ranks of those changes for epoch e; the state map holds the epoch program's state[] after its
+ * last run. Every epoch is applied (and the epoch program runs on it), but tuner programs are
+ * run only from collective 2*D*K + 1 on, once the ranks are known to combine the same records;
+ * before that, and after any mismatch between ranks, NCCL keeps its own choice.
  *   NCCLBPF_EPOCH_SOURCE(n)     on a rank-local ARRAY (not per-CPU, value_size a multiple of
  *                               8): the map is epoch source n (1..254) of its object; its
  *                               contents go into the rank's record. Programs count into it
