@@ -442,6 +442,14 @@ pub fn arrive(comm: u64, origin: u64) {
     lock(&exchange().board).needs(comm, origin, 0);
 }
 
+/// The makers (`host:pid`) of the records of `epoch` of `comm` this process holds.
+pub fn held(comm: u64, epoch: u64) -> Vec<String> {
+    lock(&exchange().board)
+        .records(comm, epoch)
+        .map(|rs| rs.values().map(Record::maker).collect())
+        .unwrap_or_default()
+}
+
 /// The context `origin` of `comm` ended.
 pub fn leave(comm: u64, origin: u64) {
     lock(&exchange().board).leave(comm, origin);

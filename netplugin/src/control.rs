@@ -215,6 +215,9 @@ fn tuner_items(history: &History) -> Vec<Item> {
             switch_at: staged.iter().map(|s| s.0).find(|&a| a > seq),
         });
     }
+    for (id, what) in history.agreements() {
+        items.push(Item::Other(format!("agreement comm {id:#018x}: {what}")));
+    }
     items
 }
 
@@ -566,6 +569,7 @@ mod tests {
             comm_id: 0xabc,
             seq: Box::new(move || s.load(Ordering::Relaxed)),
             views: true,
+            agreement: None,
         });
         let r = stage_config(500, limit(100), "test", &h, plain);
         assert_eq!(r.result, Ok(()), "{}", r.to_text());
@@ -626,6 +630,7 @@ mod tests {
             comm_id: 0xdef,
             seq: Box::new(|| 0),
             views: false,
+            agreement: None,
         });
         let r = stage_config(500, limit(100), "test", &h, plain);
         let e = r.result.unwrap_err();

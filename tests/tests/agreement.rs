@@ -284,3 +284,53 @@ fn ranks_of_one_host_agree_through_the_node_relay_without_net_connections() {
     assert_eq!(decisions(&dir, 0).len(), 600);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// While a rank waits for records, `ncclbpf status` says so from outside: which epoch, for how
+/// long, and whose records arrived (here: only its own, the other rank never comes).
+#[test]
+fn status_shows_a_rank_waiting_for_the_others_records() {
+    let dir = scratch("status");
+    // The control socket lives only in a directory no one else may enter.
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let mut child = Command::new(RANK_BIN)
+        .args(["agree", "0", "1", dir.to_str().unwrap(), "400", "4096"])
+        .args(["alone=1", "nranks=2"])
+        .env("NCCL_BPF_POLICY", shipped("src/net_autotune.o"))
+        .env("NCCL_BPF_SHM_DIR", &dir)
+        .env("NCCL_BPF_AGREEMENT_EPOCH", EPOCH)
+        .env("NCCL_BPF_AGREEMENT_DELAY", DELAY)
+        .env("NCCL_BPF_AGREEMENT_TIMEOUT", "60")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id().to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let line = loop {
+        let out = Command::new(ncclbpf_harness::cli_path())
+            .args(["status", &pid])
+            .env("NCCL_BPF_SHM_DIR", &dir)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        if let Some(l) = text
+            .lines()
+            .find(|l| l.contains("agreement comm") && l.contains("waiting"))
+        {
+            break l.to_string();
+        }
+        assert!(Instant::now() < deadline, "no waiting line: {text}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        line.contains("agreement comm 0x000000000000a9ee: waiting"),
+        "{line}"
+    );
+    assert!(
+        line.contains("for epoch 0: 1 of 2 records (from "),
+        "{line}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -280,6 +280,52 @@ pub fn check_config(prog: &LoadedProgram, up: &crate::stage::ConfigUpdate) -> Re
     Ok(())
 }
 
+/// What `ncclbpf status` shows of a context's agreement: updated by the context at each
+/// change (the cold path), read by the control thread at any time.
+pub struct Shown {
+    comm_id: u64,
+    nranks: u32,
+    state: std::sync::Mutex<ShownState>,
+}
+
+#[derive(Clone)]
+enum ShownState {
+    Starting,
+    Deciding(u64),
+    Waiting { epoch: u64, since: Instant },
+    Stopped(String),
+}
+
+impl Shown {
+    fn set(&self, s: ShownState) {
+        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = s;
+    }
+
+    /// One line, e.g. `waiting 12.3 s for epoch 7: 3 of 4 records (from h:1, h:2, h:3)`.
+    pub fn describe(&self) -> String {
+        let s = self.state.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        match s {
+            ShownState::Starting => "no opinion yet (before the first verified agreement)".into(),
+            ShownState::Deciding(e) => format!("deciding from epoch {e}"),
+            ShownState::Waiting { epoch, since } => {
+                let have = agreement::held(self.comm_id, epoch);
+                format!(
+                    "waiting {:.1} s for epoch {epoch}: {} of {} records (from {})",
+                    since.elapsed().as_secs_f64(),
+                    have.len(),
+                    self.nranks,
+                    if have.is_empty() {
+                        "none".into()
+                    } else {
+                        have.join(", ")
+                    }
+                )
+            }
+            ShownState::Stopped(why) => why,
+        }
+    }
+}
+
 /// Where the context stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Status {
@@ -357,6 +403,7 @@ pub struct Agreement {
     /// The origins of this communicator's ranks, fixed by the first combination: later
     /// epochs combine exactly their records.
     members: Option<Vec<u64>>,
+    shown: Arc<Shown>,
     _user: agreement::User,
 }
 
@@ -426,6 +473,11 @@ impl Agreement {
             nranks: nranks.max(1),
             origin,
             members: None,
+            shown: Arc::new(Shown {
+                comm_id,
+                nranks: nranks.max(1),
+                state: std::sync::Mutex::new(ShownState::Starting),
+            }),
             host: agreement::host_name(),
             config_base,
             config,
@@ -441,6 +493,11 @@ impl Agreement {
             status: Status::Waiting,
             _user: agreement::join(),
         })
+    }
+
+    /// What status shows of this agreement.
+    pub fn shown(&self) -> Arc<Shown> {
+        Arc::clone(&self.shown)
     }
 
     pub fn params(&self) -> &Params {
@@ -544,6 +601,10 @@ impl Agreement {
         if matches!(self.status, Status::Differs(_)) {
             return Boundary::Nothing;
         }
+        self.shown.set(ShownState::Waiting {
+            epoch: e,
+            since: Instant::now(),
+        });
         let records = match agreement::wait_for(
             self.comm_id,
             self.origin,
@@ -559,6 +620,8 @@ impl Agreement {
                      could differ from the other ranks' choice)"
                 );
                 self.status = Status::Failed(why.clone());
+                self.shown
+                    .set(ShownState::Stopped(format!("failed: {why}")));
                 return Boundary::Note(why);
             }
         };
@@ -592,9 +655,11 @@ impl Agreement {
                 let first = self.status == Status::Waiting && verified;
                 self.apply(&c);
                 if !verified {
+                    self.shown.set(ShownState::Starting);
                     return Boundary::Nothing;
                 }
                 self.status = Status::Agreed(e);
+                self.shown.set(ShownState::Deciding(e));
                 if first {
                     Boundary::Note(format!(
                         "comm {:#018x}: first agreement (epoch {e}, {} ranks alike) at seq \
@@ -612,6 +677,8 @@ impl Agreement {
                     self.comm_id
                 );
                 self.status = Status::Differs(line.clone());
+                self.shown
+                    .set(ShownState::Stopped(format!("no opinion: {line}")));
                 Boundary::Note(line)
             }
         }

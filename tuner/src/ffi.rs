@@ -434,8 +434,12 @@ impl TunerContext {
             nranks.min(u32::MAX as usize) as u32,
             nnodes.min(u32::MAX as usize) as u32,
         );
+        let mut shown = None;
         let policy = slot.map(|s| {
             let a = setting.agreement_for(comm_id, nranks, &s.current());
+            if let Ok(Some(a)) = &a {
+                shown = Some(a.shown());
+            }
             match &a {
                 Err(why) => crate::tlog!(WARN, TUNING, "comm {comm_id:#018x}: {why}"),
                 Ok(Some(a)) => crate::tlog!(
@@ -462,6 +466,7 @@ impl TunerContext {
                 comm_id,
                 seq: Box::new(move || seq.seq()),
                 views: p.agreed && !p.mute,
+                agreement: shown.take(),
             })
         });
         if let Some(p) = problem {

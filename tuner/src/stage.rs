@@ -70,6 +70,8 @@ pub struct Watch {
     /// Whether it keeps its own view of config maps (it runs the agreement), which staged
     /// config updates need.
     pub views: bool,
+    /// Its agreement, as `ncclbpf status` shows it (`None` without one).
+    pub agreement: Option<Arc<crate::agree::Shown>>,
 }
 
 /// A process's staged programs and the contexts they apply to ([`HISTORY`] is the process's;
@@ -188,6 +190,15 @@ impl History {
             .iter()
             .filter_map(Weak::upgrade)
             .map(|w| (w.comm_id, (w.seq)()))
+            .collect()
+    }
+
+    /// Every live context that runs the agreement: (comm id, what its agreement is doing).
+    pub fn agreements(&self) -> Vec<(u64, String)> {
+        lock(&self.contexts)
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter_map(|w| Some((w.comm_id, w.agreement.as_ref()?.describe())))
             .collect()
     }
 
@@ -559,6 +570,7 @@ mod tests {
             comm_id: comm,
             seq: Box::new(move || s.load(Ordering::Relaxed)),
             views: false,
+            agreement: None,
         });
         (w, seq)
     }

@@ -639,6 +639,7 @@ fn agree(rank: usize, nranks: usize, dir: PathBuf, calls: usize, bytes: usize, o
     );
     let mut n = Net::open(Some(11)).expect("open plugin");
     n.init(AGREE_COMM).expect("init");
+    assert!(n.devices().expect("devices") >= 1);
     let ends = (!alone).then(|| {
         let (s, r) = wire_up(&n, &dir, rank, Some((rank + 1) % nranks), true);
         (s.unwrap(), r.unwrap())
