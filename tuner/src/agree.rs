@@ -153,16 +153,22 @@ impl Layout {
     fn snapshot(&self) -> Vec<u64> {
         let mut out = Vec::with_capacity(self.reduces.len());
         for (_, m, _) in &self.sources {
-            for i in 0..m.spec().max_entries {
-                let v = m.get(&i.to_le_bytes()).unwrap_or_default();
-                out.extend(
-                    v.chunks_exact(8)
-                        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))),
-                );
-            }
+            out.extend(
+                array_bytes(m)
+                    .chunks_exact(8)
+                    .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))),
+            );
         }
         out
     }
+}
+
+/// An array map's values, entry after entry (zeros for an entry that cannot be read).
+fn array_bytes(m: &Map) -> Vec<u8> {
+    let vs = m.spec().value_size as usize;
+    (0..m.spec().max_entries)
+        .flat_map(|i| m.get(&i.to_le_bytes()).unwrap_or_else(|| vec![0; vs]))
+        .collect()
 }
 
 /// Whether this program needs the agreement (`auto`).
@@ -354,8 +360,16 @@ impl Drop for ViewGuard {
 }
 
 fn lock_views() -> ViewGuard {
+    acquire(&VIEW_LOCK);
+    ViewGuard(())
+}
+
+/// Takes `flag` (false → true), spinning briefly and then yielding while another thread holds
+/// it: for locks held only across a program run or an agreement wait, never across a call into
+/// NCCL.
+pub(crate) fn acquire(flag: &AtomicBool) {
     let mut spins = 0u32;
-    while VIEW_LOCK
+    while flag
         .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
         .is_err()
     {
@@ -366,7 +380,6 @@ fn lock_views() -> ViewGuard {
             std::thread::yield_now();
         }
     }
-    ViewGuard(())
 }
 
 /// One context's agreed contents (a value per entry of each agreed map) and its config maps'.
@@ -425,9 +438,7 @@ fn base_config(m: &Arc<Map>) -> Vec<u8> {
     if let Some((_, b)) = base.iter().find(|(k, _)| *k == id) {
         return b.clone();
     }
-    let bytes: Vec<u8> = (0..m.spec().max_entries)
-        .flat_map(|i| m.get(&i.to_le_bytes()).unwrap_or_else(|| vec![0; 8]))
-        .collect();
+    let bytes = array_bytes(m);
     base.push((id, bytes.clone()));
     bytes
 }

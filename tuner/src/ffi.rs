@@ -154,22 +154,8 @@ impl Policy {
     /// the agreement only).
     #[cold]
     fn wait_busy(&self) -> bool {
-        let mut spins = 0u32;
-        loop {
-            if self
-                .busy
-                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-            {
-                return true;
-            }
-            spins += 1;
-            if spins < 64 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        }
+        agree::acquire(&self.busy);
+        true
     }
 
     /// Runs on `ctx` the program that makes this decision. `Some` if this caller held `busy`:
