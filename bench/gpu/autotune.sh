@@ -14,20 +14,19 @@
 #   3. net_autotune on the decode pattern (160 back-to-back all_reduces, one sync per token) with
 #      K=$KDEC, so that an epoch is one token (DEC_PLAN);
 #   4. the best static choice of step 1 at CONTEND's size through the same flood (CONTEND_STATIC).
-# Phase lengths: net_autotune (policies/src/net_autotune.c) learns from LEARN=3 epochs per
-# candidate (since commit 88a60e5: one discarded, the faster of the next two counts; 2 before).
-# An epoch's figures reach the epoch program D - 1 epochs after it ends (agreement delay) and the
-# next candidate applies from the epoch after, so each candidate runs D + LEARN - 1 epochs (the
-# old policy's traces: 96 collectives = 3 epochs per candidate with K 32, D 2): a size class new
-# at an epoch boundary settles at collective 8 (D + 2) K + 1 = 1025 of its phase, the first phase
-# of a communicator D epochs later (1089), bound (8 (D + 2) + D + 1) K = 1120. The sizes run 1792
-# = 56 epochs each (the last MEASURE=256 measured, from 1537 on), which also covers the looser
-# count of D + 3 epochs per candidate (settled at 1281, first phase 1345, bound 1376). Drift is
-# three slow epochs in a row, so the flood lasts 100 epochs: 3 to notice, D of delay, 32-40 to
-# explore again, then settled and measured (room for a second exploration); 56 epochs after it
-# (an exploration still running at the flood's end, then the measured window). Decode: K=$KDEC
-# makes an epoch one token, settled by token 8 (D + 2) + D + 1 = 35 (43 by the looser count);
-# 60 tokens, the last MEASURE_TOKENS=12 measured. LEARN goes into meta.txt for the report.
+# Phase lengths: net_autotune (policies/src/net_autotune.c) learns from LEARN=4 epochs per
+# candidate (one discarded, the median of the next three). An epoch's figures reach the epoch
+# program D - 1 epochs after it ends (agreement delay) and the next candidate applies from the
+# epoch after, so each candidate runs D + LEARN - 1 = 5 epochs (K 32, D 2), one that runs as
+# NCCL's own choice (LL128 not usable, or NCCL's pick) only D before it is skipped: a size class
+# new at an epoch boundary settles by collective 8 (D + 3) K + 1 = 1281 of its phase, the first
+# phase of a communicator 2 D epochs later (no opinion before 2 D K + 1), bound
+# (8 (D + 3) + 2 D + 1) K = 1440. The sizes run 1792 = 56 epochs each (the last MEASURE=256
+# measured, from 1537 on). Drift is three slow epochs in a row, so the flood lasts 100 epochs: 3
+# to notice, D of delay, up to 40 to explore again, then settled and measured; 56 epochs after
+# it (an exploration still running at the flood's end, then the measured window). Decode:
+# K=$KDEC makes an epoch one token, settled by token 8 (D + 3) + 2 D + 1 = 45; 60 tokens, the
+# last MEASURE_TOKENS=12 measured. LEARN goes into meta.txt for the report.
 # LL128=1 (default) adds jobs 2 and 3 again with NCCL_PROTO=LL,LL128,Simple (labels autoll128,
 # autodecll128): NCCL here leaves LL128 off unless NCCL_PROTO names it, and a tuner's LL128
 # choice is then not applied (candidates 3 and 6 run NCCL's choice); the static sweep's
@@ -78,9 +77,9 @@ DEC_PLAN=${DEC_PLAN:-decode:262144:60}
 # MEASURE_TOKENS tokens of its decode phase, the last SWEEP_FRACTION of each static phase.
 MEASURE=${MEASURE:-256}
 MEASURE_TOKENS=${MEASURE_TOKENS:-12}
-# Epochs net_autotune learns from per candidate (3 since commit 88a60e5, 2 before), for the
-# report's convergence bound.
-LEARN=${LEARN:-3}
+# Epochs net_autotune learns from per candidate (4 with the median of three; 3 from commit
+# 88a60e5, 2 before), for the report's convergence bound.
+LEARN=${LEARN:-4}
 SWEEP_FRACTION=${SWEEP_FRACTION:-0.6}
 DEADLINE=${DEADLINE:-500}
 T_STATIC=${T_STATIC:-150}

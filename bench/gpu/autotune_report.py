@@ -292,19 +292,20 @@ def report(w, outdir):
     meta, runs = load(w)
     K, D, KDEC = int(meta.get("K", 32)), int(meta.get("D", 2)), int(meta.get("KDEC", 160))
     measure, mtok = int(meta.get("MEASURE", 256)), int(meta.get("MEASURE_TOKENS", 12))
-    # net_autotune learns from LEARN epochs per candidate (3 since commit 88a60e5: one discarded,
-    # the faster of two measured; 2 before it: one discarded, one measured). An epoch's figures
+    # net_autotune learns from LEARN epochs per candidate (4 since the median of three: one
+    # discarded, three measured; 3 from commit 88a60e5 to it; 2 before). An epoch's figures
     # reach the epoch program D - 1 epochs after it ends (the agreement's delay), and the next
     # candidate is applied from the epoch after that, so each candidate runs D + LEARN - 1
-    # epochs: 3 (96 collectives) with the old policy and D 2, as its traces show. A class new at
-    # an epoch boundary settles at collective 8 (D + LEARN - 1) K + 1 of its phase; the first
-    # phase of a communicator waits D epochs more for the first agreement; one epoch more when a
-    # phase does not start at an epoch boundary. meta.txt of runs before LEARN was written lacks
-    # it: those ran the older policy.
+    # epochs (a candidate that runs as NCCL's own choice, skipped, only D). A class new at an
+    # epoch boundary settles by collective 8 (D + LEARN - 1) K + 1 of its phase; the first phase
+    # of a communicator waits 2 D epochs more (no opinion before the first agreement whose
+    # records all name the members, 2 D K + 1); one epoch more when a phase does not start at an
+    # epoch boundary. meta.txt of runs before LEARN was written lacks it: those ran the older
+    # policy.
     learn = int(meta.get("LEARN", 2))
     cyc = D + learn - 1
-    bound = (NCAND * cyc + D + 1) * K
-    bound_tok = NCAND * cyc + D + 1
+    bound = (NCAND * cyc + 2 * D + 1) * K
+    bound_tok = NCAND * cyc + 2 * D + 1
     st = static_table(runs, meta)
     ranks = sorted({n for _, n in runs})
     nrounds = max([split_label(l)[1] for l, _ in runs] or [1])
@@ -325,9 +326,9 @@ def report(w, outdir):
       "'Best static' is the fastest of the candidates a tuner can apply here (0, 1, 2, 4, 5, 7; LL128 is off in NCCL here unless NCCL_PROTO "
       "names it, so net_autotune's candidates 3 and 6 run NCCL's choice) whose runs were all right; the fastest including LL128 is shown beside it. "
       f"Convergence: the first collective of the phase from which NCCL's applied choice stays the same to the phase's end; stated bound "
-      f"({NCAND}·(D + {learn - 1}) + D + 1)·K = {bound} collectives ({bound_tok} tokens for decode): each candidate runs D + {learn - 1} epochs "
-      f"({learn} learnt from: {'one discarded, the faster of two measured' if learn == 3 else 'one discarded, one measured' if learn == 2 else 'see LEARN'}; "
-      f"D - 1 more while the last one's figures are agreed); the first phase also waits D epochs for the first agreement. "
+      f"({NCAND}·(D + {learn - 1}) + 2·D + 1)·K = {bound} collectives ({bound_tok} tokens for decode): each candidate runs D + {learn - 1} epochs "
+      f"({learn} learnt from: {'one discarded, the median of three measured' if learn == 4 else 'one discarded, the mean of two measured' if learn == 3 else 'one discarded, one measured' if learn == 2 else 'see LEARN'}; "
+      f"D - 1 more while the last one's figures are agreed; one that runs as NCCL's own choice is skipped after D); the first phase also waits 2·D epochs for the first opinion. "
       f"'In-process': what the same job measured per applied choice while exploring (first epoch of each run left out) against its settled window. "
       f"Pass (by choice): in every round, the static time of the choice net_autotune settled on (the best static time among the candidates NCCL "
       f"applied as that choice) ≤ {TOL:.2f} × the best static time, converged within the bound, the choice constant over the window. "

@@ -128,8 +128,18 @@ struct ncclbpf_tuner_ctx {
                        * it, and NCCL's scheduler caps it at the communicator's channels
                        * (CollNet and NVLS across nodes take it unchecked: there the plugin
                        * passes no count above 1) */
-  __u32 reserved;
+  /* From NCCL's cost table for this collective (tuner ABI v3 and later; filled only for
+   * programs that read one of these three, so they cost nothing otherwise). NCCL builds the
+   * table from values it makes the same on every rank (its own choice, the table's minimum,
+   * has to be), so a decision may depend on them. */
+  __u32 usable;       /* read:  bit NCCLBPF_USABLE_BIT(a, p) set when NCCL can run algorithm
+                       * a with protocol p (NCCL_ALGO/NCCL_PROTO and what the system supports
+                       * decide); 0 when NCCL passes no table (ABI v2) */
+  __s32 nccl_algo;    /* read:  what NCCL would pick without the tuner: the first cheapest
+                       * usable entry; -1 when not known */
+  __s32 nccl_proto;   /* read:  its protocol; -1 when not known */
 };
+#define NCCLBPF_USABLE_BIT(a, p) (1u << ((a) * NCCL_NUM_PROTOCOLS + (p)))
 
 /* SEC("tuner/chunk"): NCCL >= 2.30 (tuner ABI v6) asks for the chunk size once the algorithm,
  * protocol and channels are fixed. Write chunk_size to change NCCL's (0 keeps it); NCCL clamps
@@ -269,6 +279,7 @@ struct ncclbpf_net_ctx {
 #define NCCL_PROTO_LL 0
 #define NCCL_PROTO_LL128 1
 #define NCCL_PROTO_SIMPLE 2
+#define NCCL_NUM_PROTOCOLS 3
 
 /* ---------------------------------------------------------------- tables the tuner fills */
 

@@ -11,14 +11,17 @@
  * epoch ran is read from the agreed calls (every call adds its candidate + 1), not from the
  * state: decisions during an epoch use the state of D epochs before (NCCL_BPF_AGREEMENT_DELAY).
  * Per class:
- *   exploring  each candidate in turn for three epochs that ran it: the first is discarded (the
- *              network settles on the new choice: new connections open there), the other two
- *              measured, and their mean is the candidate's time (the same number of epochs for
- *              every candidate, so one measured in several slots, e.g. NCCL's own choice where
- *              a candidate is not applied, gains no extra chances at a lucky epoch); after the
- *              last candidate the class settles on the fastest (ties: the earlier, so NCCL's own
- *              choice, candidate 0, wins them), and that mean is the reference. The policy
- *              never settles on something slower than NCCL's choice measured the same way.
+ *   exploring  each candidate in turn for four epochs that ran it: the first is discarded (the
+ *              network settles on the new choice: new connections open there), the other three
+ *              measured, and their median is the candidate's time (one stalled collective in an
+ *              epoch does not decide); a candidate that ran as NCCL's own choice all epoch
+ *              (NCCL cannot use it here, or it is NCCL's pick: the tuner program reads that
+ *              from NCCL's cost table, which is the same on every rank) is skipped from its first
+ *              epoch, so NCCL's choice is measured once, in slot 0, not again in every slot that
+ *              falls back to it; after the last candidate the class settles on the fastest
+ *              (ties: the earlier, so NCCL's own choice, candidate 0, wins them), and that median
+ *              is the reference. The policy never settles on something slower than NCCL's
+ *              choice measured the same way.
  *   settled    t of the kept candidate is tracked (EWMA 7/8, the reference); t above 5/4 of the
  *              reference in three measured epochs in a row (not one or two stalls) starts a new
  *              exploration.
@@ -36,7 +39,8 @@
  *                 (8-15), epochs it ran (16-23), best so far (24-31), drift count (32-39),
  *                 explorations started (40-47, saturating)
  *   [2] time_ns   exploring: the best candidate's time; settled: the reference
- *   [3] exploring: the current candidate's first measured t; settled: the agreed net bytes (all
+ *   [3] exploring: the current candidate's first two measured t (bits 0-31, 32-63, ns, capped
+ *                 at 2^32 - 1); settled: the agreed net bytes (all
  *                 ranks' completions, sent and received) of the last epoch measured for the
  *                 class, for observers */
 #include "ncclbpf.h"
@@ -76,6 +80,8 @@ struct autotune_calls {
   __u64 bytes;      /* their msg_size, summed */
   __u64 cand_plus1; /* (candidate applied + 1), summed: an epoch's change over its colls is
                      * the candidate (every call of an epoch sees the same state) */
+  __u64 same;       /* collectives whose candidate ran as NCCL's own choice: NCCL cannot use
+                     * it (not usable in its cost table) or it is NCCL's pick already */
 };
 
 struct {
@@ -167,6 +173,20 @@ static __always_inline int autotune_candidate(__u32 i, struct autotune_candidate
   return 1;
 }
 
+/* 1 when candidate *c runs as NCCL's own choice for this collective: its (algorithm, protocol)
+ * is not usable in NCCL's cost table (the tuner then leaves NCCL's choice), or it is NCCL's pick
+ * with NCCL's channels. Partial choices (-1 in one field) and an unknown table count as
+ * different. The table is the same on every rank (see ncclbpf.h), so is this. */
+static __always_inline __u64 autotune_same(struct ncclbpf_tuner_ctx *ctx,
+                                           struct autotune_candidate *c) {
+  __u32 usable = ctx->usable;
+  if (!usable || c->algo < 0 || c->algo > NCCL_ALGO_PAT || c->proto < 0 ||
+      c->proto > NCCL_PROTO_SIMPLE)
+    return 0;
+  if (!(usable & NCCLBPF_USABLE_BIT(c->algo, c->proto))) return 1;
+  return c->algo == ctx->nccl_algo && c->proto == ctx->nccl_proto && !c->nchannels;
+}
+
 SEC("tuner")
 int net_autotune(struct ncclbpf_tuner_ctx *ctx) {
   __u64 n = ctx->msg_size;
@@ -175,10 +195,12 @@ int net_autotune(struct ncclbpf_tuner_ctx *ctx) {
   struct autotune_class_state *st = bpf_map_lookup_elem(&autotune_state, &k);
   if (st) cand = st->apply & (AUTOTUNE_CANDIDATES - 1);
   struct autotune_candidate c;
+  __u64 same = 0;
   if (cand && autotune_candidate(cand, &c)) {
     ctx->algo = c.algo;
     ctx->proto = c.proto;
     if (c.nchannels) ctx->nchannels = c.nchannels;
+    same = autotune_same(ctx, &c);
   } else {
     cand = 0;
   }
@@ -187,6 +209,7 @@ int net_autotune(struct ncclbpf_tuner_ctx *ctx) {
   __sync_fetch_and_add(&calls->colls, 1);
   __sync_fetch_and_add(&calls->bytes, n);
   __sync_fetch_and_add(&calls->cand_plus1, cand + 1);
+  __sync_fetch_and_add(&calls->same, same);
   return 0;
 }
 
@@ -291,12 +314,24 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
     if (rounds < 255) rounds++;
   }
   if (phase == AUTOTUNE_EXPLORING) {
-    if (used == idx && ++seen == 2) first = t; /* the first epoch that ran it is discarded */
-    if (used == idx && seen >= 3) {            /* measured twice: the mean counts */
-      __u64 mean = first / 2 + t / 2;
-      if (mean < time) {
-        time = mean;
-        best = idx;
+    /* A candidate that ran as NCCL's own choice all epoch (not usable, or NCCL's pick) would
+     * measure slot 0 again: skipped from its first epoch on. */
+    int skip = used == idx && idx && c->same >= n;
+    __u64 t32 = t > 0xffffffff ? 0xffffffff : t;
+    if (used == idx && !skip) {
+      ++seen; /* the first epoch that ran it is discarded (new connections open there) */
+      if (seen == 2) first = t32;
+      if (seen == 3) first = (first & 0xffffffff) | t32 << 32;
+    }
+    if (skip || (used == idx && seen >= 4)) { /* measured three times: the median counts */
+      if (!skip) {
+        __u64 a = first & 0xffffffff, b = first >> 32, m = t32;
+        __u64 lo = a < b ? a : b, hi = a < b ? b : a;
+        m = m < lo ? lo : m > hi ? hi : m;
+        if (m < time) {
+          time = m;
+          best = idx;
+        }
       }
       __u32 next = autotune_next(idx);
       if (next < AUTOTUNE_CANDIDATES) {

@@ -1,5 +1,5 @@
 // expect: ctx_out_of_bounds
 #include "ncclbpf.h"
-SEC("tuner") int prog(struct ncclbpf_tuner_ctx *ctx) {
+SEC("net/isend") int prog(struct ncclbpf_net_ctx *ctx) {
   return *(volatile __u32 *)&ctx->reserved; /* REJECT */
 }

@@ -15,7 +15,19 @@ pub struct TunerCtx {
     pub algo: i32,
     pub proto: i32,
     pub nchannels: u32,
-    pub reserved: u32,
+    /// Bit `a * 3 + p`: NCCL's cost table lets it run algorithm `a` with protocol `p` for this
+    /// collective (0: no table, e.g. tuner ABI v2). Filled only for programs that read it.
+    pub usable: u32,
+    /// What NCCL would pick without the tuner: the first cheapest usable table entry (-1 when
+    /// not known). Filled only for programs that read them.
+    pub nccl_algo: i32,
+    pub nccl_proto: i32,
+}
+
+impl TunerCtx {
+    /// Where the fields computed from NCCL's cost table start ([`TunerCtx::usable`]), and
+    /// their length: a program that reads none of them gets them unfilled.
+    pub const TABLE_FIELDS: (u32, u32) = (52, 12);
 }
 
 /// `struct ncclbpf_net_ctx`.
@@ -220,7 +232,14 @@ mod tests {
             offset_of!(TunerCtx, algo),
             offset_of!(TunerCtx, proto),
             offset_of!(TunerCtx, nchannels),
+            offset_of!(TunerCtx, usable),
+            offset_of!(TunerCtx, nccl_algo),
+            offset_of!(TunerCtx, nccl_proto),
         ];
+        assert_eq!(
+            TunerCtx::TABLE_FIELDS,
+            (offset_of!(TunerCtx, usable) as u32, 12)
+        );
         assert_eq!(t.len(), TUNER_FIELDS.len());
         for (o, f) in t.iter().zip(TUNER_FIELDS) {
             assert_eq!(*o as u32, f.offset, "{}", f.name);

@@ -200,6 +200,19 @@ impl SlotHandle {
         self.inner.get().run(ctx)
     }
 
+    /// Runs the current program on `ctx` after `prepare` has seen the program and filled
+    /// what it needs of `ctx` (e.g. fields only some programs read, [`policy_verifier::Stats::reads_ctx`]).
+    #[inline]
+    pub fn call_prepared<C: Context>(
+        &mut self,
+        ctx: &mut C,
+        prepare: impl FnOnce(&LoadedProgram, &mut C),
+    ) -> u64 {
+        let p = self.inner.get();
+        prepare(p, ctx);
+        p.run(ctx)
+    }
+
     /// The program the next call will run.
     pub fn program(&mut self) -> &LoadedProgram {
         self.inner.get()

@@ -73,6 +73,9 @@ struct Sim {
     next_epoch: u64,
     /// Named maps of the object (config maps, for the test to set).
     maps: Vec<Arc<Map>>,
+    /// What NCCL's cost table says, as every decision's context shows it: (usable, NCCL's
+    /// algorithm, its protocol); (0, -1, -1) is "no table".
+    table: (u32, i32, i32),
 }
 
 impl Sim {
@@ -111,6 +114,7 @@ impl Sim {
             pending: VecDeque::new(),
             next_epoch: 0,
             maps,
+            table: (0, -1, -1),
         }
     }
 
@@ -173,6 +177,9 @@ impl Sim {
                 num_pipe_ops: 1,
                 algo: -1,
                 proto: -1,
+                usable: self.table.0,
+                nccl_algo: self.table.1,
+                nccl_proto: self.table.2,
                 ..Default::default()
             };
             self.tuner.run(&mut c);
@@ -311,9 +318,9 @@ fn autotune_explores_every_candidate_and_keeps_the_fastest() {
         let mut s = autotune(tier);
         let settled = |s: &Sim| phase(s) == SETTLED;
         let (n, seen) = autotune_until(&mut s, 1, 60, &settled);
-        // Each candidate ran for three epochs it was learnt from (one discarded, two
-        // measured), plus the D epochs decided on the state before it was chosen.
-        assert!(n <= 8 * (3 + D as usize) + 2, "settled after {n} epochs");
+        // Each candidate ran for the four epochs it was learnt from (one discarded, three
+        // measured) and D - 1 more while the last one's figures were agreed.
+        assert!(n <= 8 * (3 + D as usize) + 1, "settled after {n} epochs");
         for c in [
             (-1, -1, 0),
             (RING, SIMPLE, 0),
@@ -345,24 +352,29 @@ fn autotune_explores_every_candidate_and_keeps_the_fastest() {
     assert_eq!(states[0], states[1], "JIT and interpreter agree");
 }
 
-/// A candidate is scored by the mean of its two measured epochs, not the faster one: Tree/LL128
-/// that runs 30 us in one epoch and 150 us in the next (mean 90) loses to Ring/LL128 at a steady
-/// 50 us, and to Tree/Simple's 80; with the faster epoch counted it would have won.
+/// A candidate is scored by the median of its three measured epochs: one stalled epoch does not
+/// lose it and one lucky epoch does not win it. Ring/LL128 (50 us) stalls to 500 us in its
+/// second measured epoch (the mean of two, as before, would have made it 275 and lost it to
+/// Tree/Simple's 80); Tree/LL128 runs 20 us once and 150 us otherwise (the fastest epoch would
+/// have won).
 #[test]
-fn autotune_scores_a_candidate_by_the_mean_of_its_measured_epochs() {
+fn autotune_scores_a_candidate_by_the_median_of_its_measured_epochs() {
     let mut s = autotune(Tier::Jit);
-    let flip = std::cell::Cell::new(0u64);
+    // Epochs each decision has run so far: 0 is the discarded one, 1-3 the measured ones.
+    let ran: std::cell::RefCell<std::collections::HashMap<(i32, i32, u32), u64>> =
+        Default::default();
     let mut settled = false;
     for _ in 0..80 {
-        let epoch = flip.get();
-        flip.set(epoch + 1);
-        let d = s.run_epoch(&|_| MIB, &|c| match decision(c) {
-            (TREE, LL128, 0) if epoch.is_multiple_of(2) => 30_000,
-            (TREE, LL128, 0) => 150_000,
-            (RING, LL128, 0) => 200_000,
-            _ => autotune_cost(c),
+        let d = s.run_epoch(&|_| MIB, &|c| {
+            let j = ran.borrow().get(&decision(c)).copied().unwrap_or(0);
+            match (decision(c), j) {
+                ((RING, LL128, 0), 2) => 500_000,
+                ((TREE, LL128, 0), 1) => 20_000,
+                ((TREE, LL128, 0), _) => 150_000,
+                _ => autotune_cost(c),
+            }
         });
-        let _ = one(&d);
+        *ran.borrow_mut().entry(one(&d)).or_default() += 1;
         if phase(&s) == SETTLED {
             settled = true;
             break;
@@ -371,10 +383,61 @@ fn autotune_scores_a_candidate_by_the_mean_of_its_measured_epochs() {
     assert!(settled, "class state {:?}", s.class(CLASS_1M));
     let [apply, _, time, _] = s.class(CLASS_1M);
     assert_eq!(
-        apply, 4,
-        "Tree/Simple, steady 80 us, beats the noisy Tree/LL128"
+        apply, 3,
+        "Ring/LL128 keeps its place despite one stalled epoch"
     );
-    assert_eq!(time, 80_000, "its mean is the reference");
+    assert_eq!(time, 50_000, "its median is the reference");
+}
+
+/// Candidates that run as NCCL's own choice are skipped from their first epoch: here NCCL can
+/// use no LL128 (Ring/LL128 and Tree/LL128 are not usable) and picks Ring/Simple itself, so
+/// slots 1, 3 and 6 would measure NCCL's choice again. They run D epochs each (until the first
+/// one's figures are agreed) instead of D + 3, are never scored, and the class settles on the
+/// fastest of the others.
+#[test]
+fn autotune_skips_candidates_that_run_as_nccls_choice() {
+    let bit = |a: i32, p: i32| 1u32 << (a * 3 + p);
+    let mut states = vec![];
+    for tier in [Tier::Jit, Tier::Interpreter] {
+        let mut s = autotune(tier);
+        s.table = (
+            bit(TREE, LL) | bit(TREE, SIMPLE) | bit(RING, LL) | bit(RING, SIMPLE),
+            RING,
+            SIMPLE,
+        );
+        // What runs: a choice NCCL cannot use leaves NCCL's, Ring/Simple (90 us).
+        let cost = |c: &TunerCtx| match decision(c) {
+            (_, LL128, _) | (-1, -1, 0) => 90_000,
+            _ => autotune_cost(c),
+        };
+        let mut seen = vec![];
+        let mut n = 0;
+        while phase(&s) != SETTLED {
+            n += 1;
+            assert!(n <= 60, "class state {:?}", s.class(CLASS_1M));
+            seen.push(one(&s.run_epoch(&|_| MIB, &cost)));
+        }
+        // The last epoch ran on the settled state already.
+        assert_eq!(seen.last(), Some(&(TREE, SIMPLE, 0)));
+        let explored = &seen[..seen.len() - 1];
+        let runs = |c: (i32, i32, u32)| explored.iter().filter(|&&d| d == c).count();
+        for c in [(RING, SIMPLE, 0), (RING, LL128, 0), (TREE, LL128, 0)] {
+            assert_eq!(runs(c), D as usize, "{c:?}: {seen:?}");
+        }
+        for c in [
+            (RING, LL, 0),
+            (TREE, SIMPLE, 0),
+            (TREE, LL, 0),
+            (RING, SIMPLE, 2),
+        ] {
+            assert_eq!(runs(c), 3 + D as usize, "{c:?}: {seen:?}");
+        }
+        assert_eq!(n, 5 * (3 + D as usize) + 3 * D as usize + 1, "{seen:?}");
+        let [apply, _, time, _] = s.class(CLASS_1M);
+        assert_eq!((apply, time), (4, 80_000), "Tree/Simple");
+        states.push(s.state);
+    }
+    assert_eq!(states[0], states[1], "JIT and interpreter agree");
 }
 
 #[test]

@@ -144,7 +144,9 @@ fn differential(seed: u64) -> bool {
             algo: -1,
             proto: -1,
             nchannels: 0,
-            reserved: 0,
+            usable: 0,
+            nccl_algo: -1,
+            nccl_proto: -1,
         };
         let (ret_a, ret_b, ret_c, same_ctx) = if section == "tuner" {
             three_engines(&jit, &int, &orc, base, &mut use_rbpf, seed)

@@ -40,7 +40,9 @@ fn tuner_ctx(r: &mut Rng) -> TunerCtx {
         algo: -1,
         proto: -1,
         nchannels: 0,
-        reserved: 0,
+        usable: 0,
+        nccl_algo: -1,
+        nccl_proto: -1,
     }
 }
 

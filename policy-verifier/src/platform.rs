@@ -166,6 +166,9 @@ pub const TUNER_FIELDS: &[Field] = &[
     f("algo", 40, 4, RW),
     f("proto", 44, 4, RW),
     f("nchannels", 48, 4, RW),
+    f("usable", 52, 4, R),
+    f("nccl_algo", 56, 4, R),
+    f("nccl_proto", 60, 4, R),
 ];
 
 /// `struct ncclbpf_net_ctx`.
@@ -295,7 +298,7 @@ const fn net(section: &'static str) -> Hook {
 pub const HOOKS: &[Hook] = &[
     Hook {
         section: "tuner",
-        ctx_size: 56,
+        ctx_size: 64,
         fields: TUNER_FIELDS,
         helpers: MAP_HELPERS,
         helper_note: "tuner decisions must be identical on every rank, so clocks and CPU ids are not available",

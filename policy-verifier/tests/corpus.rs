@@ -47,7 +47,7 @@ const EXPECTED: &[(&str, &str, usize)] = &[
     ("config_write_update", "map_read_only", 11),  // bpf_map_update_elem on a config map
     ("ctx_misaligned_read", "ctx_out_of_bounds", 0), // u32 at off 2, inside msg_size
     ("ctx_oob", "ctx_out_of_bounds", 0), // R1 invalid context access off=1600 size=8: not a field of the 56-byte context
-    ("ctx_padding", "ctx_out_of_bounds", 0), // R1 invalid context access off=52 size=4: not a field of the 56-byte context
+    ("ctx_padding", "ctx_out_of_bounds", 0), // R1 invalid context access off=52 size=4: net ctx padding, not a field of the 56-byte context
     ("ctx_var_offset", "ctx_variable_offset", 5), // R1 variable context access: context fields must be read at constant offsets
     ("ctx_write_ro", "ctx_read_only", 1), // R1 write to read-only context field 'msg_size' (off=0 size=8)
     ("ctx_write_ro_net", "ctx_read_only", 1), // R1 write to read-only context field 'status' (off=48 size=4)

@@ -123,3 +123,31 @@ fn every_build_of_every_safe_program_is_accepted() {
     assert!(n >= 60, "only {n} objects in the extra builds");
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// The verifier reports which context bytes a program may read, so the tuner fills the fields
+/// it computes from NCCL's cost table (bytes 52..64 of the tuner context) only for programs
+/// that read them: `size_aware` reads the size alone; `net_autotune` reads the table fields.
+#[test]
+fn the_context_fields_a_program_reads_are_reported() {
+    let objs = objects("src");
+    let stats = |obj: &str, section: &str| {
+        let (_, o) = objs
+            .iter()
+            .find(|(n, _)| n == obj)
+            .unwrap_or_else(|| panic!("no {obj}"));
+        let p = o.programs.iter().find(|p| p.section == section).unwrap();
+        verify(p, &map_infos(&o.maps), Limits::default()).unwrap()
+    };
+    let size_aware = stats("size_aware", "tuner");
+    assert!(size_aware.reads_ctx(0, 8), "msg_size");
+    assert!(!size_aware.reads_ctx(52, 12), "{:#x}", size_aware.ctx_read);
+    assert!(!size_aware.reads_ctx(8, 8), "comm_id is not read");
+    let autotune = stats("net_autotune", "tuner");
+    assert!(autotune.reads_ctx(52, 4) && autotune.reads_ctx(56, 8));
+    assert!(!autotune.reads_ctx(8, 8) && !autotune.reads_ctx(0, 0));
+    // Net programs read their own fields: net_autotune's completion hook reads status,
+    // bytes and latency_ns, never conn_id.
+    let complete = stats("net_autotune", "net/complete");
+    assert!(complete.reads_ctx(48, 4) && complete.reads_ctx(8, 8) && complete.reads_ctx(40, 8));
+    assert!(!complete.reads_ctx(0, 8) && !complete.reads_ctx(52, 4));
+}

@@ -89,8 +89,36 @@ pub fn policy_ctx(c: &Collective) -> TunerCtx {
         algo: -1,
         proto: -1,
         nchannels: 0,
-        reserved: 0,
+        usable: 0,
+        nccl_algo: -1,
+        nccl_proto: -1,
     }
+}
+
+/// Fills the policy's view of NCCL's cost table (`usable`, `nccl_algo`, `nccl_proto`): which
+/// entries NCCL can use (bit `a * num_proto + p`, for the first 32 entries) and its own pick,
+/// the first smallest usable entry (NCCL's loop). NCCL computes the table from values it
+/// makes the same on every rank (docs/nccl-collective-facts.md §2.5), as its own choice, the
+/// minimum, must be: a decision may depend on them.
+#[inline]
+pub fn fill_table(ctx: &mut TunerCtx, table: &[f32], num_algo: usize, num_proto: usize) {
+    let mut usable = 0u32;
+    let mut best: Option<(usize, f32)> = None;
+    for (i, &v) in table.iter().enumerate().take(num_algo * num_proto) {
+        if v >= 0.0 {
+            if i < 32 {
+                usable |= 1 << i;
+            }
+            if best.is_none_or(|(_, b)| v < b) {
+                best = Some((i, v));
+            }
+        }
+    }
+    ctx.usable = usable;
+    (ctx.nccl_algo, ctx.nccl_proto) = match best {
+        Some((i, _)) if num_proto > 0 => ((i / num_proto) as i32, (i % num_proto) as i32),
+        _ => (-1, -1),
+    };
 }
 
 /// Runs the policy for `c`.
@@ -199,6 +227,27 @@ mod tests {
             Some(0),
             "ties: the first"
         );
+    }
+
+    #[test]
+    fn the_table_fields_say_what_nccl_can_use_and_would_pick() {
+        let mut c = policy_ctx(&Collective::default());
+        assert_eq!((c.usable, c.nccl_algo, c.nccl_proto), (0, -1, -1));
+        // 3 x 3: algo 1 proto 0 disabled; the cheapest, 1.0, is algo 2 proto 2.
+        fill_table(&mut c, &table(), 3, 3);
+        assert_eq!(c.usable, 0b1_1111_0111);
+        assert_eq!((c.nccl_algo, c.nccl_proto), (2, 2));
+        // Ties go to the first entry, as in NCCL's loop; NaN and negatives are not usable.
+        fill_table(&mut c, &[f32::NAN, 4.0, -1.0, 4.0], 2, 2);
+        assert_eq!((c.usable, c.nccl_algo, c.nccl_proto), (0b1010, 0, 1));
+        fill_table(&mut c, &[-1.0; 6], 2, 3);
+        assert_eq!((c.usable, c.nccl_algo, c.nccl_proto), (0, -1, -1));
+        // Entries past the 32nd have no bit but can still be NCCL's pick.
+        let mut big = vec![5.0f32; 40];
+        big[35] = 1.0;
+        fill_table(&mut c, &big, 10, 4);
+        assert_eq!(c.usable, u32::MAX);
+        assert_eq!((c.nccl_algo, c.nccl_proto), (8, 3));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use crate::stage;
 use crate::{chunk, constants};
 use ncclnet_headers::tuner::*;
 use ncclnet_headers::{DebugLogger, Export, NcclFunc, NcclResult};
-use policy_runtime::{ProgramSlot, SlotHandle, TunerCtx};
+use policy_runtime::{LoadedProgram, ProgramSlot, SlotHandle, TunerCtx};
 use shared_maps::Registry;
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
@@ -162,7 +162,13 @@ impl Policy {
     /// it holds it until the returned guard is dropped, and may write the context's sequence
     /// meanwhile, as decision number `.1` (read under `busy`: the single writer's).
     #[inline(always)]
-    fn call(&self, ctx: &mut TunerCtx, seq: &Sequence, comm_id: u64) -> Option<(Release<'_>, u64)> {
+    fn call(
+        &self,
+        ctx: &mut TunerCtx,
+        seq: &Sequence,
+        comm_id: u64,
+        prep: impl Fn(&LoadedProgram, &mut TunerCtx),
+    ) -> Option<(Release<'_>, u64)> {
         if self
             .busy
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
@@ -181,13 +187,13 @@ impl Policy {
             match s.agreement.as_deref_mut() {
                 None if self.mute => {}
                 None => {
-                    s.handle.call(ctx);
+                    s.handle.call_prepared(ctx, prep);
                 }
                 Some(a) => {
                     a.count(ctx.msg_size);
                     if a.opinion() {
                         let _view = a.install();
-                        s.handle.call(ctx);
+                        s.handle.call_prepared(ctx, prep);
                     }
                 }
             }
@@ -195,7 +201,7 @@ impl Policy {
         } else {
             // SAFETY: `slot` points to a slot that lives as long as the process (see above).
             let slot = unsafe { &*self.slot.load(Ordering::Acquire) };
-            slot.handle().call(ctx);
+            slot.handle().call_prepared(ctx, prep);
             None
         }
     }
@@ -508,7 +514,16 @@ impl TunerContext {
             nnodes: self.nnodes,
             max_channels,
         });
-        let owner = policy.call(&mut ctx, &self.sequence, self.comm_id);
+        let seen = table.as_ref().map(|(t, na, np)| (&**t, *na, *np));
+        let prep = |p: &LoadedProgram, ctx: &mut TunerCtx| {
+            let (at, len) = TunerCtx::TABLE_FIELDS;
+            if let Some((t, na, np)) = seen
+                && p.stats.reads_ctx(at, len)
+            {
+                decide::fill_table(ctx, t, na, np);
+            }
+        };
+        let owner = policy.call(&mut ctx, &self.sequence, self.comm_id, prep);
         let d = match table {
             Some((t, na, np)) => decide::apply(&ctx, t, na, np),
             None => Decision {
@@ -1016,7 +1031,7 @@ pub static ncclTunerPlugin_v2: Export<TunerV2> = Export(TunerV2 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use policy_runtime::{LoadOptions, LoadedProgram};
+    use policy_runtime::LoadOptions;
     use shared_maps::Registry;
     use std::collections::BTreeMap;
     use std::sync::atomic::AtomicU32;
@@ -1227,6 +1242,69 @@ mod tests {
             s.seq(),
             s.unsequenced_calls()
         );
+    }
+
+    /// A program that reads the cost-table fields sees them filled from the table NCCL passed:
+    /// here one that answers NCCL's own pick (nccl_algo, nccl_proto) and hands the usable mask
+    /// over as its channel count, through the v4 ABI.
+    #[test]
+    fn programs_that_read_the_table_fields_see_nccls_table() {
+        let obj = policy_object::Object {
+            programs: vec![policy_object::Program {
+                name: "echo".into(),
+                section: "tuner".into(),
+                insns: policy_object::asm::assemble(
+                    "ldxw %r2, [%r1+56]
+                     ldxw %r3, [%r1+60]
+                     ldxw %r4, [%r1+52]
+                     stxw [%r1+40], %r2
+                     stxw [%r1+44], %r3
+                     stxw [%r1+48], %r4
+                     mov %r0, 0
+                     exit",
+                )
+                .unwrap(),
+                lines: vec![],
+            }],
+            maps: vec![],
+        };
+        let reg = Registry::new(
+            std::env::temp_dir().join(format!("ncclbpf-tuner-tbl-{}", std::process::id())),
+        );
+        let p = LoadedProgram::load(&obj, None, &reg, &LoadOptions::default()).unwrap();
+        assert!(p.stats.reads_ctx(52, 12));
+        let slot: &'static ProgramSlot = Box::leak(Box::new(ProgramSlot::new(p)));
+        let c = TunerContext::with_slot(
+            9,
+            2,
+            1,
+            Some(slot),
+            None,
+            &stage::HISTORY,
+            &agree::Setting::OFF,
+        );
+        // Usable: Tree/Simple (2), Ring/LL (3), Ring/Simple (5); Ring/LL is the cheapest, and
+        // Ring/Simple ties with it later in NCCL's order (the first one wins).
+        let mut table = [-1.0f32; 21];
+        (table[2], table[3], table[5]) = (7.0, 2.0, 2.0);
+        let d = c
+            .decide_with(
+                NcclFunc::ALL_REDUCE,
+                1 << 16,
+                1,
+                0,
+                0,
+                Some((&mut table, 7, 3)),
+            )
+            .unwrap();
+        assert_eq!((d.algo, d.proto), (1, 0), "NCCL's pick, Ring/LL");
+        assert_eq!(d.nchannels, (1 << 2) | (1 << 3) | (1 << 5), "usable mask");
+        assert!(d.applied && table[3] == 0.0);
+        // Without a table (ABI v2) they read as not known: -1 and an empty mask.
+        let d = c
+            .decide_with(NcclFunc::ALL_REDUCE, 1 << 16, 1, 0, 0, None)
+            .unwrap();
+        assert_eq!((d.algo, d.proto, d.nchannels), (-1, -1, 0));
     }
 
     /// A channel count is not handed to NCCL where NCCL would take it unchecked: CollNet, or

@@ -118,7 +118,9 @@ fn random_ctx(r: &mut Rng) -> TunerCtx {
         algo: -1,
         proto: -1,
         nchannels: 0,
-        reserved: 0,
+        usable: 0,
+        nccl_algo: -1,
+        nccl_proto: -1,
     }
 }
 

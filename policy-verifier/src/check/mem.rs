@@ -152,6 +152,9 @@ impl Checker<'_> {
                 if write_val.is_some() {
                     return Ok(Reg::NOT_INIT);
                 }
+                let units =
+                    (start as u32 / 4..end.div_ceil(4)).fold(0u128, |m, u| m | 1 << u.min(127));
+                self.ctx_read.set(self.ctx_read.get() | units);
                 Ok(Reg::scalar(loaded(size, sext)))
             }
             RegType::Stack { frame } => {

@@ -28,6 +28,22 @@ pub struct Stats {
     pub states: usize,
     pub pruned: usize,
     pub max_depth: usize,
+    /// The context bytes some load may read, one bit per 4-byte unit: bit `i` for bytes
+    /// `4i..4i + 4` (units from 127 on share bit 127). A runtime may skip filling fields no
+    /// program reads ([`Stats::reads_ctx`]).
+    pub ctx_read: u128,
+}
+
+impl Stats {
+    /// Whether some load of the program may read a byte of `offset..offset + len` of its
+    /// context.
+    #[inline]
+    pub fn reads_ctx(&self, offset: u32, len: u32) -> bool {
+        let lo = (offset / 4).min(127);
+        let hi = offset.saturating_add(len).div_ceil(4).clamp(lo + 1, 128);
+        let mask = (u128::MAX >> (128 - (hi - lo))) << lo;
+        len > 0 && self.ctx_read & mask != 0
+    }
 }
 
 type R<T> = Result<T, Reject>;
@@ -55,6 +71,8 @@ pub struct Checker<'a> {
     nodes: Vec<Node>,
     next_id: u32,
     stats: Stats,
+    /// [`Stats::ctx_read`], gathered by the (shared-borrow) memory checks.
+    ctx_read: std::cell::Cell<u128>,
 }
 
 enum Next {
@@ -98,6 +116,7 @@ impl<'a> Checker<'a> {
                 insns: insns.len(),
                 ..Stats::default()
             },
+            ctx_read: std::cell::Cell::new(0),
         }
     }
 
@@ -216,6 +235,7 @@ impl<'a> Checker<'a> {
                 }
             }
         }
+        self.stats.ctx_read = self.ctx_read.get();
         Ok(self.stats)
     }
 
