@@ -1,6 +1,7 @@
 /* Online tuning, per size class of a communicator: try NCCL's own choice and a few fixed
- * algorithm/protocol/channel candidates one after another, measure each, keep the fastest, and
- * try again when the kept one slows down (contention, a changed network).
+ * algorithm/protocol/channel candidates one after another, measure each, keep the fastest, try
+ * again when the kept one slows down (contention, a changed network), and go back to it once the
+ * slowdown is over.
  *
  * Size classes: clamp((floor(log2(msg_size)) - 10) / 2, 0, 7), i.e. 0 below 4 KiB, k in
  * [4^k KiB, 4^(k+1) KiB) for k = 1..6, 7 from 16 MiB.
@@ -22,9 +23,17 @@
  *              (ties: the earlier, so NCCL's own choice, candidate 0, wins them), and that median
  *              is the reference. The policy never settles on something slower than NCCL's
  *              choice measured the same way.
- *   settled    t of the kept candidate is tracked (EWMA 7/8, the reference); t above 5/4 of the
+ *              The runner-up is remembered when it came within 1/8 of the fastest.
+ *   settled    t of the kept candidate is tracked (EWMA 7/8, the reference); t above 3/2 of the
  *              reference in three measured epochs in a row (not one or two stalls) starts a new
- *              exploration.
+ *              exploration, and the kept candidate becomes the class's home (what it was
+ *              before the slowdown). Every 32 settled epochs a probe:
+ *   probing    the home (has the slowdown ended?), or else the close runner-up (did noise
+ *              rank the two wrong?), runs like an explored candidate (one discarded epoch, the
+ *              median of three); faster than the reference by 1/16, it is kept from then on
+ *              (the old one becomes the runner-up; home is cleared), else the class goes back
+ *              to its kept candidate. A probe costs D + 3 epochs of the other candidate per
+ *              32 + D + 3, and none at all when there is neither a home nor a close second.
  * Every decision depends on agreed values only (the state, the config table, msg_size), so
  * every rank decides the same; the verifier checks it.
  *
@@ -35,14 +44,17 @@
  *
  * State (autotune_state, NCCLBPF_AGREED_STATE: state[4*c .. 4*c+3] for class c):
  *   [0] apply     the candidate the tuner program applies (0: NCCL's choice, no opinion)
- *   [1] ctl       phase (bits 0-7: 0 new, 1 exploring, 2 settled), candidate being explored
- *                 (8-15), epochs it ran (16-23), best so far (24-31), drift count (32-39),
- *                 explorations started (40-47, saturating)
- *   [2] time_ns   exploring: the best candidate's time; settled: the reference
- *   [3] exploring: the current candidate's first two measured t (bits 0-31, 32-63, ns, capped
- *                 at 2^32 - 1); settled: the agreed net bytes (all
- *                 ranks' completions, sent and received) of the last epoch measured for the
- *                 class, for observers */
+ *   [1] ctl       phase (bits 0-7: 0 new, 1 exploring, 2 settled, 3 probing); bits 8-15:
+ *                 exploring: the candidate being explored, else the runner-up (0xff: none);
+ *                 16-23: epochs the explored or probed candidate ran; 24-31: exploring: best
+ *                 so far, else the kept candidate; 32-39: drift count; 40-47: explorations
+ *                 started (saturating); 48-55: home (0xff: none); 56-63: exploring: the
+ *                 runner-up so far, else settled epochs since the last probe
+ *   [2] time_ns   exploring: the best candidate's time (bits 0-31) and the runner-up's (32-63);
+ *                 else the reference (the kept candidate's)
+ *   [3] exploring and probing: the candidate's first two measured t (bits 0-31, 32-63, ns,
+ *                 capped at 2^32 - 1); settled: the agreed net bytes (all ranks' completions,
+ *                 sent and received) of the last epoch measured for the class, for observers */
 #include "ncclbpf.h"
 
 #define AUTOTUNE_CLASSES 8
@@ -50,7 +62,11 @@
 #define AUTOTUNE_NEW 0
 #define AUTOTUNE_EXPLORING 1
 #define AUTOTUNE_SETTLED 2
+#define AUTOTUNE_PROBING 3
 #define AUTOTUNE_NEVER (~0ull)
+#define AUTOTUNE_T_NONE 0xffffffffull /* no time (32 bits) */
+#define AUTOTUNE_NONE 0xff            /* no slot */
+#define AUTOTUNE_PROBE_EVERY 32       /* settled epochs between probes */
 
 struct autotune_candidate {
   __s32 algo;      /* NCCL_ALGO_* or -1 */
@@ -154,6 +170,19 @@ static __always_inline __u32 autotune_class(__u64 n) {
 static __always_inline int autotune_usable(__u32 i) {
   struct autotune_candidate *c = bpf_map_lookup_elem(&autotune_candidates, &i);
   return !c || c->valid <= 1;
+}
+
+/* Whether i names a slot that holds a candidate (0, NCCL's choice, always does). */
+static __always_inline int autotune_slot(__u64 i) {
+  if (i >= AUTOTUNE_CANDIDATES) return 0;
+  return i == 0 || autotune_usable(i);
+}
+
+/* The median of the two 32-bit times packed in `pair` and t. */
+static __always_inline __u64 autotune_median(__u64 pair, __u64 t) {
+  __u64 a = pair & 0xffffffff, b = pair >> 32;
+  __u64 lo = a < b ? a : b, hi = a < b ? b : a;
+  return t < lo ? lo : t > hi ? hi : t;
 }
 
 /* The candidate of slot i (1..7) into *out; 0 when the slot holds none. */
@@ -304,20 +333,27 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
   __u64 apply = w[0] & (AUTOTUNE_CANDIDATES - 1), ctl = w[1], time = w[2], first = w[3];
   __u64 phase = ctl & 0xff, idx = (ctl >> 8) & 0xff, seen = (ctl >> 16) & 0xff;
   __u64 best = (ctl >> 24) & 0xff, drift = (ctl >> 32) & 0xff, rounds = (ctl >> 40) & 0xff;
-  int restart = phase != AUTOTUNE_EXPLORING && phase != AUTOTUNE_SETTLED;
-  /* A kept candidate whose slot a config update removed: explore again. */
-  if (phase == AUTOTUNE_SETTLED && apply && !autotune_usable(apply)) restart = 1;
-  if (restart) {
-    phase = AUTOTUNE_EXPLORING;
-    idx = seen = best = drift = apply = 0;
-    time = AUTOTUNE_NEVER;
-    if (rounds < 255) rounds++;
+  __u64 home = (ctl >> 48) & 0xff, aux = (ctl >> 56) & 0xff;
+  __u64 t32 = t > 0xffffffff ? 0xffffffff : t;
+#define AUTOTUNE_EXPLORE_AGAIN                                                                  \
+  do {                                                                                          \
+    phase = AUTOTUNE_EXPLORING;                                                                 \
+    idx = seen = best = drift = apply = 0;                                                      \
+    aux = AUTOTUNE_NONE;                                                                        \
+    time = AUTOTUNE_NEVER;                                                                      \
+    if (rounds < 255) rounds++;                                                                 \
+  } while (0)
+  int again = 0;
+  if (phase < AUTOTUNE_EXPLORING || phase > AUTOTUNE_PROBING) { /* new (or unknown): explore */
+    home = AUTOTUNE_NONE;
+    AUTOTUNE_EXPLORE_AGAIN;
   }
+  /* A kept candidate whose slot a config update removed: explore again. */
+  if (phase >= AUTOTUNE_SETTLED && best && !autotune_slot(best)) again = 1;
   if (phase == AUTOTUNE_EXPLORING) {
     /* A candidate that ran as NCCL's own choice all epoch (not usable, or NCCL's pick) would
      * measure slot 0 again: skipped from its first epoch on. */
     int skip = used == idx && idx && c->same >= n;
-    __u64 t32 = t > 0xffffffff ? 0xffffffff : t;
     if (used == idx && !skip) {
       ++seen; /* the first epoch that ran it is discarded (new connections open there) */
       if (seen == 2) first = t32;
@@ -325,42 +361,81 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
     }
     if (skip || (used == idx && seen >= 4)) { /* measured three times: the median counts */
       if (!skip) {
-        __u64 a = first & 0xffffffff, b = first >> 32, m = t32;
-        __u64 lo = a < b ? a : b, hi = a < b ? b : a;
-        m = m < lo ? lo : m > hi ? hi : m;
-        if (m < time) {
-          time = m;
+        __u64 m = autotune_median(first, t32);
+        __u64 bt = time & 0xffffffff, rt = time >> 32;
+        if (m < bt) {
+          aux = bt == AUTOTUNE_T_NONE ? AUTOTUNE_NONE : best;
+          rt = bt;
+          bt = m;
           best = idx;
+        } else if (m < rt) {
+          aux = idx;
+          rt = m;
         }
+        time = bt | rt << 32;
       }
       __u32 next = autotune_next(idx);
       if (next < AUTOTUNE_CANDIDATES) {
         idx = apply = next;
         seen = 0;
       } else {
+        /* Settled on the fastest; the runner-up is kept for probes only when it came within
+         * 1/8 (a close second that noise may have ranked wrong). */
+        __u64 bt = time & 0xffffffff, rt = time >> 32;
+        idx = rt <= bt + bt / 8 ? aux : AUTOTUNE_NONE;
         phase = AUTOTUNE_SETTLED;
-        apply = best; /* time is its t: the reference */
-        drift = 0;
+        apply = best;
+        time = bt; /* the reference */
+        if (home == best) home = AUTOTUNE_NONE;
+        seen = drift = aux = 0;
       }
     }
-  } else if (used == apply) {
-    if (t > time + time / 4) {
-      if (++drift >= 3) { /* slower by a quarter three times in a row: explore again */
-        phase = AUTOTUNE_EXPLORING;
-        idx = seen = best = drift = apply = 0;
-        time = AUTOTUNE_NEVER;
-        if (rounds < 255) rounds++;
+  } else if (phase == AUTOTUNE_SETTLED && used == apply && !again) {
+    if (t > time + time / 2) {
+      if (++drift >= 3) { /* slower by half three times in a row: explore again */
+        if (home == AUTOTUNE_NONE) home = best; /* what to come back to once it is over */
+        again = 1;
       }
     } else {
       drift = 0;
       time = time - time / 8 + t / 8;
+      if (++aux >= AUTOTUNE_PROBE_EVERY) {
+        /* A probe: the choice kept before a slowdown (has it recovered?), else a close
+         * runner-up (was it ranked right?). */
+        __u64 target = AUTOTUNE_NONE;
+        if (idx != best && autotune_slot(idx)) target = idx;
+        if (home != best && autotune_slot(home)) target = home;
+        aux = 0;
+        if (target != AUTOTUNE_NONE) {
+          phase = AUTOTUNE_PROBING;
+          apply = target;
+          seen = 0;
+        }
+      }
+    }
+  } else if (phase == AUTOTUNE_PROBING && used == apply && !again) {
+    ++seen; /* as in exploring: one discarded, the median of three */
+    if (seen == 2) first = t32;
+    if (seen == 3) first = (first & 0xffffffff) | t32 << 32;
+    if (seen >= 4) {
+      __u64 m = autotune_median(first, t32);
+      if (m < time - time / 16) { /* faster by a sixteenth: keep it */
+        if (apply == home) home = AUTOTUNE_NONE;
+        idx = best;
+        best = apply;
+        time = m;
+      }
+      phase = AUTOTUNE_SETTLED;
+      apply = best;
+      seen = drift = aux = 0;
     }
   }
+  if (again) AUTOTUNE_EXPLORE_AGAIN;
   w[0] = apply & (AUTOTUNE_CANDIDATES - 1);
   w[1] = (phase & 0xff) | (idx & 0xff) << 8 | (seen & 0xff) << 16 | (best & 0xff) << 24 |
-         (drift & 0xff) << 32 | (rounds & 0xff) << 40;
+         (drift & 0xff) << 32 | (rounds & 0xff) << 40 | (home & 0xff) << 48 | (aux & 0xff) << 56;
   w[2] = time;
-  w[3] = phase == AUTOTUNE_EXPLORING ? first : net_bytes;
+  w[3] = phase == AUTOTUNE_SETTLED ? net_bytes : first;
   ncclbpf_state_store(ctx, s);
   return 0;
 }

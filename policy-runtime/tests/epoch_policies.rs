@@ -297,9 +297,19 @@ fn autotune_until(
     max: usize,
     done: &dyn Fn(&Sim) -> bool,
 ) -> (usize, Vec<(i32, i32, u32)>) {
+    run_until(s, &|c| autotune_cost(c) * factor, max, done)
+}
+
+/// Runs epochs of 1 MiB collectives at `cost` until `done` (at most `max`).
+fn run_until(
+    s: &mut Sim,
+    cost: &dyn Fn(&TunerCtx) -> u64,
+    max: usize,
+    done: &dyn Fn(&Sim) -> bool,
+) -> (usize, Vec<(i32, i32, u32)>) {
     let mut seen = vec![];
     for n in 1..=max {
-        let d = s.run_epoch(&|_| MIB, &|c| autotune_cost(c) * factor);
+        let d = s.run_epoch(&|_| MIB, cost);
         seen.push(one(&d));
         if done(s) {
             return (n, seen);
@@ -469,6 +479,102 @@ fn autotune_explores_again_when_the_kept_choice_slows_down() {
         assert_eq!(phase(&s), SETTLED, "{slow} slow epoch(s)");
         assert_eq!(s.class(CLASS_1M)[0], before[0]);
     }
+}
+
+const PROBING: u64 = 3;
+const PROBE_EVERY: usize = 32;
+
+/// The kept choice's slot and the class's home slot (0xff: none).
+fn kept_and_home(s: &Sim) -> (u64, u64) {
+    let ctl = s.class(CLASS_1M)[1];
+    ((ctl >> 24) & 0xff, (ctl >> 48) & 0xff)
+}
+
+/// Contention that slows the kept Ring/LL128 fourfold starts an exploration that settles on
+/// Tree/Simple and remembers Ring/LL128 as home; a probe of home every PROBE_EVERY settled
+/// epochs finds it slow while the contention lasts and fast once it is over, and the class
+/// goes back to it without another exploration.
+#[test]
+fn autotune_comes_back_home_when_contention_ends() {
+    let mut s = autotune(Tier::Jit);
+    autotune_until(&mut s, 1, 60, &|s| phase(s) == SETTLED);
+    assert_eq!(kept_and_home(&s), (3, 0xff));
+    let contended = |c: &TunerCtx| match decision(c) {
+        (RING, LL128, 0) => 200_000,
+        _ => autotune_cost(c),
+    };
+    let mut epochs = 0;
+    while !(phase(&s) == SETTLED && rounds(&s) == 2) {
+        epochs += 1;
+        assert!(epochs < 80, "class state {:?}", s.class(CLASS_1M));
+        one(&s.run_epoch(&|_| MIB, &contended));
+    }
+    assert_eq!(kept_and_home(&s), (6, 3), "Tree/LL128 kept, Ring/LL128 home");
+    // While the contention lasts, probes of home find it slow: Tree/LL128 stays.
+    let mut probes = 0;
+    for _ in 0..3 * PROBE_EVERY {
+        let d = one(&s.run_epoch(&|_| MIB, &contended));
+        probes += usize::from(phase(&s) == PROBING && d == (RING, LL128, 0));
+        assert_ne!(phase(&s), EXPLORING);
+    }
+    assert!(probes > 0, "home was probed");
+    assert_eq!(kept_and_home(&s), (6, 3));
+    // Over: back home within a probe period and a probe.
+    let (n, _) = autotune_until(&mut s, 1, PROBE_EVERY + 2 * (3 + D as usize) + 2, &|s| {
+        kept_and_home(s) == (3, 0xff) && phase(s) == SETTLED
+    });
+    assert!(n <= PROBE_EVERY + 2 * (3 + D as usize) + 2, "{n} epochs");
+    assert_eq!(rounds(&s), 2, "no third exploration");
+    assert_eq!(s.class(CLASS_1M)[2], 50_000, "the probe's median is the reference");
+}
+
+/// A runner-up that came within 1/8 of the kept choice is probed now and then and takes over
+/// when it turns out faster; one further behind is never probed.
+#[test]
+fn autotune_probes_a_close_runner_up_and_only_that() {
+    let settled = |s: &Sim| phase(s) == SETTLED;
+    // Default costs: Ring/LL128 (50 us) wins, Tree/LL128 is second at 70: not close, so
+    // nothing is probed in 3 probe periods.
+    let mut s = autotune(Tier::Jit);
+    autotune_until(&mut s, 1, 60, &settled);
+    assert_eq!(
+        (s.class(CLASS_1M)[1] >> 8) & 0xff,
+        0xff,
+        "no runner-up kept"
+    );
+    for _ in 0..3 * PROBE_EVERY {
+        assert_eq!(one(&s.run_epoch(&|_| MIB, &autotune_cost)), (RING, LL128, 0));
+    }
+    // Tree/Simple 80 us wins; Ring/Simple at 85 us is within 1/8, the runner-up.
+    let close = |c: &TunerCtx| match decision(c) {
+        (RING, LL128, 0) | (TREE, LL128, 0) => 200_000,
+        (RING, SIMPLE, 0) => 85_000,
+        _ => autotune_cost(c),
+    };
+    let mut s = autotune(Tier::Jit);
+    run_until(&mut s, &close, 60, &settled);
+    assert_eq!(kept_and_home(&s).0, 4, "Tree/Simple");
+    assert_eq!((s.class(CLASS_1M)[1] >> 8) & 0xff, 1, "Ring/Simple is the runner-up");
+    // Still slower when probed: Tree/Simple stays, and is kept between probes.
+    let (_, seen) = run_until(&mut s, &close, PROBE_EVERY + 3 + D as usize, &|s| {
+        phase(s) == PROBING
+    });
+    assert!(seen[..seen.len() - 1].iter().all(|&d| d == (TREE, SIMPLE, 0)));
+    run_until(&mut s, &close, 3 + D as usize, &settled);
+    assert_eq!(kept_and_home(&s).0, 4);
+    // Ring/Simple becomes faster (60 us): the next probe finds it and keeps it, and Tree/Simple
+    // becomes the runner-up.
+    let faster = |c: &TunerCtx| match decision(c) {
+        (RING, SIMPLE, 0) => 60_000,
+        _ => close(c),
+    };
+    let (n, _) = run_until(&mut s, &faster, PROBE_EVERY + 2 * (3 + D as usize), &|s| {
+        settled(s) && kept_and_home(s).0 == 1
+    });
+    assert!(n <= PROBE_EVERY + 2 * (3 + D as usize));
+    assert_eq!((s.class(CLASS_1M)[1] >> 8) & 0xff, 4);
+    assert_eq!(s.class(CLASS_1M)[2], 60_000);
+    assert_eq!(rounds(&s), 1, "no exploration");
 }
 
 #[test]
