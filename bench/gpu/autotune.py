@@ -9,7 +9,15 @@ Runs a plan of phases, one all_reduce size at a time, and checks every result on
                           (bf16, one buffer each), then one synchronize per token;
   contend:BYTES:A:B:C     A + B + C all_reduces as in size:, with a loopback flood (FLOOD_PAIRS
                           TCP streams through 127.0.0.1, each a sender and a receiver process)
-                          started by rank 0 after the first A and stopped after the next B.
+                          started by rank 0 after the first A and stopped after the next B;
+  isweep:BYTES:N:C1,C2..  the static sweep inside this job: for each candidate C (net_autotune's
+                          numbering: 1 Ring/Simple, 2 Ring/LL, 3 Ring/LL128, 4 Tree/Simple,
+                          5 Tree/LL, 6 Tree/LL128) N all_reduces as in size: on a communicator
+                          of its own that NCCL_ALGO/NCCL_PROTO restrict to that choice (set while
+                          NCCL creates it, at its first all_reduce, traced as iswarm<C>; NCCL reads
+                          both when it tunes a new communicator), traced as isweep<i>_<BYTES>_c<C>.
+                          The tuner runs there too, but with one usable table entry every
+                          candidate of net_autotune runs as NCCL's choice and is skipped.
 
 Phases are separated by ';' in PLAN. No other collective is issued (no barrier), so the k-th
 all_reduce of the run is the tuner's k-th decision (its sequence number), and NCCL's TUNING
@@ -41,6 +49,12 @@ import time
 # ----------------------------------------------------------------------------- the flood
 def flood_main(pairs, limit):
     stop_at = time.monotonic() + limit
+    # A rank pinned to its own cores (autotune.sh PIN=1) starts the flood: the flood competes
+    # for the network stack of the whole host, not for that rank's cores alone.
+    try:
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))
+    except OSError:
+        pass
     parent = os.getpid()
     owner = os.getppid()  # the rank that started it: the flood ends when it is gone
     lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -129,6 +143,8 @@ def parse_plan(text):
             phases.append(dict(kind=kind, bytes=nbytes, tokens=int(f[2]), per=int(f[3]) if len(f) > 3 else 160))
         elif kind == "contend":
             phases.append(dict(kind=kind, bytes=nbytes, a=int(f[2]), b=int(f[3]), c=int(f[4])))
+        elif kind == "isweep":
+            phases.append(dict(kind=kind, bytes=nbytes, n=int(f[2]), cands=[int(c) for c in f[3].split(",")]))
         else:
             raise SystemExit(f"unknown phase {item!r}")
         phases[-1]["name"] = f"{kind}{i}_{nbytes}"
@@ -193,6 +209,37 @@ def main():
             except FileNotFoundError:
                 pass
 
+    cand_env = {1: ("Ring", "Simple"), 2: ("Ring", "LL"), 3: ("Ring", "LL128"), 4: ("Tree", "Simple"),
+                5: ("Tree", "LL"), 6: ("Tree", "LL128")}
+    groups = {}
+
+    def group_for(c):
+        """Candidate c's communicator (made at its first use, traced as iswarm<c>)."""
+        nonlocal seq
+        if c in groups:
+            return groups[c]
+        saved = {k: os.environ.get(k) for k in ("NCCL_ALGO", "NCCL_PROTO")}
+        os.environ["NCCL_ALGO"], os.environ["NCCL_PROTO"] = cand_env[c]
+        try:
+            g = dist.new_group(list(range(world)))
+            warm = torch.ones(16, device=dev)
+            t0 = time.perf_counter()
+            dist.all_reduce(warm, group=g)  # NCCL creates the communicator here
+            torch.cuda.synchronize()
+            seq += 1
+            if trace:
+                trace.write(f"{seq} {seq} -1 iswarm{c} 64 {(time.perf_counter() - t0) * 1e6:.1f} 0\n")
+            if warm[0].item() != world:
+                raise SystemExit(f"iswarm{c}: wrong result {warm[0].item()}")
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        groups[c] = g
+        return g
+
     import gc
     try:
         for pi, ph in enumerate(plan):
@@ -201,7 +248,26 @@ def main():
             gc.disable()
             t_phase = time.perf_counter()
             acc = torch.zeros((), dtype=torch.int64, device=dev)
-            if ph["kind"] in ("size", "contend"):
+            if ph["kind"] == "isweep":
+                src, exp = inputs(ph["bytes"], torch.float32, -1000, 1000)
+                buf = torch.empty_like(src)
+                done = 0
+                for c in ph["cands"]:
+                    g = group_for(c)
+                    for i in range(ph["n"]):
+                        buf.copy_(src)
+                        torch.cuda.synchronize()
+                        t0 = time.perf_counter()
+                        dist.all_reduce(buf, group=g)
+                        torch.cuda.synchronize()
+                        us = (time.perf_counter() - t0) * 1e6
+                        seq += 1
+                        acc += (buf != exp).any()
+                        if trace:
+                            trace.write(f"{seq} {seq} {pi} {ph['name']}_c{c} {ph['bytes']} {us:.1f} 0\n")
+                    done += ph["n"]
+                hist = acc.reshape(1)
+            elif ph["kind"] in ("size", "contend"):
                 src, exp = inputs(ph["bytes"], torch.float32, -1000, 1000)
                 buf = torch.empty_like(src)
                 n = ph["n"] if ph["kind"] == "size" else ph["a"] + ph["b"] + ph["c"]

@@ -7,10 +7,14 @@
 #      2 Ring/LL, 3 Ring/LL128, 4 Tree/Simple, 5 Tree/LL, 6 Tree/LL128, 7 Ring/Simple on 2
 #      channels), forced with NCCL_ALGO / NCCL_PROTO (/ NCCL_MAX_NCHANNELS=2), no tuner policy;
 #      the same all_reduce sizes and decode pattern as below (SWEEP_PLAN);
-#   2. net_autotune (NCCL_BPF_POLICY=net_autotune.o, K=$K, D=$D): the sizes one at a time, each
-#      long enough to explore, settle and be measured, then a contention phase at CONTEND's size:
-#      before / during / after a loopback flood (FLOOD_PAIRS TCP streams through 127.0.0.1,
-#      started and stopped by rank 0 at fixed collectives) (AUTO_PLAN);
+#   2. net_autotune (NCCL_BPF_POLICY=net_autotune.o, K=$K, D=$D): the same job's own static sweep
+#      first (ISWEEP: each of ISWEEP_CANDS on a communicator of its own that NCCL_ALGO/NCCL_PROTO
+#      restrict to it, autotune.py isweep), then the sizes one at a time, each long enough to
+#      explore, settle and be measured, then a contention phase at CONTEND's size: before /
+#      during / after a loopback flood (FLOOD_PAIRS TCP streams through 127.0.0.1, started and
+#      stopped by rank 0 at fixed collectives), then the sweep again (AUTO_PLAN). The sweep in
+#      the same process is what the criterion compares with: separate processes differ by tens
+#      of percent here (step 1 shows it);
 #   3. net_autotune on the decode pattern (160 back-to-back all_reduces, one sync per token) with
 #      K=$KDEC, so that an epoch is one token (DEC_PLAN);
 #   4. the best static choice of step 1 at CONTEND's size through the same flood (CONTEND_STATIC).
@@ -70,8 +74,15 @@ LL128=${LL128:-1}
 ROUNDS=${ROUNDS:-1}
 NOOP_AGREE=${NOOP_AGREE:-0}
 REFRESH=${REFRESH:-job}
+# PIN=1: rank r of n runs on cores [r c, (r + 1) c) with c = cpus / n (taskset), as a user may
+# bind ranks. Off by default: on the H200 machine (16 cores) it made separate processes differ
+# more, not less (2 ranks, one setting: 476 against 788 µs at 1 MiB in two rounds of one run).
+PIN=${PIN:-0}
+command -v taskset >/dev/null || PIN=0
 SWEEP_PLAN=${SWEEP_PLAN:-size:65536:300;size:1048576:200;size:16777216:40;decode:262144:12}
-AUTO_PLAN=${AUTO_PLAN:-size:65536:1792;size:1048576:1792;size:16777216:1792;contend:$CONTEND}
+ISWEEP_CANDS=${ISWEEP_CANDS:-1,2,4,5}
+ISWEEP=${ISWEEP:-isweep:65536:300:$ISWEEP_CANDS;isweep:1048576:200:$ISWEEP_CANDS;isweep:16777216:40:$ISWEEP_CANDS}
+AUTO_PLAN=${AUTO_PLAN:-$ISWEEP;size:65536:1792;size:1048576:1792;size:16777216:1792;contend:$CONTEND;$ISWEEP}
 DEC_PLAN=${DEC_PLAN:-decode:262144:60}
 # The report's windows: the last MEASURE all_reduces of each net_autotune size phase, the last
 # MEASURE_TOKENS tokens of its decode phase, the last SWEEP_FRACTION of each static phase.
@@ -110,7 +121,7 @@ trap finish EXIT
   "$CLI" --version
   nproc | sed 's/^/cpus /'
   echo "K=$K D=$D KDEC=$KDEC LEARN=$LEARN MEASURE=$MEASURE MEASURE_TOKENS=$MEASURE_TOKENS SWEEP_FRACTION=$SWEEP_FRACTION"
-  echo "FLOOD_PAIRS=$FLOOD_PAIRS CANDS=$CANDS RANKS=$RANKS DEADLINE=$DEADLINE LL128=$LL128 ROUNDS=$ROUNDS NOOP_AGREE=$NOOP_AGREE"
+  echo "FLOOD_PAIRS=$FLOOD_PAIRS CANDS=$CANDS RANKS=$RANKS DEADLINE=$DEADLINE LL128=$LL128 ROUNDS=$ROUNDS NOOP_AGREE=$NOOP_AGREE PIN=$PIN"
   echo "SWEEP_PLAN=$SWEEP_PLAN"
   echo "AUTO_PLAN=$AUTO_PLAN"
   echo "DEC_PLAN=$DEC_PLAN"
@@ -143,6 +154,13 @@ all_hold() { # label n: every rank printed HOLDING, or some rank already exited
   done
 }
 
+pin_cmd() { # rank n: the taskset prefix for rank `rank` of n (nothing with PIN=0)
+  [ "$PIN" = 1 ] || return 0
+  local c=$(($(nproc) / $2))
+  [ "$c" -ge 1 ] || return 0
+  echo taskset -c $(($1 * c))-$((($1 + 1) * c - 1))
+}
+
 port=30100
 # job LABEL N TIMEOUT EST HOLD PLAN [VAR=VALUE ...]: N ranks of autotune.py; EST is about how long
 # it takes (skipped if it would end past DEADLINE); HOLD=1: hold at the end for the CLI.
@@ -165,7 +183,7 @@ job() {
         NCCL_HOSTID=host$r NCCL_SOCKET_IFNAME=lo NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
         NVSHMEM_DISABLE_NVLS=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,TUNING PYTHONUNBUFFERED=1 \
         NCCL_NET_PLUGIN=$LIB NCCL_NET=BPF NCCL_TUNER_PLUGIN=$LIB \
-        timeout -k 5 "$tmo" python3 bench/gpu/autotune.py "$label" >"$W/$label-n$n-r$r.log" 2>&1
+        $(pin_cmd "$r" "$n") timeout -k 5 "$tmo" python3 bench/gpu/autotune.py "$label" >"$W/$label-n$n-r$r.log" 2>&1
       echo $? >"$W/$label-n$n-r$r.rc"
     ) &
   done
@@ -219,7 +237,7 @@ for round in $(seq 1 "$ROUNDS"); do
       job "noopagree$sfx" "$n" "$T_STATIC" $((6 + 2 * n)) 0 "$SWEEP_PLAN" NCCL_BPF_POLICY="$B/noop.o" NCCL_BPF_AGREEMENT=on \
         NCCL_BPF_AGREEMENT_EPOCH="$K" NCCL_BPF_AGREEMENT_DELAY="$D" NCCL_BPF_AGREEMENT_TIMEOUT=30
     fi
-    job "auto$sfx" "$n" "$T_AUTO" $((14 + 8 * n)) 1 "$AUTO_PLAN" NCCL_BPF_POLICY="$POLICY" \
+    job "auto$sfx" "$n" "$T_AUTO" $((24 + 12 * n)) 1 "$AUTO_PLAN" NCCL_BPF_POLICY="$POLICY" \
       NCCL_BPF_AGREEMENT_EPOCH="$K" NCCL_BPF_AGREEMENT_DELAY="$D" NCCL_BPF_AGREEMENT_TIMEOUT=30
     job "autodec$sfx" "$n" "$T_STATIC" $((5 + 2 * n)) 1 "$DEC_PLAN" NCCL_BPF_POLICY="$POLICY" \
       NCCL_BPF_AGREEMENT_EPOCH="$KDEC" NCCL_BPF_AGREEMENT_DELAY="$D" NCCL_BPF_AGREEMENT_TIMEOUT=30
