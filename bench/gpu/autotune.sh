@@ -12,7 +12,8 @@
 #      restrict to it, autotune.py isweep), then the sizes one at a time, each long enough to
 #      explore, settle and be measured, then a contention phase at CONTEND's size: before /
 #      during / after a loopback flood (FLOOD_PAIRS TCP streams through 127.0.0.1, started and
-#      stopped by rank 0 at fixed collectives), then the sweep again (AUTO_PLAN). The sweep in
+#      stopped by rank 0 at fixed collectives); the sweep runs again before that phase, so both
+#      sweeps bracket the size phases and neither follows the flood (AUTO_PLAN). The sweep in
 #      the same process is what the criterion compares with: separate processes differ by tens
 #      of percent here (step 1 shows it);
 #   3. net_autotune on the decode pattern (160 back-to-back all_reduces, one sync per token) with
@@ -82,7 +83,7 @@ command -v taskset >/dev/null || PIN=0
 SWEEP_PLAN=${SWEEP_PLAN:-size:65536:300;size:1048576:200;size:16777216:40;decode:262144:12}
 ISWEEP_CANDS=${ISWEEP_CANDS:-1,2,4,5}
 ISWEEP=${ISWEEP:-isweep:65536:300:$ISWEEP_CANDS;isweep:1048576:200:$ISWEEP_CANDS;isweep:16777216:40:$ISWEEP_CANDS}
-AUTO_PLAN=${AUTO_PLAN:-$ISWEEP;size:65536:1792;size:1048576:1792;size:16777216:1792;contend:$CONTEND;$ISWEEP}
+AUTO_PLAN=${AUTO_PLAN:-$ISWEEP;size:65536:1792;size:1048576:1792;size:16777216:1792;$ISWEEP;contend:$CONTEND}
 DEC_PLAN=${DEC_PLAN:-decode:262144:60}
 # The report's windows: the last MEASURE all_reduces of each net_autotune size phase, the last
 # MEASURE_TOKENS tokens of its decode phase, the last SWEEP_FRACTION of each static phase.

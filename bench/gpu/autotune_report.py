@@ -438,12 +438,15 @@ def report(w, outdir):
                 flood = run.flood[0] if run.flood else None
                 rec = c["after"]["settled"] <= TOL * c["before"]["settled"]
                 rounds = run.state.get(size_class(b), {}).get("rounds") if "error" not in run.state else None
-                adapted = (rounds or 0) >= 2 if rounds is not None else len(c["during"]["runs"]) > 1
+                # Explored again during the flood: three or more choices ran (a probe adds one).
+                # Not from the state map: with the sweep's communicators in the job, the map shows
+                # whichever communicator's view was installed last.
+                adapted = len({ch for ch, _ in c["during"]["runs"]}) >= 3
                 # net_autotune explores again when its choice runs 3/2 of its reference for three
                 # epochs: a flood that never slows it that much leaves nothing to adapt to.
                 hurt = c["during"]["med"] / c["before"]["settled"]
                 verdicts.append((V(f"{n} ranks, round {rnd}, flood at {fmt_bytes(b)}: during / before {fnum(hurt, 3)}, explorations of its class "
-                                   f"{rounds if rounds is not None else '?'} (≥ 2: re-explored; needed when during / before > 1.5), "
+                                   f"{rounds if rounds is not None else '?'} by the state map, {'re-explored' if adapted else 'not re-explored'} by the choices that ran (needed when during / before > 1.5), "
                                    f"after / before (settled) {fnum(c['after']['settled'] / c['before']['settled'], 3)} ≤ {TOL:.2f}"),
                                  (adapted or hurt <= 1.5) and rec, sfx))
                 cont_rows.append((n, b, who, rnd, c, flood, rounds))
