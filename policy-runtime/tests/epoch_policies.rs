@@ -509,7 +509,11 @@ fn autotune_comes_back_home_when_contention_ends() {
         assert!(epochs < 80, "class state {:?}", s.class(CLASS_1M));
         one(&s.run_epoch(&|_| MIB, &contended));
     }
-    assert_eq!(kept_and_home(&s), (6, 3), "Tree/LL128 kept, Ring/LL128 home");
+    assert_eq!(
+        kept_and_home(&s),
+        (6, 3),
+        "Tree/LL128 kept, Ring/LL128 home"
+    );
     // While the contention lasts, probes of home find it slow: Tree/LL128 stays.
     let mut probes = 0;
     for _ in 0..3 * PROBE_EVERY {
@@ -525,7 +529,11 @@ fn autotune_comes_back_home_when_contention_ends() {
     });
     assert!(n <= PROBE_EVERY + 2 * (3 + D as usize) + 2, "{n} epochs");
     assert_eq!(rounds(&s), 2, "no third exploration");
-    assert_eq!(s.class(CLASS_1M)[2], 50_000, "the probe's median is the reference");
+    assert_eq!(
+        s.class(CLASS_1M)[2],
+        50_000,
+        "the probe's median is the reference"
+    );
 }
 
 /// A runner-up that came within 1/8 of the kept choice is probed now and then and takes over
@@ -543,7 +551,10 @@ fn autotune_probes_a_close_runner_up_and_only_that() {
         "no runner-up kept"
     );
     for _ in 0..3 * PROBE_EVERY {
-        assert_eq!(one(&s.run_epoch(&|_| MIB, &autotune_cost)), (RING, LL128, 0));
+        assert_eq!(
+            one(&s.run_epoch(&|_| MIB, &autotune_cost)),
+            (RING, LL128, 0)
+        );
     }
     // Tree/Simple 80 us wins; Ring/Simple at 85 us is within 1/8, the runner-up.
     let close = |c: &TunerCtx| match decision(c) {
@@ -554,12 +565,20 @@ fn autotune_probes_a_close_runner_up_and_only_that() {
     let mut s = autotune(Tier::Jit);
     run_until(&mut s, &close, 60, &settled);
     assert_eq!(kept_and_home(&s).0, 4, "Tree/Simple");
-    assert_eq!((s.class(CLASS_1M)[1] >> 8) & 0xff, 1, "Ring/Simple is the runner-up");
+    assert_eq!(
+        (s.class(CLASS_1M)[1] >> 8) & 0xff,
+        1,
+        "Ring/Simple is the runner-up"
+    );
     // Still slower when probed: Tree/Simple stays, and is kept between probes.
     let (_, seen) = run_until(&mut s, &close, PROBE_EVERY + 3 + D as usize, &|s| {
         phase(s) == PROBING
     });
-    assert!(seen[..seen.len() - 1].iter().all(|&d| d == (TREE, SIMPLE, 0)));
+    assert!(
+        seen[..seen.len() - 1]
+            .iter()
+            .all(|&d| d == (TREE, SIMPLE, 0))
+    );
     run_until(&mut s, &close, 3 + D as usize, &settled);
     assert_eq!(kept_and_home(&s).0, 4);
     // Ring/Simple becomes faster (60 us): the next probe finds it and keeps it, and Tree/Simple

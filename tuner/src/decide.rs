@@ -100,7 +100,10 @@ pub fn policy_ctx(c: &Collective) -> TunerCtx {
 /// the first smallest usable entry (NCCL's loop). NCCL computes the table from values it
 /// makes the same on every rank (docs/nccl-collective-facts.md §2.5), as its own choice, the
 /// minimum, must be: a decision may depend on them.
-#[inline]
+///
+/// Kept out of line: the common program reads none of these, and the loop inlined into the
+/// decision path cost it about 1.5 ns (scripts/tuner-bench.sh, size_aware).
+#[inline(never)]
 pub fn fill_table(ctx: &mut TunerCtx, table: &[f32], num_algo: usize, num_proto: usize) {
     let mut usable = 0u32;
     let mut best: Option<(usize, f32)> = None;
