@@ -269,29 +269,23 @@ impl Policy {
 /// Decisions by (algo, proto, applied), for the summary at finalize: one counter per
 /// combination NCCL knows (algorithms and protocols from `-1`, "NCCL's choice", up to
 /// `NUM_ALGORITHMS` and `NUM_PROTOCOLS`), and one per `applied` for any other value a policy
-/// returns (the summary then says "algo/proto out of range" instead of the values).
-///
-/// Two sets of counters: the holder of the context's `busy` flag, the single writer there,
-/// counts with a plain load and store (`add_held`); a caller that found the flag taken counts
-/// in the other set with an atomic increment (`add`). No call's count is lost (a locked
-/// increment per call cost about 5 ns here, a fifth of the policy path), and the summary adds
-/// both at finalize, after NCCL's last call on the context.
+/// returns (the summary then says "algo/proto out of range" instead of the values). Relaxed
+/// increments: no call's count is lost, and the summary reads them at finalize, after NCCL's
+/// last call on the context.
 struct Counts {
-    held: [AtomicU64; BUCKETS],
-    shared: [AtomicU64; BUCKETS],
+    known: [AtomicU64; KNOWN_BUCKETS],
+    other: [AtomicU64; 2],
 }
 
 const ALGO_VALUES: usize = NUM_ALGORITHMS + 1;
 const PROTO_VALUES: usize = NUM_PROTOCOLS + 1;
 const KNOWN_BUCKETS: usize = ALGO_VALUES * PROTO_VALUES * 2;
-/// The known buckets, then "out of range" not applied and applied.
-const BUCKETS: usize = KNOWN_BUCKETS + 2;
 
 impl Counts {
     fn new() -> Counts {
         Counts {
-            held: std::array::from_fn(|_| AtomicU64::new(0)),
-            shared: std::array::from_fn(|_| AtomicU64::new(0)),
+            known: std::array::from_fn(|_| AtomicU64::new(0)),
+            other: [AtomicU64::new(0), AtomicU64::new(0)],
         }
     }
 
@@ -301,47 +295,26 @@ impl Counts {
     }
 
     #[inline]
-    fn bucket(d: &Decision) -> usize {
-        match (
+    fn add(&self, d: &Decision) {
+        let c = match (
             Self::index(d.algo, ALGO_VALUES),
             Self::index(d.proto, PROTO_VALUES),
         ) {
-            (Some(a), Some(p)) => (a * PROTO_VALUES + p) * 2 + d.applied as usize,
-            _ => KNOWN_BUCKETS + d.applied as usize,
-        }
-    }
-
-    /// Counts `d` from any thread.
-    #[inline]
-    fn add(&self, d: &Decision) {
-        self.shared[Self::bucket(d)].fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Counts `d` for the holder of `busy` (the only writer of `held`).
-    #[inline]
-    fn add_held(&self, d: &Decision) {
-        let c = &self.held[Self::bucket(d)];
-        c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-    }
-
-    fn count(&self, i: usize) -> u64 {
-        self.held[i].load(Ordering::Relaxed) + self.shared[i].load(Ordering::Relaxed)
+            (Some(a), Some(p)) => &self.known[(a * PROTO_VALUES + p) * 2 + d.applied as usize],
+            _ => &self.other[d.applied as usize],
+        };
+        c.fetch_add(1, Ordering::Relaxed);
     }
 
     /// `(algo, proto, applied, count)` of every non-zero known bucket, in (algo, proto,
     /// applied) order.
     fn known(&self) -> impl Iterator<Item = (i32, i32, bool, u64)> + '_ {
-        (0..KNOWN_BUCKETS).filter_map(|i| {
-            let n = self.count(i);
+        self.known.iter().enumerate().filter_map(|(i, n)| {
+            let n = n.load(Ordering::Relaxed);
             let (ap, applied) = (i / 2, i % 2 == 1);
             let (a, p) = (ap / PROTO_VALUES, ap % PROTO_VALUES);
             (n > 0).then_some((a as i32 - 1, p as i32 - 1, applied, n))
         })
-    }
-
-    /// Out-of-range decisions, (not applied, applied).
-    fn out_of_range(&self) -> [u64; 2] {
-        [self.count(KNOWN_BUCKETS), self.count(KNOWN_BUCKETS + 1)]
     }
 }
 
@@ -560,14 +533,11 @@ impl TunerContext {
                 applied: false,
             },
         };
-        // Counted and sequenced while `busy` is still held (the single writer), then let go.
+        self.counts.add(&d);
+        // Sequenced while `busy` is still held (the single writer), then let go.
         let seq = match owner {
-            Some((_held, next)) => {
-                self.counts.add_held(&d);
-                Some(self.sequence.record_at(next, coll.0, n_bytes as u64, &d))
-            }
+            Some((_held, next)) => Some(self.sequence.record_at(next, coll.0, n_bytes as u64, &d)),
             None => {
-                self.counts.add(&d);
                 self.sequence.unsequenced();
                 None
             }
@@ -658,7 +628,11 @@ impl TunerContext {
             .known()
             .map(|(a, p, ok, n)| line(format!("algo {a} proto {p}"), ok, n))
             .collect();
-        for (ok, n) in [false, true].into_iter().zip(self.counts.out_of_range()) {
+        for (ok, c) in [
+            (false, &self.counts.other[0]),
+            (true, &self.counts.other[1]),
+        ] {
+            let n = c.load(Ordering::Relaxed);
             if n > 0 {
                 parts.push(line("algo/proto out of range".into(), ok, n));
             }
@@ -1151,14 +1125,8 @@ mod tests {
         }
         // Out of order on purpose: the summary sorts as the map did.
         all.reverse();
-        // Half counted as a caller outside `busy` would, half as its holder: the summary adds
-        // both sets.
-        for (i, x) in all.iter().enumerate() {
-            if i % 2 == 0 {
-                c.counts.add(x);
-            } else {
-                c.counts.add_held(x);
-            }
+        for x in &all {
+            c.counts.add(x);
         }
         assert_eq!(c.summary(), reference_summary(0xabc, &all));
 
