@@ -341,6 +341,14 @@ pub fn render(dir: &Path, pids: Option<&[u32]>, opts: &Options) -> String {
                     }
                 }
             }
+            // A live process that registered nothing yet (the in-process endpoint before the
+            // first connection): read, with nothing in it.
+            Err(err)
+                if err.kind() == std::io::ErrorKind::NotFound && shared_maps::pid_alive(pid) =>
+            {
+                ok += 1;
+                e.add(PROC_UP, Kind::Gauge, "", base, 1u64);
+            }
             Err(_) => {
                 bad += 1;
                 e.add(PROC_UP, Kind::Gauge, "", base, 0u64);
@@ -644,7 +652,15 @@ mod tests {
             assert!(text.contains(&format!("# TYPE {n} ")), "{n}: {text}");
         }
         assert!(text.contains("state=\"read\"} 0\n"));
-        // A pid that is gone is unreadable.
+        // A live process with nothing registered is read (nothing in it); one that is gone is
+        // unreadable.
+        let me = std::process::id();
+        let nothing = render(&dir, Some(&[me]), &Options::default());
+        assert!(
+            nothing.contains(&format!("ncclbpf_process_readable{{pid=\"{me}\"")),
+            "{nothing}"
+        );
+        assert!(nothing.contains("state=\"read\"} 1\n"), "{nothing}");
         let gone = render(&dir, Some(&[999_999_999]), &Options::default());
         assert!(
             gone.contains("ncclbpf_process_readable{pid=\"999999999\""),

@@ -12,14 +12,15 @@
 //!   endpoint stopping at the last `finalize`.
 //!
 //! Every scrape passes `promtool check metrics` when promtool is installed (CI installs
-//! Debian's `prometheus` package; locally the check is skipped with a message).
+//! Debian's `prometheus` package and sets `NCCLBPF_REQUIRE_PROMTOOL`, which makes a missing
+//! promtool a failure; locally the check is skipped with a message).
 //!
 //! Needs the plugin (`scripts/build.sh`, or `$NCCLBPF_PLUGIN`) and the command (`cargo build
 //! --release -p ncclbpf-cli`, or `$NCCLBPF_CLI`).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{Receiver, channel};
@@ -87,6 +88,12 @@ impl Proc {
         let f: Vec<&str> = l.split(' ').collect();
         assert!(f.len() == 3 && f[0] == "moved", "pid {}: {l}", self.pid);
         (f[1].parse().unwrap(), f[2].parse().unwrap())
+    }
+
+    fn say(&mut self, line: &str) {
+        let s = self.stdin.as_mut().unwrap();
+        writeln!(s, "{line}").unwrap();
+        s.flush().unwrap();
     }
 
     fn signal(&self, sig: i32) {
@@ -180,6 +187,10 @@ fn promtool(text: &str) {
         .stderr(Stdio::piped())
         .spawn()
     else {
+        assert!(
+            std::env::var_os("NCCLBPF_REQUIRE_PROMTOOL").is_none(),
+            "NCCLBPF_REQUIRE_PROMTOOL is set and promtool cannot be run"
+        );
         println!(
             "promtool not installed: exposition not checked (CI installs it: apt-get install prometheus)"
         );
@@ -406,5 +417,160 @@ fn the_exporter_counts_what_the_job_moved_and_answers_while_a_rank_is_frozen() {
         .unwrap_err();
     assert!(matches!(e, ureq::Error::StatusCode(404)), "{e}");
     drop(exp);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The address a process wrote to `<shm>/<pid>.metrics` (port 0).
+fn port_file(shm: &Path, pid: u32) -> SocketAddr {
+    let p = shm.join(format!("{pid}.metrics"));
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&p).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "owner-only");
+    text.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{text:?}: {e}"))
+}
+
+/// A port that was free a moment ago.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn each_rank_serves_its_own_metrics() {
+    let dir = scratch("inproc");
+    let shm = dir.join("shm");
+    // The receiver: port 0, the chosen port in the registry. The sender: a base port plus
+    // LOCAL_RANK (1).
+    let port = free_port();
+    let base = (port - 1).to_string();
+    let recv = rank(
+        "recv",
+        &dir,
+        &shm,
+        &[("NCCL_BPF_METRICS_ADDR", "127.0.0.1:0")],
+    );
+    let send = rank(
+        "send",
+        &dir,
+        &shm,
+        &[("NCCL_BPF_METRICS_ADDR", &base), ("LOCAL_RANK", "1")],
+    );
+    let (sent, msgs) = send.moved();
+    let (got, _) = recv.moved();
+    recv.expect("waiting");
+    let raddr = port_file(&shm, recv.pid);
+    assert!(raddr.ip().is_loopback() && raddr.port() != 0, "{raddr}");
+    let saddr = port_file(&shm, send.pid);
+    assert_eq!(
+        saddr,
+        SocketAddr::from(([127, 0, 0, 1], port)),
+        "port + LOCAL_RANK"
+    );
+
+    let (sp, rp) = (send.pid.to_string(), recv.pid.to_string());
+    let r = scrape(raddr);
+    assert_eq!(
+        one(&r, "nccl_net_received_bytes_total", &[("pid", &rp)]).1,
+        got as f64
+    );
+    assert_eq!(
+        one(&r, "nccl_net_inflight_requests", &[("pid", &rp)]).1,
+        1.0
+    );
+    assert!(!has_pid(&r, send.pid), "only its own process: {r}");
+    let s = scrape(saddr);
+    assert_eq!(
+        one(&s, "nccl_net_sent_bytes_total", &[("pid", &sp)]).1,
+        sent as f64
+    );
+    assert_eq!(
+        one(&s, "nccl_net_send_ops_total", &[("pid", &sp)]).1,
+        msgs as f64
+    );
+    assert!(!has_pid(&s, recv.pid), "{s}");
+    // The exporter serves the same numbers for both.
+    let mut c = Command::new(ncclbpf_harness::cli_path());
+    let out = c
+        .args(["exporter", "--once"])
+        .env("NCCL_BPF_SHM_DIR", &shm)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let all = String::from_utf8(out.stdout).unwrap();
+    promtool(&all);
+    assert_eq!(
+        one(&all, "nccl_net_sent_bytes_total", &[("pid", &sp)]).1,
+        sent as f64
+    );
+    assert_eq!(
+        one(&all, "nccl_net_received_bytes_total", &[("pid", &rp)]).1,
+        got as f64
+    );
+    drop(send);
+    drop(recv);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_endpoint_stops_at_the_last_finalize() {
+    let dir = scratch("finalize");
+    let shm = dir.join("shm");
+    let mut c = Command::new(BIN);
+    c.arg("finalize")
+        .env("NCCL_BPF_SHM_DIR", &shm)
+        .env("NCCL_SOCKET_IFNAME", "lo")
+        .env("NCCL_BPF_METRICS_ADDR", ":0")
+        .env_remove("LOCAL_RANK");
+    let mut p = Proc::start(c);
+    p.expect("up");
+    let addr = port_file(&shm, p.pid);
+    let text = scrape(addr);
+    let (_, up) = one(
+        &text,
+        "ncclbpf_process_readable",
+        &[("pid", &p.pid.to_string())],
+    );
+    assert_eq!(up, 1.0);
+    p.say("finalize");
+    p.expect("finalized");
+    assert!(
+        TcpStream::connect(addr).is_err(),
+        "still listening on {addr}"
+    );
+    assert!(
+        !shm.join(format!("{}.metrics", p.pid)).exists(),
+        "port file left"
+    );
+    assert!(p.finish().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_bad_address_is_a_warning_and_the_job_goes_on() {
+    let dir = scratch("bad");
+    let out = Command::new(env!("CARGO_BIN_EXE_harness-rank"))
+        .arg("probe")
+        .env("NCCL_BPF_SHM_DIR", dir.join("shm"))
+        .env("NCCL_SOCKET_IFNAME", "lo")
+        .env("NCCL_BPF_METRICS_ADDR", "no-such-host.invalid:x")
+        .env_remove("NCCL_BPF_POLICY")
+        .env_remove("NCCL_BPF_NET_POLICY")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("transfer ok"), "{text}");
+    let warn: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("NCCL_BPF_METRICS_ADDR=\"no-such-host.invalid:x\""))
+        .collect();
+    assert_eq!(warn.len(), 1, "one warning: {text}");
+    assert!(warn[0].contains("no metrics endpoint"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
