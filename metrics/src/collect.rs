@@ -41,7 +41,7 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 pub const DEFAULT_MAP_ENTRIES: usize = 64;
 /// Words (of 8 or 4 bytes) of a map value exported; longer values are left out (counted as
 /// dropped).
-pub const MAX_VALUE_WORDS: usize = 16;
+pub const MAX_VALUE_WORDS: usize = 32;
 
 impl Default for Options {
     fn default() -> Options {
@@ -176,6 +176,8 @@ const ERRORS: &str = "nccl_net_errors_total";
 const CONNECTIONS: &str = "nccl_net_connections";
 const CAPACITY: &str = "ncclbpf_conn_table_capacity";
 const RUNS: &str = "ncclbpf_policy_runs_total";
+const RELOADS: &str = "ncclbpf_policy_reloads_total";
+const DURATION_HIST: &str = "nccl_net_op_duration_seconds";
 const CONTEXTS: &str = "ncclbpf_tuner_contexts";
 const MAP_VALUE: &str = "ncclbpf_map_value";
 const MAP_ENTRIES: &str = "ncclbpf_map_entries";
@@ -191,7 +193,7 @@ fn declare(e: &mut Exposition) {
     }
 }
 
-const FAMILIES: [(&str, Kind, &str); 20] = [
+const FAMILIES: [(&str, Kind, &str); 22] = [
     (
         SENT,
         Kind::Counter,
@@ -256,6 +258,16 @@ const FAMILIES: [(&str, Kind, &str); 20] = [
         CONTEXTS,
         Kind::Gauge,
         "Tuner contexts of a process with a decision record, by state.",
+    ),
+    (
+        RELOADS,
+        Kind::Counter,
+        "Policy reloads a process answered (ncclbpf reload, also staged), by result.",
+    ),
+    (
+        DURATION_HIST,
+        Kind::Histogram,
+        "Post to completion of each request of a connection, from the net_stats policy's log2 histogram (only while a policy with it is loaded; no _sum: the policy keeps none).",
     ),
     (
         MAP_VALUE,
@@ -325,6 +337,12 @@ pub fn render(dir: &Path, pids: Option<&[u32]>, opts: &Options) -> String {
                             conns: t.snapshot(),
                         };
                         dropped += conn_metrics(&mut e, &base, &conns, &mut budget);
+                        let (ok, failed) = t.reloads();
+                        for (r, n) in [("ok", ok), ("failed", failed)] {
+                            let mut l = base.clone();
+                            l.push(("result", r.into()));
+                            e.add(RELOADS, Kind::Counter, "", l, n);
+                        }
                     }
                     Ok(None) => {}
                     // A layout this build does not know: the process is listed, unread.
@@ -333,7 +351,12 @@ pub fn render(dir: &Path, pids: Option<&[u32]>, opts: &Options) -> String {
                 for v in &views {
                     if v.name == DECISIONS_MAP {
                         decision_metrics(&mut e, &base, v);
-                    } else if v.name != conn_table::TABLE_NAME
+                        continue;
+                    }
+                    if v.name == NET_STATS_MAP {
+                        duration_metrics(&mut e, &base, v, opts.max_connections);
+                    }
+                    if v.name != conn_table::TABLE_NAME
                         && !v.name.starts_with(shared_maps::RUNTIME_PREFIX)
                         && !v.name.ends_with(".rodata")
                     {
@@ -488,6 +511,48 @@ fn decision_metrics(e: &mut Exposition, base: &Labels, v: &MapView) {
     }
 }
 
+/// The shipped `net_stats` policy's per-connection map (`policies/src/net_stats.c`): key the
+/// connection id, value send/recv bytes, sends, recvs, errors, then 16 completions counted by
+/// log2 of the latency in microseconds (bucket 0: under 2 µs; bucket b: [2^b, 2^(b+1)) µs;
+/// bucket 15 open-ended). Recognized by name and shape.
+const NET_STATS_MAP: &str = "net_conn_stats";
+const NET_STATS_WORDS: usize = 5 + 16;
+
+/// `nccl_net_op_duration_seconds` per connection from `net_conn_stats`, for up to `limit`
+/// connections.
+fn duration_metrics(e: &mut Exposition, base: &Labels, v: &MapView, limit: usize) {
+    let s = &v.spec;
+    if s.kind != MapType::Hash || s.key_size != 8 || s.value_size as usize != NET_STATS_WORDS * 8 {
+        return;
+    }
+    for (k, vals) in v.entries().into_iter().take(limit) {
+        let (Some(k), Some(w)) = (words(&k), summed(&vals)) else {
+            continue;
+        };
+        let hist = &w[5..NET_STATS_WORDS];
+        let total: u64 = hist.iter().sum();
+        if total == 0 {
+            continue;
+        }
+        let mut l = base.clone();
+        l.push(("conn", hex(k[0])));
+        let mut cum = 0u64;
+        for (b, n) in hist.iter().enumerate() {
+            cum += n;
+            let le = if b + 1 == hist.len() {
+                "+Inf".to_string()
+            } else {
+                // Upper bound of bucket b: 2^(b+1) µs.
+                format!("{}", (1u64 << (b + 1)) as f64 * 1e-6)
+            };
+            let mut bl = l.clone();
+            bl.push(("le", le));
+            e.add_part(DURATION_HIST, "_bucket", Kind::Histogram, "", bl, cum);
+        }
+        e.add_part(DURATION_HIST, "_count", Kind::Histogram, "", l, total);
+    }
+}
+
 /// A policy map: its first `limit` non-zero entries, one sample per word of the value.
 fn map_metrics(e: &mut Exposition, base: &Labels, v: &MapView, limit: usize) {
     let mut nonzero = 0u64;
@@ -585,6 +650,30 @@ mod tests {
             let v = [u64::from(k) + 1, 7].map(u64::to_le_bytes).concat();
             m.update(&k.to_le_bytes(), &v, 0).unwrap();
         }
+        // The net_stats policy's per-connection map: 3 completions under 2 µs, 1 in
+        // [8, 16) µs, 2 open-ended.
+        let ns = r
+            .shared(
+                &MapSpec {
+                    name: NET_STATS_MAP.into(),
+                    kind: MapType::Hash,
+                    key_size: 8,
+                    value_size: (NET_STATS_WORDS * 8) as u32,
+                    max_entries: 16,
+                },
+                "net_stats",
+            )
+            .unwrap();
+        let mut w = [0u64; NET_STATS_WORDS];
+        w[0] = 4096;
+        w[5] = 3;
+        w[5 + 3] = 1;
+        w[5 + 15] = 2;
+        ns.update(&0x42u64.to_le_bytes(), &w.map(u64::to_le_bytes).concat(), 0)
+            .unwrap();
+        t.count_reload(true);
+        t.count_reload(false);
+        t.count_reload(false);
         let pid = std::process::id();
         let opts = Options {
             max_connections: 10,
@@ -625,6 +714,24 @@ mod tests {
         assert!(sample(&text, MAP_DROPPED, &["map=\"counts\""])[0].ends_with(" 95"));
         assert!(sample(&text, MAP_ENTRIES, &["map=\"counts\""])[0].ends_with(" 100"));
         assert!(text.contains("ncclbpf_exporter_processes{host=\"h\\\"1\",state=\"read\"} 1\n"));
+        // The histogram: cumulative buckets, +Inf and _count the total.
+        let b = |le: &str| {
+            let l: Vec<&str> = text
+                .lines()
+                .filter(|l| {
+                    l.starts_with("nccl_net_op_duration_seconds_bucket{")
+                        && l.contains(&format!("le=\"{le}\""))
+                })
+                .collect();
+            assert_eq!(l.len(), 1, "{le}: {text}");
+            l[0].rsplit(' ').next().unwrap().parse::<u64>().unwrap()
+        };
+        assert_eq!((b("0.000002"), b("0.000008"), b("0.000016")), (3, 3, 4));
+        assert_eq!((b("0.032768"), b("+Inf")), (4, 6));
+        assert!(text.contains("conn=\"0x0000000000000042\"} 6\n"), "{text}");
+        assert!(sample(&text, RELOADS, &["result=\"ok\""])[0].ends_with(" 1"));
+        assert!(sample(&text, RELOADS, &["result=\"failed\""])[0].ends_with(" 2"));
+        promtool(&text);
         // The table itself is not a policy map.
         assert!(!text.contains("map=\"ncclbpf_conns\""), "{text}");
 
@@ -644,10 +751,34 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// `promtool check metrics` when installed (tests/tests/metrics.rs requires it in CI).
+    fn promtool(text: &str) {
+        use std::io::Write;
+        let Ok(mut c) = std::process::Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+        else {
+            println!("promtool not installed: not checked");
+            return;
+        };
+        c.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+        let out = c.wait_with_output().unwrap();
+        let msg = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && msg.trim().is_empty(),
+            "{msg}\n{text}"
+        );
+    }
+
     #[test]
     fn an_empty_registry_lists_every_family() {
         let dir = scratch("empty");
         let text = render(&dir, None, &Options::default());
+        promtool(&text);
         for (n, _, _) in FAMILIES {
             assert!(text.contains(&format!("# TYPE {n} ")), "{n}: {text}");
         }

@@ -12,6 +12,8 @@ use std::fmt::Write as _;
 pub enum Kind {
     Counter,
     Gauge,
+    /// Samples `<name>_bucket{le}` and `<name>_count` ([`Exposition::add_part`]).
+    Histogram,
 }
 
 impl Kind {
@@ -19,6 +21,7 @@ impl Kind {
         match self {
             Kind::Counter => "counter",
             Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
         }
     }
 }
@@ -49,7 +52,9 @@ struct Family {
     name: &'static str,
     help: &'static str,
     kind: Kind,
-    samples: Vec<(Labels, Value)>,
+    /// Suffix of the sample name (`_bucket`, `_count` of a histogram; empty otherwise),
+    /// labels, value.
+    samples: Vec<(&'static str, Labels, Value)>,
 }
 
 /// Families and their samples, rendered by [`Exposition::render`].
@@ -88,9 +93,24 @@ impl Exposition {
         labels: Labels,
         value: impl Into<Value>,
     ) {
+        self.add_part(name, "", kind, help, labels, value);
+    }
+
+    /// A sample `<name><suffix>` of family `name` (a histogram's `_bucket` and `_count`).
+    pub fn add_part(
+        &mut self,
+        name: &'static str,
+        suffix: &'static str,
+        kind: Kind,
+        help: &'static str,
+        labels: Labels,
+        value: impl Into<Value>,
+    ) {
         self.family(name, kind, help);
         let i = self.index[name];
-        self.families[i].samples.push((labels, value.into()));
+        self.families[i]
+            .samples
+            .push((suffix, labels, value.into()));
     }
 
     /// Samples so far (all families).
@@ -108,8 +128,9 @@ impl Exposition {
         for f in &self.families {
             let _ = writeln!(s, "# HELP {} {}", f.name, escape_help(f.help));
             let _ = writeln!(s, "# TYPE {} {}", f.name, f.kind.name());
-            for (labels, v) in &f.samples {
+            for (suffix, labels, v) in &f.samples {
                 s.push_str(f.name);
+                s.push_str(suffix);
                 if !labels.is_empty() {
                     s.push('{');
                     for (k, (n, val)) in labels.iter().enumerate() {
@@ -197,6 +218,21 @@ mod tests {
              a_total{x=\"q\\\"uo\\\\te\\nnl\"} 7\na_total{x=\"2\"} 18446744073709551615\n\
              # HELP empty Never set.\n# TYPE empty gauge\n\
              # HELP b B.\n# TYPE b gauge\nb 0.5\nb{y=\"\"} NaN\n"
+        );
+    }
+
+    #[test]
+    fn histogram_parts() {
+        let mut e = Exposition::new();
+        let l = || vec![("c", "1".to_string())];
+        let mut le = l();
+        le.push(("le", "+Inf".into()));
+        e.add_part("d_seconds", "_bucket", Kind::Histogram, "D.", le, 3u64);
+        e.add_part("d_seconds", "_count", Kind::Histogram, "D.", l(), 3u64);
+        assert_eq!(
+            e.render(),
+            "# HELP d_seconds D.\n# TYPE d_seconds histogram\n\
+             d_seconds_bucket{c=\"1\",le=\"+Inf\"} 3\nd_seconds_count{c=\"1\"} 3\n"
         );
     }
 

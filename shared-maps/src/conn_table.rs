@@ -20,6 +20,8 @@
 //!             4   that clock at creation       } read together: the reference that turns a
 //!             5   CLOCK_REALTIME at creation   } timestamp into wall-clock time
 //!             6   pid of the writer
+//!             7   policy reloads the process accepted (`ncclbpf reload`, also staged)
+//!             8   policy reloads the process refused or that failed
 //! slot   word 0   state: generation (high 32) | direction (low 8: 0 free, 1 send, 2 recv)
 //!             1   connection id (the same at both ends of a connection)
 //!             2   communicator id (NCCL's comm hash, net v11+; 0 when unknown)
@@ -82,7 +84,8 @@ pub const TABLE_NAME: &str = "ncclbpf_conns";
 /// "NCBPCONN", little-endian.
 pub const TABLE_MAGIC: u64 = u64::from_le_bytes(*b"NCBPCONN");
 /// The layout described in the module documentation.
-pub const LAYOUT_VERSION: u32 = 1;
+/// Version 2 added the reload counts (header words 7 and 8).
+pub const LAYOUT_VERSION: u32 = 2;
 /// Bytes per slot (and per header).
 pub const SLOT_BYTES: u32 = 128;
 const WORDS: usize = SLOT_BYTES as usize / 8;
@@ -100,6 +103,8 @@ const H_CLOCK: usize = 3;
 const H_MONO_REF: usize = 4;
 const H_REAL_REF: usize = 5;
 const H_PID: usize = 6;
+const H_RELOADS_OK: usize = 7;
+const H_RELOADS_FAILED: usize = 8;
 
 // Slot words.
 const S_STATE: usize = 0;
@@ -430,6 +435,13 @@ impl ConnTable {
         self.capacity
     }
 
+    /// Counts a policy reload request this process answered: accepted (`ok`) or not. Rare
+    /// (a person asked), so an atomic add.
+    pub fn count_reload(&self, ok: bool) {
+        let w = if ok { H_RELOADS_OK } else { H_RELOADS_FAILED };
+        self.word(w).fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Claims a slot for a new connection; `None` when the table is full (the connection
     /// still works, it is just not counted).
     pub fn register(&self, labels: &ConnLabels) -> Option<ConnSlotGuard<'_>> {
@@ -641,6 +653,12 @@ impl<'a> ConnTableView<'a> {
 
     pub fn clock(&self) -> TableClock {
         self.clock
+    }
+
+    /// Policy reloads the process accepted and refused ([`ConnTable::count_reload`]).
+    pub fn reloads(&self) -> (u64, u64) {
+        let h = |i: usize| self.view.array_word(0, i).unwrap_or(0);
+        (h(H_RELOADS_OK), h(H_RELOADS_FAILED))
     }
 
     /// Now, on the writer's clock: our [`now_ns`] when we share its time namespace, else our
@@ -931,6 +949,12 @@ mod tests {
         g.posted();
         g.completed(4096);
         g.posted();
+        t.count_reload(true);
+        t.count_reload(false);
+        t.count_reload(true);
+        let views = MapView::open_all_in(&dir, pid).unwrap();
+        let view = ConnTableView::find(&views, pid).unwrap().unwrap();
+        assert_eq!(view.reloads(), (2, 1));
         let got = read_process_in(&dir, pid).unwrap().unwrap();
         assert_eq!(got.capacity, 4);
         assert_eq!(got.conns, t.snapshot(), "the same records inside and out");
@@ -961,17 +985,18 @@ mod tests {
         let dir = scratch();
         let r = Registry::new(dir.clone());
         let pid = std::process::id();
-        // A map of the table's name and shape whose header says version 2.
+        // A map of the table's name and shape whose header says version 1 (before the reload
+        // counts).
         let m = r.runtime(&table_spec(2)).unwrap();
         let mut header = vec![0u8; SLOT_BYTES as usize];
         header[..8].copy_from_slice(&TABLE_MAGIC.to_le_bytes());
-        header[8..16].copy_from_slice(&(2u64 | (u64::from(SLOT_BYTES) << 32)).to_le_bytes());
+        header[8..16].copy_from_slice(&(1u64 | (u64::from(SLOT_BYTES) << 32)).to_le_bytes());
         header[16..24].copy_from_slice(&2u64.to_le_bytes());
         header[24..32].copy_from_slice(&CLOCK_ID.to_le_bytes());
         m.update(&0u32.to_le_bytes(), &header, 0).unwrap();
         let e = read_process_in(&dir, pid).err().unwrap();
         assert!(
-            e.contains("layout version 2") && e.contains("knows version 1"),
+            e.contains("layout version 1") && e.contains("knows version 2"),
             "{e}"
         );
         // No header at all.

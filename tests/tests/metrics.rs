@@ -282,7 +282,6 @@ fn has_pid(text: &str, pid: u32) -> bool {
 fn the_exporter_counts_what_the_job_moved_and_answers_while_a_rank_is_frozen() {
     let dir = scratch("exporter");
     let shm = dir.join("shm");
-    std::fs::create_dir_all(&shm).unwrap();
     let (exp, addr) = exporter(&shm);
     // Nothing yet: every family listed, no process.
     let empty = scrape(addr);
@@ -572,5 +571,132 @@ fn a_bad_address_is_a_warning_and_the_job_goes_on() {
         .collect();
     assert_eq!(warn.len(), 1, "one warning: {text}");
     assert!(warn[0].contains("no metrics endpoint"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn policy(name: &str) -> String {
+    ncclbpf_harness::shipped_policy(name)
+        .unwrap_or_else(|| panic!("{name}.o not built (policies/build.sh)"))
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// `ncclbpf reload PID OBJECT` on `shm`: the exit status and what it printed.
+fn reload(shm: &Path, pid: u32, object: &Path) -> (Option<i32>, String) {
+    let out = Command::new(ncclbpf_harness::cli_path())
+        .arg("reload")
+        .arg(pid.to_string())
+        .arg(object)
+        .env("NCCL_BPF_SHM_DIR", shm)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code(), text)
+}
+
+#[test]
+fn policy_runs_reloads_and_op_durations() {
+    let dir = scratch("policy");
+    let shm = dir.join("shm");
+    let (exp, addr) = exporter(&shm);
+    let net_stats = policy("net_stats");
+    let env = [("NCCL_BPF_NET_POLICY", net_stats.as_str())];
+    let recv = rank("recv", &dir, &shm, &env);
+    let send = rank("send", &dir, &shm, &env);
+    let (_, msgs) = send.moved();
+    recv.moved();
+    recv.expect("waiting");
+    // The tuner: 300 decisions of one communicator by size_aware.
+    let mut c = Command::new(env!("CARGO_BIN_EXE_harness-rank"));
+    c.args(["decide", "300", "0xabc"])
+        .env("NCCL_BPF_SHM_DIR", &shm)
+        .env("NCCL_BPF_TUNER_POLICY", policy("size_aware"))
+        .env_remove("NCCL_BPF_POLICY")
+        .env_remove("NCCL_BPF_NET_POLICY");
+    let tuner = Proc::start(c);
+    assert_eq!(tuner.line(), format!("ready pid={}", tuner.pid));
+
+    // A reload the receiver accepts, and one it refuses (not an object).
+    let bad = dir.join("bad.o");
+    std::fs::write(&bad, b"not an ELF object").unwrap();
+    let (code, out) = reload(&shm, recv.pid, Path::new(&net_stats));
+    assert_eq!(code, Some(0), "{out}");
+    let (code, out) = reload(&shm, recv.pid, &bad);
+    assert_eq!(code, Some(1), "refused: {out}");
+
+    let text = scrape(addr);
+    let (sp, rp, tp) = (
+        send.pid.to_string(),
+        recv.pid.to_string(),
+        tuner.pid.to_string(),
+    );
+    // Op durations, from net_stats' histogram: one per completed request at each end (the
+    // receive still pending is not among them).
+    for pid in [&sp, &rp] {
+        let (l, n) = one(&text, "nccl_net_op_duration_seconds_count", &[("pid", pid)]);
+        assert_eq!(n, msgs as f64, "{pid}: {text}");
+        let (_, inf) = one(
+            &text,
+            "nccl_net_op_duration_seconds_bucket",
+            &[("pid", pid), ("le", "+Inf")],
+        );
+        assert_eq!(inf, n);
+        let buckets = samples(&text, "nccl_net_op_duration_seconds_bucket");
+        let mine: Vec<f64> = buckets
+            .iter()
+            .filter(|(b, _)| b["pid"] == *pid && b["conn"] == l["conn"])
+            .map(|(_, v)| *v)
+            .collect();
+        assert_eq!(mine.len(), 16);
+        assert!(
+            mine.windows(2).all(|w| w[0] <= w[1]),
+            "cumulative: {mine:?}"
+        );
+    }
+    // The same connection's counters as the policy counted them, exported as map words:
+    // word 0 is send_bytes.
+    let (l, _) = one(&text, "nccl_net_sent_bytes_total", &[("pid", &sp)]);
+    let key = u64::from_str_radix(l["conn"].trim_start_matches("0x"), 16).unwrap();
+    let (_, w0) = one(
+        &text,
+        "ncclbpf_map_value",
+        &[
+            ("pid", &sp),
+            ("map", "net_conn_stats"),
+            ("key", &key.to_string()),
+            ("word", "0"),
+        ],
+    );
+    assert_eq!(w0, SIZES.iter().sum::<usize>() as f64);
+    // Reloads: one accepted, one refused, at the receiver only.
+    let r = |pid: &str, result: &str| {
+        one(
+            &text,
+            "ncclbpf_policy_reloads_total",
+            &[("pid", pid), ("result", result)],
+        )
+        .1
+    };
+    assert_eq!((r(&rp, "ok"), r(&rp, "failed")), (1.0, 1.0), "{text}");
+    assert_eq!((r(&sp, "ok"), r(&sp, "failed")), (0.0, 0.0));
+    // Tuner decisions made by the policy.
+    let (_, runs) = one(
+        &text,
+        "ncclbpf_policy_runs_total",
+        &[
+            ("pid", &tp),
+            ("hook", "tuner"),
+            ("comm", "0x0000000000000abc"),
+        ],
+    );
+    assert_eq!(runs, 300.0, "{text}");
+    let (_, live) = one(
+        &text,
+        "ncclbpf_tuner_contexts",
+        &[("pid", &tp), ("state", "live")],
+    );
+    assert_eq!(live, 1.0);
+    drop((tuner, send, recv, exp));
     let _ = std::fs::remove_dir_all(&dir);
 }
