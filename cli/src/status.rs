@@ -526,6 +526,8 @@ mod tests {
             inflight,
             busy_since_ns: busy,
             last_progress_ns: progress,
+            post_runs: 0,
+            complete_runs: 0,
         }
     }
 

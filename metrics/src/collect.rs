@@ -460,6 +460,18 @@ fn conn_metrics(e: &mut Exposition, base: &Labels, t: &ProcessConns, budget: &mu
             l.clone(),
             secs(t.clock.wall_ns(c.opened_ns)),
         );
+        // Policy runs at this end's hooks, where a program ran (no series otherwise).
+        let post = match c.direction {
+            ConnDirection::Send => "net/isend",
+            ConnDirection::Recv => "net/irecv",
+        };
+        for (hook, n) in [(post, c.post_runs), ("net/complete", c.complete_runs)] {
+            if n > 0 {
+                let mut hl = l.clone();
+                hl.push(("hook", hook.into()));
+                e.add(RUNS, Kind::Counter, "", hl, n);
+            }
+        }
         l.push(("kind", "request".into()));
         e.add(ERRORS, Kind::Counter, "", l, c.errors);
     }
@@ -625,6 +637,9 @@ mod tests {
         g.posted();
         g.failed();
         g.posted();
+        g.ran(false);
+        g.ran(false);
+        g.ran(true);
         let rg = t
             .register(&ConnLabels {
                 direction: ConnDirection::Recv,
@@ -731,6 +746,10 @@ mod tests {
         assert!(text.contains("conn=\"0x0000000000000042\"} 6\n"), "{text}");
         assert!(sample(&text, RELOADS, &["result=\"ok\""])[0].ends_with(" 1"));
         assert!(sample(&text, RELOADS, &["result=\"failed\""])[0].ends_with(" 2"));
+        let runs = |hook: &str| sample(&text, RUNS, &[&format!("hook=\"{hook}\"")]);
+        assert!(runs("net/isend")[0].ends_with(" 2"), "{text}");
+        assert!(runs("net/complete")[0].ends_with(" 1"), "{text}");
+        assert!(runs("net/irecv").is_empty(), "no program ran there");
         promtool(&text);
         // The table itself is not a policy map.
         assert!(!text.contains("map=\"ncclbpf_conns\""), "{text}");

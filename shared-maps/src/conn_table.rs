@@ -37,6 +37,9 @@
 //!            12   busy since (ns): when the pending count last went from 0 to 1
 //!            13   last progress (ns): the last completion, or chunk of a message moved
 //!                 (opening counts as progress)
+//!            14   runs of the policy program at this end's post hook (`net/isend` of a send
+//!                 end, `net/irecv` of a receive end)
+//!            15   runs of the policy program at `net/complete` (completions and failures)
 //! ```
 //!
 //! Words 8-15 of a slot are its own cache line: the data path writes only those.
@@ -84,7 +87,8 @@ pub const TABLE_NAME: &str = "ncclbpf_conns";
 /// "NCBPCONN", little-endian.
 pub const TABLE_MAGIC: u64 = u64::from_le_bytes(*b"NCBPCONN");
 /// The layout described in the module documentation.
-/// Version 2 added the reload counts (header words 7 and 8).
+/// Version 2 added the reload counts (header words 7 and 8) and the policy runs (slot words 14
+/// and 15).
 pub const LAYOUT_VERSION: u32 = 2;
 /// Bytes per slot (and per header).
 pub const SLOT_BYTES: u32 = 128;
@@ -121,6 +125,8 @@ const S_ERRORS: usize = 10;
 const S_INFLIGHT: usize = 11;
 const S_BUSY_SINCE: usize = 12;
 const S_PROGRESS: usize = 13;
+const S_POST_RUNS: usize = 14;
+const S_COMPLETE_RUNS: usize = 15;
 
 /// Which end of a unidirectional NCCL connection a slot describes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -228,6 +234,10 @@ pub struct ConnSnapshot {
     pub busy_since_ns: u64,
     /// The last completion or chunk moved (the opening, before any).
     pub last_progress_ns: u64,
+    /// Runs of the policy program at the post hook (`net/isend` or `net/irecv`).
+    pub post_runs: u64,
+    /// Runs of the policy program at `net/complete`.
+    pub complete_runs: u64,
 }
 
 impl ConnSnapshot {
@@ -332,6 +342,8 @@ fn read_slot(word: &dyn Fn(usize) -> u64, slot: usize) -> Option<ConnSnapshot> {
         inflight: w(S_INFLIGHT),
         busy_since_ns: w(S_BUSY_SINCE),
         last_progress_ns: w(S_PROGRESS),
+        post_runs: w(S_POST_RUNS),
+        complete_runs: w(S_COMPLETE_RUNS),
     };
     fence(Ordering::Acquire);
     (w(S_STATE) == state).then_some(snap)
@@ -471,6 +483,8 @@ impl ConnTable {
             (S_INFLIGHT, 0),
             (S_BUSY_SINCE, 0),
             (S_PROGRESS, now),
+            (S_POST_RUNS, 0),
+            (S_COMPLETE_RUNS, 0),
         ] {
             w(i).store(v, Ordering::Relaxed);
         }
@@ -538,6 +552,17 @@ impl<'a> ConnSlotGuard<'a> {
             b.load(Ordering::Relaxed).wrapping_add(bytes),
             Ordering::Relaxed,
         );
+    }
+    /// The policy program at this end's post hook ran (`complete`: at `net/complete`). A
+    /// load and a store on the slot's counter line, only when a program is attached.
+    #[inline]
+    pub fn ran(&self, complete: bool) {
+        let c = self.w(if complete {
+            S_COMPLETE_RUNS
+        } else {
+            S_POST_RUNS
+        });
+        c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     }
     /// A request failed (not progress).
     #[inline]
@@ -772,6 +797,9 @@ mod tests {
         a.posted();
         a.completed(100);
         a.failed();
+        a.ran(false);
+        a.ran(true);
+        a.ran(true);
         b.posted();
         let snap = t.snapshot();
         assert_eq!(snap.len(), 2);
@@ -780,6 +808,7 @@ mod tests {
             (sa.bytes, sa.messages, sa.errors, sa.inflight),
             (100, 1, 1, 0)
         );
+        assert_eq!((sa.post_runs, sa.complete_runs), (1, 2));
         assert_eq!(sa.direction, ConnDirection::Send);
         assert_eq!(sa.peer_port, 1234);
         let sb = snap.iter().find(|s| s.conn_id == 8).unwrap();

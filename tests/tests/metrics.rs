@@ -669,6 +669,20 @@ fn policy_runs_reloads_and_op_durations() {
         ],
     );
     assert_eq!(w0, SIZES.iter().sum::<usize>() as f64);
+    // net_stats has a net/complete program only: it ran once per completed request at each
+    // end (before the reload; the reloaded set counts on in the same slot).
+    for pid in [&sp, &rp] {
+        let (_, n) = one(
+            &text,
+            "ncclbpf_policy_runs_total",
+            &[("pid", pid), ("hook", "net/complete")],
+        );
+        assert_eq!(n, msgs as f64, "{pid}: {text}");
+    }
+    assert!(
+        !text.contains("hook=\"net/isend\"") && !text.contains("hook=\"net/irecv\""),
+        "{text}"
+    );
     // Reloads: one accepted, one refused, at the receiver only.
     let r = |pid: &str, result: &str| {
         one(
