@@ -65,19 +65,23 @@ fn main() {
         })
         .collect();
     let host = "node-001".to_string();
-    for max in [10_000usize, 4096, 1000] {
+    for max in [10_000usize, 4096, 1000, 0] {
         let opts = Options {
             max_connections: max,
             map_entries: 64,
             host: host.clone(),
         };
-        let _ = render(&dir, None, &opts);
-        let a = Instant::now();
-        let text = render(&dir, None, &opts);
-        let took = a.elapsed();
+        // The best of five (the first also maps the segment and reads /proc).
+        let mut text = String::new();
+        let mut took = std::time::Duration::MAX;
+        for _ in 0..5 {
+            let a = Instant::now();
+            text = render(&dir, None, &opts);
+            took = took.min(a.elapsed());
+        }
         let samples = text.lines().filter(|l| !l.starts_with('#')).count();
         println!(
-            "{CONNS} connection ends, --max-connections {max}: {samples} samples, {:.1} MiB, rendered in {:.0} ms",
+            "{CONNS} connection ends, --max-connections {max}: {samples} samples, {:.1} MiB, rendered in {:.0} ms (best of 5)",
             text.len() as f64 / (1 << 20) as f64,
             took.as_secs_f64() * 1e3
         );
