@@ -5,22 +5,23 @@
 //! in-process endpoint), where it must never start threads without bound (a thread per
 //! connection, as `tiny_http` does), must not hold a runtime, and must stop and be joined when
 //! NCCL finalizes. Scrapes come every few seconds, so serving them in turn is enough; a client
-//! gets [`READ_TIMEOUT`] to send its request head (at most [`MAX_HEAD`] bytes, parsed by
-//! `httparse`) and [`WRITE_TIMEOUT`] to take the answer, so a slow or silent client delays the
+//! gets [`READ_TIMEOUT`] in all to send its request head (at most [`MAX_HEAD`] bytes, parsed by
+//! `httparse`) and [`WRITE_TIMEOUT`] in all to take the answer, so a slow or silent client delays the
 //! next one by at most that. Malformed requests get 400, other methods 405, unknown paths 404,
 //! a handler that panics 500; nothing here panics on input.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// How long a client has to send its request head.
+/// How long a client has to send its whole request head (however it trickles in).
 pub const READ_TIMEOUT: Duration = Duration::from_secs(1);
-/// How long a client has to take the answer.
+/// How long a client has to take the whole answer.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The largest request head read.
 pub const MAX_HEAD: usize = 8192;
@@ -53,6 +54,8 @@ pub type Handler = dyn Fn(&str) -> Option<Response> + Send + Sync;
 /// A running server; stopped (and its thread joined) by [`Server::stop`] or on drop.
 pub struct Server {
     addr: SocketAddr,
+    /// The listener's descriptor (owned by the serving thread).
+    fd: RawFd,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -64,6 +67,7 @@ impl Server {
         let listener = TcpListener::bind(addr)?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
+        let fd = listener.as_raw_fd();
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
@@ -71,6 +75,7 @@ impl Server {
             .spawn(move || serve(listener, &flag, &*handler))?;
         Ok(Server {
             addr,
+            fd,
             stop,
             thread: Some(thread),
         })
@@ -92,6 +97,19 @@ impl Server {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+
+    /// In a child forked while the server ran: the serving thread is not in this process, so
+    /// nothing is joined; the child's copy of the listener is closed, so the port stays the
+    /// parent's alone and closes when the parent stops.
+    pub fn abandon_after_fork(self) {
+        let fd = self.fd;
+        // No join (the thread is the parent's); the flag's Arc leaks, a few bytes.
+        std::mem::forget(self);
+        // SAFETY: `fd` is the listener the serving thread owns in the parent; in this child no
+        // thread uses it and nothing else owns this descriptor, so closing it frees only the
+        // child's copy.
+        unsafe { libc::close(fd) };
     }
 
     fn halt(&mut self) {
@@ -134,16 +152,30 @@ fn reason(status: u16) -> &'static str {
     }
 }
 
+/// The time left until `deadline`, `None` when it has passed.
+fn left(deadline: Instant) -> Option<Duration> {
+    deadline
+        .checked_duration_since(Instant::now())
+        .filter(|d| !d.is_zero())
+}
+
 fn serve_one(mut s: TcpStream, handler: &Handler) -> io::Result<()> {
     s.set_nonblocking(false)?;
-    s.set_read_timeout(Some(READ_TIMEOUT))?;
-    s.set_write_timeout(Some(WRITE_TIMEOUT))?;
+    let read_by = Instant::now() + READ_TIMEOUT;
     let mut buf = vec![0u8; MAX_HEAD];
     let mut len = 0;
     let (head_only, resp) = loop {
         if len == buf.len() {
             break (false, Response::text(431, "request head too large\n"));
         }
+        // One deadline for the whole head: a client sending a byte now and then is cut off.
+        let Some(t) = left(read_by) else {
+            break (
+                false,
+                Response::text(408, "request head not received in time\n"),
+            );
+        };
+        s.set_read_timeout(Some(t))?;
         let n = match s.read(&mut buf[len..]) {
             Ok(0) => return Ok(()),
             Ok(n) => n,
@@ -199,8 +231,19 @@ fn serve_one(mut s: TcpStream, handler: &Handler) -> io::Result<()> {
     if !head_only {
         bytes.extend_from_slice(resp.body.as_bytes());
     }
-    s.write_all(&bytes)?;
-    s.flush()?;
+    // One deadline for the whole answer: a client reading slowly is cut off.
+    let write_by = Instant::now() + WRITE_TIMEOUT;
+    let mut sent = 0;
+    while sent < bytes.len() {
+        let t = left(write_by).ok_or_else(|| io::Error::from(io::ErrorKind::TimedOut))?;
+        s.set_write_timeout(Some(t))?;
+        match s.write(&bytes[sent..]) {
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
     let _ = s.shutdown(std::net::Shutdown::Write);
     Ok(())
 }
@@ -266,6 +309,23 @@ mod tests {
         assert_eq!(r.body_mut().read_to_string().unwrap(), "up 1\n");
         assert!(t.elapsed() < READ_TIMEOUT * 3);
         drop(silent);
+        // One that trickles its head in, a byte at a time, is cut off at the deadline too.
+        let mut slow = TcpStream::connect(a).unwrap();
+        let t = std::time::Instant::now();
+        let mut answer = String::new();
+        let head = b"GET /metrics HTTP/1.1\r\nX-Slow: ";
+        for b in head.iter().chain(std::iter::repeat_n(&b'a', 400)) {
+            if slow.write_all(&[*b]).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            if t.elapsed() > READ_TIMEOUT * 3 {
+                break;
+            }
+        }
+        let _ = slow.read_to_string(&mut answer);
+        assert!(answer.starts_with("HTTP/1.1 408 "), "{answer:?}");
+        assert!(t.elapsed() < READ_TIMEOUT * 3, "{:?}", t.elapsed());
         let t = std::time::Instant::now();
         srv.stop();
         assert!(t.elapsed() < Duration::from_secs(1), "stopped promptly");

@@ -11,6 +11,8 @@
 //!   removed when the last net v11+ context is finalized (a later `init` starts it again), so
 //!   nothing of it runs when NCCL could unload the library (which is also linked `-z nodelete`).
 //!   Net v7-v10 have no finalize: there it runs until the process exits.
+//! * A child forked after the endpoint started (a data loader worker) serves nothing and leaves
+//!   the parent's endpoint and port file alone; an `init` of its own starts its own endpoint.
 //! * An address that cannot be parsed or bound is one warning in NCCL's log and the job goes
 //!   on without the endpoint; a panic here is caught and logged, never reaches NCCL.
 
@@ -28,6 +30,9 @@ pub const VAR: &str = "NCCL_BPF_METRICS_ADDR";
 #[derive(Default)]
 struct State {
     server: Option<Server>,
+    /// The process that started it: a forked child (a data loader worker) has no such thread
+    /// and must neither join it nor remove the parent's port file.
+    owner: u32,
     port_file: Option<PathBuf>,
     /// Net v11+ contexts alive.
     contexts: usize,
@@ -37,6 +42,7 @@ struct State {
 
 static STATE: Mutex<State> = Mutex::new(State {
     server: None,
+    owner: 0,
     port_file: None,
     contexts: 0,
     refused: None,
@@ -92,6 +98,7 @@ pub fn on_init() {
 
 fn start(value: &str) {
     let mut st = state();
+    forget_if_forked(&mut st);
     if st.server.is_some() {
         return;
     }
@@ -121,6 +128,7 @@ fn start(value: &str) {
             }
             st.port_file = port_file.ok();
             st.server = Some(server);
+            st.owner = std::process::id();
             st.refused = None;
         }
         Err(e) => {
@@ -183,6 +191,18 @@ fn write_port_file(addr: SocketAddr) -> std::io::Result<PathBuf> {
     Ok(path)
 }
 
+/// In a child forked after the endpoint started: the thread is not there (only the forking
+/// thread is copied), so nothing is joined, the child's copy of the listener is closed and the
+/// parent's port file kept.
+fn forget_if_forked(st: &mut State) {
+    if st.owner != std::process::id()
+        && let Some(s) = st.server.take()
+    {
+        s.abandon_after_fork();
+        st.port_file = None;
+    }
+}
+
 /// A net v11+ context was created.
 pub fn context_opened() {
     state().contexts += 1;
@@ -193,6 +213,7 @@ pub fn context_closed() {
     let r = catch_unwind(AssertUnwindSafe(|| {
         let (server, file) = {
             let mut st = state();
+            forget_if_forked(&mut st);
             st.contexts = st.contexts.saturating_sub(1);
             if st.contexts > 0 {
                 return;

@@ -714,3 +714,42 @@ fn policy_runs_reloads_and_op_durations() {
     drop((tuner, send, recv, exp));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A child forked after the endpoint started (a data loader worker) that finalizes its copy of
+/// the context neither stops nor holds the parent's endpoint: the parent still serves, and
+/// once the parent finalizes, the port is closed although the child lives.
+#[test]
+fn a_forked_child_leaves_the_endpoint_to_its_parent() {
+    let dir = scratch("fork");
+    let shm = dir.join("shm");
+    let mut c = Command::new(BIN);
+    c.arg("fork")
+        .arg(&dir)
+        .env("NCCL_BPF_SHM_DIR", &shm)
+        .env("NCCL_SOCKET_IFNAME", "lo")
+        .env("NCCL_BPF_METRICS_ADDR", "127.0.0.1:0")
+        .env_remove("LOCAL_RANK");
+    let mut p = Proc::start(c);
+    let l = p.line();
+    let child: i32 = l
+        .strip_prefix("up ")
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("{l:?}"));
+    let done = dir.join("child.done");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done.exists() {
+        assert!(Instant::now() < deadline, "the child did not finalize");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(std::fs::read_to_string(&done).unwrap(), "ok");
+    let addr = port_file(&shm, p.pid);
+    let text = scrape(addr);
+    assert!(has_pid(&text, p.pid), "{text}");
+    p.say("finalize");
+    p.expect("finalized");
+    // SAFETY: signal 0 only checks that the child is there.
+    assert_eq!(unsafe { libc::kill(child, 0) }, 0, "the child lives");
+    assert!(TcpStream::connect(addr).is_err(), "{addr} still open");
+    assert!(p.finish().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}

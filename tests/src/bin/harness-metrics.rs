@@ -10,6 +10,10 @@
 //!                                         close
 //! harness-metrics finalize               init (net v12, one context), print "up", then on a stdin
 //!                                         line finalize and print "finalized"; exit on EOF
+//! harness-metrics fork <dir>             as finalize, but first fork a child that finalizes its copy
+//!                                         of the context at once, writes dir/child.done and lives
+//!                                         30 s more (as a data loader worker forked after init);
+//!                                         prints "up <child pid>"
 //! ```
 //!
 //! Every message's contents are checked at the receiver.
@@ -128,6 +132,28 @@ fn finalize() {
     until_stdin_closes();
 }
 
+fn fork(dir: PathBuf) {
+    let mut n = Net::ready(Some(12));
+    // SAFETY: the child only finalizes, writes a file, sleeps and _exits.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork failed");
+    if child == 0 {
+        let ok = n.finalize().is_ok();
+        let _ = std::fs::write(dir.join("child.done"), if ok { "ok" } else { "failed" });
+        std::thread::sleep(Duration::from_secs(30));
+        // SAFETY: ends the child without running the parent's exit handlers.
+        unsafe { libc::_exit(0) };
+    }
+    println!("up {child}");
+    let mut line = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut line);
+    n.finalize().unwrap();
+    println!("finalized");
+    until_stdin_closes();
+    // SAFETY: kill of our own child.
+    unsafe { libc::kill(child, libc::SIGKILL) };
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let a = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
@@ -135,6 +161,7 @@ fn main() {
         "recv" => recv(a(1).into(), &sizes(&args[2..])),
         "send" => send(a(1).into(), &sizes(&args[2..])),
         "finalize" => finalize(),
+        "fork" => fork(a(1).into()),
         m => {
             eprintln!("harness-metrics: unknown mode {m:?}");
             std::process::exit(2);
