@@ -9,6 +9,7 @@
 use crate::expo::{Exposition, Kind, Labels};
 use shared_maps::conn_table::{self, ConnTableView, ProcessConns};
 use shared_maps::{ConnDirection, MapType, MapView};
+use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Instant;
@@ -348,7 +349,17 @@ pub fn render(dir: &Path, pids: Option<&[u32]>, opts: &Options) -> String {
                     // A layout this build does not know: the process is listed, unread.
                     Err(_) => {}
                 }
+                // Two maps listed under one name (a private map of a program reloaded while
+                // the old one lives on) get `name#2`, … so no two samples share their labels.
+                let mut seen: HashMap<&str, usize> = HashMap::new();
                 for v in &views {
+                    let n = seen.entry(v.name.as_str()).or_insert(0);
+                    *n += 1;
+                    let shown = if *n == 1 {
+                        v.name.clone()
+                    } else {
+                        format!("{}#{n}", v.name)
+                    };
                     if v.name == DECISIONS_MAP {
                         decision_metrics(&mut e, &base, v);
                         continue;
@@ -360,7 +371,7 @@ pub fn render(dir: &Path, pids: Option<&[u32]>, opts: &Options) -> String {
                         && !v.name.starts_with(shared_maps::RUNTIME_PREFIX)
                         && !v.name.ends_with(".rodata")
                     {
-                        map_metrics(&mut e, &base, v, opts.map_entries);
+                        map_metrics(&mut e, &base, v, &shown, opts.map_entries);
                     }
                 }
             }
@@ -566,7 +577,7 @@ fn duration_metrics(e: &mut Exposition, base: &Labels, v: &MapView, limit: usize
 }
 
 /// A policy map: its first `limit` non-zero entries, one sample per word of the value.
-fn map_metrics(e: &mut Exposition, base: &Labels, v: &MapView, limit: usize) {
+fn map_metrics(e: &mut Exposition, base: &Labels, v: &MapView, name: &str, limit: usize) {
     let mut nonzero = 0u64;
     let mut exported = 0usize;
     let mut dropped = 0u64;
@@ -587,7 +598,7 @@ fn map_metrics(e: &mut Exposition, base: &Labels, v: &MapView, limit: usize) {
         for (i, x) in w.iter().enumerate() {
             let mut l = base.clone();
             l.extend([
-                ("map", v.name.clone()),
+                ("map", name.to_string()),
                 ("key", key.clone()),
                 ("word", i.to_string()),
             ]);
@@ -595,7 +606,7 @@ fn map_metrics(e: &mut Exposition, base: &Labels, v: &MapView, limit: usize) {
         }
     }
     let mut l = base.clone();
-    l.push(("map", v.name.clone()));
+    l.push(("map", name.to_string()));
     e.add(MAP_ENTRIES, Kind::Gauge, "", l.clone(), nonzero);
     e.add(MAP_DROPPED, Kind::Gauge, "", l, dropped);
 }
@@ -689,6 +700,19 @@ mod tests {
         t.count_reload(true);
         t.count_reload(false);
         t.count_reload(false);
+        // Two private maps under one listed name (an old and a new program's global data).
+        let bss = MapSpec {
+            name: ".bss".into(),
+            kind: MapType::Array,
+            key_size: 4,
+            value_size: 8,
+            max_entries: 1,
+        };
+        let (b1, b2) = (r.private(&bss, "p").unwrap(), r.private(&bss, "p").unwrap());
+        b1.update(&0u32.to_le_bytes(), &5u64.to_le_bytes(), 0)
+            .unwrap();
+        b2.update(&0u32.to_le_bytes(), &6u64.to_le_bytes(), 0)
+            .unwrap();
         let pid = std::process::id();
         let opts = Options {
             max_connections: 10,
@@ -750,6 +774,17 @@ mod tests {
         assert!(runs("net/isend")[0].ends_with(" 2"), "{text}");
         assert!(runs("net/complete")[0].ends_with(" 1"), "{text}");
         assert!(runs("net/irecv").is_empty(), "no program ran there");
+        let mut bss_values: Vec<&str> = sample(&text, MAP_VALUE, &["map=\"p:.bss"])
+            .iter()
+            .map(|l| l.rsplit(' ').next().unwrap())
+            .collect();
+        bss_values.sort_unstable();
+        assert_eq!(bss_values, ["5", "6"], "{text}");
+        assert_eq!(
+            sample(&text, MAP_VALUE, &["map=\"p:.bss#2\""]).len(),
+            1,
+            "{text}"
+        );
         promtool(&text);
         // The table itself is not a policy map.
         assert!(!text.contains("map=\"ncclbpf_conns\""), "{text}");
@@ -766,7 +801,7 @@ mod tests {
         assert_eq!(sample(&one, INFLIGHT, &[]).len(), 1, "{one}");
         assert!(one.contains("ncclbpf_exporter_connections_dropped{host=\"h\\\"1\"} 1\n"));
         assert!(sample(&one, CONNECTIONS, &["direction=\"recv\""])[0].ends_with(" 1"));
-        drop((g, rg));
+        drop((g, rg, b1, b2));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
