@@ -176,6 +176,7 @@ const OPENED: &str = "nccl_net_connection_opened_timestamp_seconds";
 const ERRORS: &str = "nccl_net_errors_total";
 const CONNECTIONS: &str = "nccl_net_connections";
 const CAPACITY: &str = "ncclbpf_conn_table_capacity";
+const TABLE_OK: &str = "ncclbpf_conn_table_readable";
 const RUNS: &str = "ncclbpf_policy_runs_total";
 const RELOADS: &str = "ncclbpf_policy_reloads_total";
 const DURATION_HIST: &str = "nccl_net_op_duration_seconds";
@@ -194,7 +195,7 @@ fn declare(e: &mut Exposition) {
     }
 }
 
-const FAMILIES: [(&str, Kind, &str); 22] = [
+const FAMILIES: [(&str, Kind, &str); 23] = [
     (
         SENT,
         Kind::Counter,
@@ -286,6 +287,11 @@ const FAMILIES: [(&str, Kind, &str); 22] = [
         "Non-zero entries of a policy map left out of this scrape (over the per-map limit, or values too long).",
     ),
     (
+        TABLE_OK,
+        Kind::Gauge,
+        "1 when the process's connection table was read, 0 when its layout is one this build does not know (another ncclbpf version); absent when it has none.",
+    ),
+    (
         PROC_UP,
         Kind::Gauge,
         "1 when the process's maps could be read, 0 when not.",
@@ -337,6 +343,7 @@ pub fn render(dir: &Path, pids: Option<&[u32]>, opts: &Options) -> String {
                             now_ns: t.now_ns(),
                             conns: t.snapshot(),
                         };
+                        e.add(TABLE_OK, Kind::Gauge, "", base.clone(), 1u64);
                         dropped += conn_metrics(&mut e, &base, &conns, &mut budget);
                         let (ok, failed) = t.reloads();
                         for (r, n) in [("ok", ok), ("failed", failed)] {
@@ -346,8 +353,8 @@ pub fn render(dir: &Path, pids: Option<&[u32]>, opts: &Options) -> String {
                         }
                     }
                     Ok(None) => {}
-                    // A layout this build does not know: the process is listed, unread.
-                    Err(_) => {}
+                    // A layout this build does not know: said, and its maps still exported.
+                    Err(_) => e.add(TABLE_OK, Kind::Gauge, "", base.clone(), 0u64),
                 }
                 // Two maps listed under one name (a private map of a program reloaded while
                 // the old one lives on) get `name#2`, … so no two samples share their labels.
@@ -721,6 +728,7 @@ mod tests {
         };
         let text = render(&dir, None, &opts);
         let me = format!("pid=\"{pid}\"");
+        assert!(sample(&text, TABLE_OK, &[&me])[0].ends_with(" 1"), "{text}");
         let s = sample(
             &text,
             SENT,
@@ -852,6 +860,26 @@ mod tests {
             "{gone}"
         );
         assert!(gone.contains("state=\"unreadable\"} 1\n"), "{gone}");
+    }
+
+    #[test]
+    fn a_table_of_another_layout_is_said_and_skipped() {
+        let dir = scratch("layout");
+        let r = Registry::new(dir.clone());
+        // A map of the table's name and shape whose header says version 1.
+        let m = r.runtime(&conn_table::table_spec(2)).unwrap();
+        let mut header = vec![0u8; conn_table::SLOT_BYTES as usize];
+        header[..8].copy_from_slice(&conn_table::TABLE_MAGIC.to_le_bytes());
+        let v1 = 1u64 | (u64::from(conn_table::SLOT_BYTES) << 32);
+        header[8..16].copy_from_slice(&v1.to_le_bytes());
+        m.update(&0u32.to_le_bytes(), &header, 0).unwrap();
+        let text = render(&dir, None, &Options::default());
+        let me = format!("pid=\"{}\"", std::process::id());
+        let l = sample(&text, TABLE_OK, &[&me]);
+        assert!(l.len() == 1 && l[0].ends_with(" 0"), "{text}");
+        assert!(sample(&text, CONNECTIONS, &[&me]).is_empty(), "{text}");
+        assert!(sample(&text, PROC_UP, &[&me])[0].ends_with(" 1"), "{text}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -493,6 +493,17 @@ fn each_rank_serves_its_own_metrics() {
         msgs as f64
     );
     assert!(!has_pid(&s, recv.pid), "{s}");
+    // `ncclbpf status` names each process's endpoint.
+    let out = Command::new(ncclbpf_harness::cli_path())
+        .args(["status", "--json"])
+        .arg(recv.pid.to_string())
+        .arg(send.pid.to_string())
+        .env("NCCL_BPF_SHM_DIR", &shm)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["processes"][0]["metrics"], raddr.to_string(), "{v}");
+    assert_eq!(v["processes"][1]["metrics"], saddr.to_string(), "{v}");
     // The exporter serves the same numbers for both.
     let mut c = Command::new(ncclbpf_harness::cli_path());
     let out = c
