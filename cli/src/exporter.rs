@@ -32,8 +32,10 @@ user's processes are read (their registry files and memory are owner-only).
 
 Per connection end: nccl_net_{sent,received}_bytes_total, nccl_net_{send,recv}_ops_total,
 nccl_net_inflight_requests, nccl_net_waiting_seconds, nccl_net_last_progress_timestamp_seconds,
-nccl_net_errors_total{kind}; per process nccl_net_connections, tuner policy runs and every
-policy map (ncclbpf_map_value{map,key,word}, the first --map-entries non-zero entries per map).
+nccl_net_errors_total{kind}, policy runs per net hook, nccl_net_op_duration_seconds while the
+net_stats policy is loaded; per process nccl_net_connections, tuner policy runs, reloads by
+result and every policy map (ncclbpf_map_value{map,key,word}, the first --map-entries non-zero
+entries per map).
 docs/metrics.md lists every family, its labels, and what 10,000 connections cost.
 
 The listener is loopback unless --listen says otherwise; anyone who can reach it reads the
