@@ -11,6 +11,7 @@
 mod compare;
 mod decisions;
 mod exit;
+mod exporter;
 mod inspect;
 mod maps;
 mod nccl;
@@ -41,6 +42,7 @@ use std::process::ExitCode;
   ncclbpf maps $(pgrep -n python)
   ncclbpf rules check nccl_tuner.conf
   ncclbpf status --all --stall-after 30
+  ncclbpf exporter --listen 127.0.0.1:9464
   ncclbpf reload 12345 my_net_policy.o
   ncclbpf config --at-seq +5000 --all slo_budget_ns 3=200000
 
@@ -160,6 +162,9 @@ Exit status:
     /// What runs at each net hook of running processes, their connections (from shared
     /// memory), and which connections stalled.
     Status(status::Args),
+    /// Serve Prometheus metrics of this user's ncclbpf processes on this node, read from
+    /// shared memory (keeps serving while ranks hang).
+    Exporter(exporter::Args),
     /// Tuner rules files (NCCL's nccl_tuner.conf format): `rules check FILE`.
     Rules {
         #[command(subcommand)]
@@ -200,6 +205,7 @@ fn control(cmd: &Cmd) -> Option<ExitCode> {
             Err(e) => fail(e),
         }),
         Cmd::Status(a) => Some(status::run(a)),
+        Cmd::Exporter(a) => Some(exporter::run(a)),
         _ => None,
     }
 }
@@ -216,7 +222,7 @@ fn main() -> ExitCode {
         Cmd::Decisions(a) => decisions::run(&mut out, a),
         Cmd::Maps(a) => maps::run(&mut out, a),
         Cmd::Rules { cmd } => rules::run(&mut out, cmd),
-        Cmd::Reload { .. } | Cmd::Config { .. } | Cmd::Status(_) => {
+        Cmd::Reload { .. } | Cmd::Config { .. } | Cmd::Status(_) | Cmd::Exporter(_) => {
             unreachable!("handled by control()")
         }
     };

@@ -77,7 +77,7 @@ pub struct Args {
     #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = seconds)]
     pub stall_after: f64,
     /// Print one JSON document: {stall_after_s, processes: [{pid, verdict, error, items,
-    /// connections, connections_error, conn_table_capacity}], stalled: [...]}.
+    /// metrics, connections, connections_error, conn_table_capacity}], stalled: [...]}.
     #[arg(long)]
     pub json: bool,
 }
@@ -130,6 +130,8 @@ struct Proc {
     answer: Result<Reply, ClientError>,
     /// `Ok(None)`: it registered no connection table.
     table: Result<Option<ProcessConns>, String>,
+    /// Its in-process metrics endpoint (`NCCL_BPF_METRICS_ADDR`), from `<dir>/<pid>.metrics`.
+    metrics: Option<String>,
 }
 
 impl Proc {
@@ -185,6 +187,7 @@ pub fn run_in(
             pid,
             answer: answer.map_err(silent),
             table,
+            metrics: metrics_addr(dir, pid),
         })
         .collect();
     let text = report(&procs, stall_after_s, json);
@@ -197,6 +200,13 @@ pub fn run_in(
     } else {
         OK
     }
+}
+
+/// The address a process's metrics endpoint wrote (`host:port`), if it runs one.
+fn metrics_addr(dir: &Path, pid: u32) -> Option<String> {
+    let text = std::fs::read_to_string(dir.join(format!("{pid}.metrics"))).ok()?;
+    let addr: std::net::SocketAddr = text.trim().parse().ok()?;
+    Some(addr.to_string())
 }
 
 /// A socket that did not answer in time says so (rather than "resource temporarily
@@ -293,6 +303,9 @@ fn report(procs: &[Proc], stall_after_s: f64, json: bool) -> String {
     let mut s = String::new();
     for p in procs {
         s.push_str(&reload::status_text(p.pid, &p.answer));
+        if let Some(a) = &p.metrics {
+            let _ = writeln!(s, "  metrics: http://{a}/metrics");
+        }
         conns_text(&mut s, p, &ends, after);
     }
     let n = stalled.len();
@@ -468,6 +481,7 @@ fn json_doc(
                 Ok(None) => (json!([]), Value::Null, Value::Null),
                 Err(e) => (Value::Null, json!(e), Value::Null),
             };
+            v["metrics"] = p.metrics.as_ref().map_or(Value::Null, |a| json!(a));
             v["connections"] = conns;
             v["connections_error"] = error;
             v["conn_table_capacity"] = capacity;
@@ -526,6 +540,8 @@ mod tests {
             inflight,
             busy_since_ns: busy,
             last_progress_ns: progress,
+            post_runs: 0,
+            complete_runs: 0,
         }
     }
 
@@ -563,6 +579,7 @@ mod tests {
                     ],
                     now,
                 ),
+                metrics: Some("127.0.0.1:9464".into()),
             },
             Proc {
                 pid: 11,
@@ -574,6 +591,7 @@ mod tests {
                     ],
                     now,
                 ),
+                metrics: None,
             },
         ]
     }
@@ -591,6 +609,11 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("pid 10: not asked: timed out"), "{text}");
+        assert!(
+            text.contains("\n  metrics: http://127.0.0.1:9464/metrics\n"),
+            "{text}"
+        );
+        assert_eq!(text.matches("metrics: http").count(), 1, "{text}");
         assert!(text.contains("2 connection(s) (table of 4096"), "{text}");
         assert!(
             text.ends_with("1 stalled connection(s) in 1 process(es): requests pending and no progress for over 10 s\n"),
@@ -631,6 +654,8 @@ mod tests {
         assert_eq!(st[0]["since_progress_s"], json!(40.0));
         let p = &v["processes"][0];
         assert_eq!(p["verdict"], json!("not_asked"));
+        assert_eq!(p["metrics"], json!("127.0.0.1:9464"));
+        assert_eq!(v["processes"][1]["metrics"], Value::Null);
         let c = p["connections"].as_array().unwrap();
         assert_eq!(c.len(), 2);
         let moving = c.iter().find(|c| c["conn_id"] == json!(hex(2))).unwrap();
@@ -649,11 +674,13 @@ mod tests {
                 pid: 7,
                 answer: stopped(),
                 table: Err("no maps registered (process 7 is gone)".into()),
+                metrics: None,
             },
             Proc {
                 pid: 8,
                 answer: stopped(),
                 table: Ok(None),
+                metrics: None,
             },
         ];
         assert!(procs.iter().all(Proc::unread));

@@ -41,6 +41,7 @@ impl Handler for Plugin {
             Request::Reload(path) => {
                 let r = reload(path, Registry::global(), &LoadOptions::default());
                 log_request(&format!("reload {}", path.display()), peer, &r);
+                hooks::conn_table().count_reload(r.result.is_ok());
                 r
             }
             Request::Stage { at, path } => {
@@ -52,6 +53,7 @@ impl Handler for Plugin {
                     &HISTORY,
                 );
                 log_request(&format!("reload {}", path.display()), peer, &r);
+                hooks::conn_table().count_reload(r.result.is_ok());
                 r
             }
             Request::StageConfig { at, map, values } => {

@@ -80,7 +80,11 @@ fn request_out(request: *mut Vp, slot: Option<&ReqSlot>) -> NetResult<()> {
 
 fn init_process(log: DebugLogger) -> NcclResult {
     set_logger(log);
-    guard("init", || plugin::init().map(|_| ()))
+    guard("init", || {
+        plugin::init()?;
+        crate::metrics_endpoint::on_init();
+        Ok(())
+    })
 }
 
 unsafe extern "C" fn devices(ndev: *mut c_int) -> NcclResult {
@@ -453,7 +457,9 @@ unsafe extern "C" fn init_v11(
             traffic_class,
             attr: Mutex::new(None),
         });
-        put(ctx, Box::into_raw(c) as Vp, "ctx")
+        put(ctx, Box::into_raw(c) as Vp, "ctx")?;
+        crate::metrics_endpoint::context_opened();
+        Ok(())
     })
 }
 
@@ -462,6 +468,7 @@ unsafe extern "C" fn finalize(ctx: Vp) -> NcclResult {
         if !ctx.is_null() {
             // SAFETY: ctx came from init_v11 and NCCL finalizes it once.
             drop(unsafe { Box::from_raw(ctx as *mut NetContext) });
+            crate::metrics_endpoint::context_closed();
         }
         Ok(())
     })

@@ -310,6 +310,12 @@ impl ConnHooks {
             reserved: 0,
         };
         a.prog.run(&mut ctx);
+        // Counted for outside readers (ncclbpf_policy_runs_total); open and close run once.
+        if let Some(s) = &self.slot
+            && matches!(hook, NetHook::Isend | NetHook::Irecv | NetHook::Complete)
+        {
+            s.ran(hook == NetHook::Complete);
+        }
     }
 
     fn send(&self) -> bool {

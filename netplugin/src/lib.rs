@@ -11,7 +11,8 @@
 //! * [`frames`]: the agreement's records between ranks, over the connections' control streams;
 //! * [`control`]: the control socket (`status`, live `reload` of the net programs);
 //! * [`wire`]: what goes over the wire (handle, hello, message header, chunking);
-//! * [`config`]: `NCCL_BPF_*` settings.
+//! * [`config`]: `NCCL_BPF_*` settings;
+//! * [`metrics_endpoint`]: `NCCL_BPF_METRICS_ADDR`, Prometheus metrics of this process.
 //!
 //! An operation, `isend` to counter update: [`ffi`]'s `isend_v10` → `Comm::isend` (posts the
 //! request, hands chunks to helper threads, writes the header) → `test` → `Comm::test`
@@ -28,6 +29,7 @@ pub mod frames;
 pub mod handshake;
 pub mod hooks;
 pub mod log;
+pub mod metrics_endpoint;
 pub mod plugin;
 pub mod setup;
 pub mod wire;

@@ -20,6 +20,8 @@
 //!             4   that clock at creation       } read together: the reference that turns a
 //!             5   CLOCK_REALTIME at creation   } timestamp into wall-clock time
 //!             6   pid of the writer
+//!             7   policy reloads the process accepted (`ncclbpf reload`, also staged)
+//!             8   policy reloads the process refused or that failed
 //! slot   word 0   state: generation (high 32) | direction (low 8: 0 free, 1 send, 2 recv)
 //!             1   connection id (the same at both ends of a connection)
 //!             2   communicator id (NCCL's comm hash, net v11+; 0 when unknown)
@@ -35,6 +37,9 @@
 //!            12   busy since (ns): when the pending count last went from 0 to 1
 //!            13   last progress (ns): the last completion, or chunk of a message moved
 //!                 (opening counts as progress)
+//!            14   runs of the policy program at this end's post hook (`net/isend` of a send
+//!                 end, `net/irecv` of a receive end)
+//!            15   runs of the policy program at `net/complete` (completions and failures)
 //! ```
 //!
 //! Words 8-15 of a slot are its own cache line: the data path writes only those.
@@ -82,7 +87,9 @@ pub const TABLE_NAME: &str = "ncclbpf_conns";
 /// "NCBPCONN", little-endian.
 pub const TABLE_MAGIC: u64 = u64::from_le_bytes(*b"NCBPCONN");
 /// The layout described in the module documentation.
-pub const LAYOUT_VERSION: u32 = 1;
+/// Version 2 added the reload counts (header words 7 and 8) and the policy runs (slot words 14
+/// and 15).
+pub const LAYOUT_VERSION: u32 = 2;
 /// Bytes per slot (and per header).
 pub const SLOT_BYTES: u32 = 128;
 const WORDS: usize = SLOT_BYTES as usize / 8;
@@ -100,6 +107,8 @@ const H_CLOCK: usize = 3;
 const H_MONO_REF: usize = 4;
 const H_REAL_REF: usize = 5;
 const H_PID: usize = 6;
+const H_RELOADS_OK: usize = 7;
+const H_RELOADS_FAILED: usize = 8;
 
 // Slot words.
 const S_STATE: usize = 0;
@@ -116,6 +125,8 @@ const S_ERRORS: usize = 10;
 const S_INFLIGHT: usize = 11;
 const S_BUSY_SINCE: usize = 12;
 const S_PROGRESS: usize = 13;
+const S_POST_RUNS: usize = 14;
+const S_COMPLETE_RUNS: usize = 15;
 
 /// Which end of a unidirectional NCCL connection a slot describes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -223,6 +234,10 @@ pub struct ConnSnapshot {
     pub busy_since_ns: u64,
     /// The last completion or chunk moved (the opening, before any).
     pub last_progress_ns: u64,
+    /// Runs of the policy program at the post hook (`net/isend` or `net/irecv`).
+    pub post_runs: u64,
+    /// Runs of the policy program at `net/complete`.
+    pub complete_runs: u64,
 }
 
 impl ConnSnapshot {
@@ -327,6 +342,8 @@ fn read_slot(word: &dyn Fn(usize) -> u64, slot: usize) -> Option<ConnSnapshot> {
         inflight: w(S_INFLIGHT),
         busy_since_ns: w(S_BUSY_SINCE),
         last_progress_ns: w(S_PROGRESS),
+        post_runs: w(S_POST_RUNS),
+        complete_runs: w(S_COMPLETE_RUNS),
     };
     fence(Ordering::Acquire);
     (w(S_STATE) == state).then_some(snap)
@@ -430,6 +447,13 @@ impl ConnTable {
         self.capacity
     }
 
+    /// Counts a policy reload request this process answered: accepted (`ok`) or not. Rare
+    /// (a person asked), so an atomic add.
+    pub fn count_reload(&self, ok: bool) {
+        let w = if ok { H_RELOADS_OK } else { H_RELOADS_FAILED };
+        self.word(w).fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Claims a slot for a new connection; `None` when the table is full (the connection
     /// still works, it is just not counted).
     pub fn register(&self, labels: &ConnLabels) -> Option<ConnSlotGuard<'_>> {
@@ -459,6 +483,8 @@ impl ConnTable {
             (S_INFLIGHT, 0),
             (S_BUSY_SINCE, 0),
             (S_PROGRESS, now),
+            (S_POST_RUNS, 0),
+            (S_COMPLETE_RUNS, 0),
         ] {
             w(i).store(v, Ordering::Relaxed);
         }
@@ -526,6 +552,17 @@ impl<'a> ConnSlotGuard<'a> {
             b.load(Ordering::Relaxed).wrapping_add(bytes),
             Ordering::Relaxed,
         );
+    }
+    /// The policy program at this end's post hook ran (`complete`: at `net/complete`). A
+    /// load and a store on the slot's counter line, only when a program is attached.
+    #[inline]
+    pub fn ran(&self, complete: bool) {
+        let c = self.w(if complete {
+            S_COMPLETE_RUNS
+        } else {
+            S_POST_RUNS
+        });
+        c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     }
     /// A request failed (not progress).
     #[inline]
@@ -643,6 +680,12 @@ impl<'a> ConnTableView<'a> {
         self.clock
     }
 
+    /// Policy reloads the process accepted and refused ([`ConnTable::count_reload`]).
+    pub fn reloads(&self) -> (u64, u64) {
+        let h = |i: usize| self.view.array_word(0, i).unwrap_or(0);
+        (h(H_RELOADS_OK), h(H_RELOADS_FAILED))
+    }
+
     /// Now, on the writer's clock: our [`now_ns`] when we share its time namespace, else our
     /// `CLOCK_REALTIME` mapped through the table's reference.
     pub fn now_ns(&self) -> u64 {
@@ -754,6 +797,9 @@ mod tests {
         a.posted();
         a.completed(100);
         a.failed();
+        a.ran(false);
+        a.ran(true);
+        a.ran(true);
         b.posted();
         let snap = t.snapshot();
         assert_eq!(snap.len(), 2);
@@ -762,6 +808,7 @@ mod tests {
             (sa.bytes, sa.messages, sa.errors, sa.inflight),
             (100, 1, 1, 0)
         );
+        assert_eq!((sa.post_runs, sa.complete_runs), (1, 2));
         assert_eq!(sa.direction, ConnDirection::Send);
         assert_eq!(sa.peer_port, 1234);
         let sb = snap.iter().find(|s| s.conn_id == 8).unwrap();
@@ -931,6 +978,12 @@ mod tests {
         g.posted();
         g.completed(4096);
         g.posted();
+        t.count_reload(true);
+        t.count_reload(false);
+        t.count_reload(true);
+        let views = MapView::open_all_in(&dir, pid).unwrap();
+        let view = ConnTableView::find(&views, pid).unwrap().unwrap();
+        assert_eq!(view.reloads(), (2, 1));
         let got = read_process_in(&dir, pid).unwrap().unwrap();
         assert_eq!(got.capacity, 4);
         assert_eq!(got.conns, t.snapshot(), "the same records inside and out");
@@ -961,17 +1014,18 @@ mod tests {
         let dir = scratch();
         let r = Registry::new(dir.clone());
         let pid = std::process::id();
-        // A map of the table's name and shape whose header says version 2.
+        // A map of the table's name and shape whose header says version 1 (before the reload
+        // counts).
         let m = r.runtime(&table_spec(2)).unwrap();
         let mut header = vec![0u8; SLOT_BYTES as usize];
         header[..8].copy_from_slice(&TABLE_MAGIC.to_le_bytes());
-        header[8..16].copy_from_slice(&(2u64 | (u64::from(SLOT_BYTES) << 32)).to_le_bytes());
+        header[8..16].copy_from_slice(&(1u64 | (u64::from(SLOT_BYTES) << 32)).to_le_bytes());
         header[16..24].copy_from_slice(&2u64.to_le_bytes());
         header[24..32].copy_from_slice(&CLOCK_ID.to_le_bytes());
         m.update(&0u32.to_le_bytes(), &header, 0).unwrap();
         let e = read_process_in(&dir, pid).err().unwrap();
         assert!(
-            e.contains("layout version 2") && e.contains("knows version 1"),
+            e.contains("layout version 1") && e.contains("knows version 2"),
             "{e}"
         );
         // No header at all.
