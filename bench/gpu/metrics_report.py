@@ -98,7 +98,7 @@ def main():
     verdicts.append(("the exporter answered while a rank was stopped", ok == "200" and dt is not None and dt < 3))
     st = open(f"{out}/status-frozen.txt").read() if os.path.exists(f"{out}/status-frozen.txt") else ""
     frozen_pid = re.search(r"SIGSTOP rank \d+ pid (\d+)", fz)
-    stalled = [l for l in st.splitlines() if l.startswith("STALLED")]
+    stalled = [l.strip() for l in st.splitlines() if l.strip().startswith("STALLED")]
     P("`ncclbpf status --all --stall-after 2` while it was stopped:\n")
     P("```\n" + st.strip() + "\n```\n")
     named = frozen_pid is not None and any(f"(pid {frozen_pid.group(1)})" in l for l in stalled)

@@ -1,4 +1,4 @@
-"""Compares what the exporter served with what the ranks of metrics/gpu/run.sh moved.
+"""Compares what the exporter served with what the ranks of bench/gpu/metrics_ports.sh moved.
 
 Reads OUT/results.txt (each rank's MOVED line: the bytes its all_reduces had to send, and its
 HOLDING line: its pid) and OUT/exporter.txt (one scrape while all ranks held), prints per rank

@@ -6,10 +6,10 @@
 # LOCAL_RANK=r: port P+r; ports drawn fresh each run). Once all ranks hold (after the sweep, process group alive):
 # scrapes the exporter and each endpoint, `ncclbpf status --all`, then freezes rank 1 (SIGSTOP)
 # and scrapes the exporter again (timed), and compares each rank's sent bytes with what its
-# all_reduces had to send (metrics/gpu/compare.py). Outputs in $OUT.
+# all_reduces had to send (bench/gpu/metrics_compare.py). Outputs in $OUT.
 #
 # Needs build/libnccl-net-bpf.so and build/ncclbpf (built on a CPU machine).
-# Usage: metrics/gpu/run.sh   (OUT=/path to keep the outputs elsewhere)
+# Usage: bench/gpu/metrics_ports.sh   (OUT=/path to keep the outputs elsewhere)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/metrics-gpu}
@@ -67,6 +67,6 @@ for p in "${pids[@]}"; do wait "$p" || rc=1; done
 get http://127.0.0.1:$exp_port/metrics >"$OUT/exporter-after.txt" 2>/dev/null || true
 kill "$exporter"
 grep -h '^RESULT\|^MOVED\|^HOLD' "$OUT"/rank*.log >"$OUT/results.txt" || true
-python3 metrics/gpu/compare.py "$OUT" | tee "$OUT/compare.txt"
+python3 bench/gpu/metrics_compare.py "$OUT" | tee "$OUT/compare.txt"
 tar -C "$OUT" -czf "$OUT/logs.tar.gz" rank0.log rank1.log rank2.log rank3.log && rm -f "$OUT"/rank*.log
 exit $rc
