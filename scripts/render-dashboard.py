@@ -474,7 +474,16 @@ class Renderer:
             self.message(fr, w, h, "\n".join(["No data"] + errors), MUTED if not errors else "#C4162A", 10)
             return
         # Legend geometry.
-        cw = 56 if calcs else 0  # px per calc column
+        def calc_value(vs, calc):
+            good = [v for v in vs if v == v]
+            if not good:
+                return None
+            return {"max": max(good), "min": min(good), "mean": sum(good) / len(good)}.get(
+                calc, good[-1])
+
+        # px per calc column: the longest formatted value, 5.2 px per character of 7 pt
+        cw = max([44] + [8 + 5.2 * len(fmt_value(calc_value(vs, c), unit))
+                         for _, _, vs in series for c in calcs]) if calcs else 0
         if right:
             leg_w = min(int(w * 0.42), 14 + 6 * max(len(s[0]) for s in series) + cw * len(calcs))
             leg_w = max(leg_w, min(int(w * 0.42), 120 + cw * len(calcs)))
@@ -490,7 +499,7 @@ class Renderer:
             s.set_visible(False)
         ax.grid(True, color="#e9e9ea", lw=0.8)
         ax.tick_params(labelsize=7.5, colors=MUTED, length=0)
-        ax.set_xlim(0, max(t_end, 1e-3))
+        ax.set_xlim(-0.005 * t_end, max(t_end * 1.005, 1e-3))
         fmt = self.plt.FuncFormatter
         ax.yaxis.set_major_formatter(fmt(lambda v, _: fmt_value(v, unit)))
         ax.xaxis.set_major_formatter(fmt(lambda v, _: f"{v:g}s"))
@@ -502,8 +511,10 @@ class Renderer:
                 ax.plot(ts, vs, "o", color=c, ms=3)
             lines.append((c, lab, vs))
         lo, hi = ax.get_ylim()
-        if lo >= 0 or all(min((v for v in vs if v == v), default=0) >= 0 for _, _, vs in lines):
-            ax.set_ylim(0, hi if hi > 0 else 1)
+        finite = [v for _, _, vs in lines for v in vs if v == v and math.isfinite(v)]
+        top = max([hi] + [1.06 * v for v in finite if v > 0])
+        if lo >= 0 or min(finite, default=0) >= 0:
+            ax.set_ylim(0, top if top > 0 else 1)
         # Legend: a table, as Grafana's "table" mode.
         lx, ly = (w - leg_w - 4, 28) if right else (8, h - (rows_fit + 1) * lh - 4)
         name_w = leg_w - 18 - cw * len(calcs)
@@ -519,12 +530,8 @@ class Renderer:
             if len(lab) > maxch:
                 lab = lab[: maxch - 1] + "…"
             fr.text(lx + 16, yy, lab, ha="left", va="top", fontsize=7, color=TEXT)
-            good = [v for v in vs if v == v]
             for j, calc in enumerate(calcs):
-                val = None
-                if good:
-                    val = {"max": max(good), "min": min(good), "mean": sum(good) / len(good)}.get(
-                        calc, good[-1])
+                val = calc_value(vs, calc)
                 fr.text(lx + leg_w - cw * (len(calcs) - j - 1) - 4, yy, fmt_value(val, unit),
                         ha="right", va="top", fontsize=7, color=TEXT)
         if len(show) < len(lines):
@@ -663,6 +670,7 @@ def main():
     prom = None
 
     def on_signal(sig, _):
+        log(f"stopped by signal {sig}: stopping prometheus, removing {tmp}")
         raise SystemExit(128 + sig)
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
