@@ -129,14 +129,18 @@ struct ncclbpf_tuner_ctx {
                        * (CollNet and NVLS across nodes take it unchecked: there the plugin
                        * passes no count above 1) */
   /* From NCCL's cost table for this collective (tuner ABI v3 and later; filled only for
-   * programs that read one of these three, so they cost nothing otherwise). NCCL builds the
-   * table from values it makes the same on every rank (its own choice, the table's minimum,
-   * has to be), so a decision may depend on them. */
-  __u32 usable;       /* read:  bit NCCLBPF_USABLE_BIT(a, p) set when NCCL can run algorithm
-                       * a with protocol p (NCCL_ALGO/NCCL_PROTO and what the system supports
-                       * decide); 0 when NCCL passes no table (ABI v2) */
-  __s32 nccl_algo;    /* read:  what NCCL would pick without the tuner: the first cheapest
-                       * usable entry; -1 when not known */
+   * programs that read one of these three, so they cost nothing otherwise; `ncclbpf
+   * decisions` passes no table). */
+  __u32 usable;       /* read: rank-local: bit NCCLBPF_USABLE_BIT(a, p) set when NCCL can run
+                       * algorithm a with protocol p for this collective; 0 when NCCL passes no
+                       * table (ABI v2) or not 3 protocols. Only the table's cheapest entry is
+                       * the same on every rank (NCCL's own choice depends on it); whether
+                       * another entry is usable can depend on a rank's node (NVSwitches, local
+                       * ranks), a failed NVLS bind or its own NCCL_ALGO/NCCL_PROTO, so a
+                       * decision may not depend on it (count it into an epoch source and
+                       * decide from the agreed result, as net_autotune does) */
+  __s32 nccl_algo;    /* read:  NCCL's pick from the table: its first cheapest usable entry,
+                       * the same on every rank; -1 when not known */
   __s32 nccl_proto;   /* read:  its protocol; -1 when not known */
 };
 #define NCCLBPF_USABLE_BIT(a, p) (1u << ((a) * NCCL_NUM_PROTOCOLS + (p)))

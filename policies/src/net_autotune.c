@@ -348,12 +348,22 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
     home = AUTOTUNE_NONE;
     AUTOTUNE_EXPLORE_AGAIN;
   }
-  /* A kept candidate whose slot a config update removed: explore again. */
+  /* Slots a staged config update removed: a kept one is explored again, a probed one ends
+   * its probe, and a home or runner-up there is forgotten. */
   if (phase >= AUTOTUNE_SETTLED && best && !autotune_slot(best)) again = 1;
+  if (!autotune_slot(home)) home = AUTOTUNE_NONE;
+  if (phase == AUTOTUNE_EXPLORING && !autotune_slot(aux)) aux = AUTOTUNE_NONE;
+  if (phase >= AUTOTUNE_SETTLED && !autotune_slot(idx)) idx = AUTOTUNE_NONE;
+  if (phase == AUTOTUNE_PROBING && !again && !autotune_slot(apply)) {
+    phase = AUTOTUNE_SETTLED;
+    apply = best;
+    seen = drift = aux = 0;
+  }
   if (phase == AUTOTUNE_EXPLORING) {
     /* A candidate that ran as NCCL's own choice all epoch (not usable, or NCCL's pick) would
-     * measure slot 0 again: skipped from its first epoch on. */
-    int skip = used == idx && idx && c->same >= n;
+     * measure slot 0 again: skipped from its first epoch on; so is one whose slot was removed
+     * (the tuner program runs NCCL's choice there, so it would never run). */
+    int skip = (used == idx && idx && c->same >= n) || (idx && !autotune_slot(idx));
     if (used == idx && !skip) {
       ++seen; /* the first epoch that ran it is discarded (new connections open there) */
       if (seen == 2) first = t32;
@@ -421,7 +431,7 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
       __u64 m = autotune_median(first, t32);
       if (m < time - time / 16) { /* faster by a sixteenth: keep it */
         if (apply == home) home = AUTOTUNE_NONE;
-        idx = best;
+        idx = time <= m + m / 8 ? best : AUTOTUNE_NONE; /* the old one: a runner-up if close */
         best = apply;
         time = m;
       }

@@ -129,10 +129,16 @@ pub struct Hook {
 /// `reg_buff` comes from each rank's own registration cache (NCCL 2.28-2.30 `ncclPrepareTasks`
 /// / `ncclRegFind`, docs/nccl-collective-facts.md): registration can take effect on one rank
 /// and not on another.
-pub const TUNER_LOCAL_FIELDS: &[(&str, &str)] = &[(
-    "reg_buff",
-    "NCCL looks the buffer up in this rank's own registration cache, which can differ between ranks",
-)];
+pub const TUNER_LOCAL_FIELDS: &[(&str, &str)] = &[
+    (
+        "reg_buff",
+        "NCCL looks the buffer up in this rank's own registration cache, which can differ between ranks",
+    ),
+    (
+        "usable",
+        "NCCL's cost table agrees between ranks only in its cheapest entry: whether another entry is usable can depend on the node's topology (NVSwitch count, local ranks), an NVLS bind that failed on one rank, or each process's NCCL_ALGO/NCCL_PROTO (nccl_algo and nccl_proto, the cheapest entry, are agreed)",
+    ),
+];
 
 impl Hook {
     pub fn field_at(&self, off: u32) -> Option<&Field> {

@@ -116,6 +116,7 @@ const EXPECTED: &[(&str, &str, usize)] = &[
     ("rank_local_subprog", "rank_local", 2), // proto from a subprogram that read a net map
     ("rank_local_via_key", "rank_local", 19), // a config value picked by a rank-local key
     ("rank_local_via_stack", "rank_local", 36), // the value through a spill and a byte copy
+    ("rank_local_usable", "rank_local", 4), // algo from which entries of the cost table are usable
     ("rodata_atomic", "map_read_only", 3),  // lock add into .rodata
     ("rodata_delete", "map_read_only", 8),  // bpf_map_delete_elem(.rodata map)
     ("rodata_lookup_write", "map_read_only", 11), // store into a value of the .rodata map

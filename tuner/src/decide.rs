@@ -96,10 +96,10 @@ pub fn policy_ctx(c: &Collective) -> TunerCtx {
 }
 
 /// Fills the policy's view of NCCL's cost table (`usable`, `nccl_algo`, `nccl_proto`): which
-/// entries NCCL can use (bit `a * num_proto + p`, for the first 32 entries) and its own pick,
-/// the first smallest usable entry (NCCL's loop). NCCL computes the table from values it
-/// makes the same on every rank (docs/nccl-collective-facts.md §2.5), as its own choice, the
-/// minimum, must be: a decision may depend on them.
+/// entries NCCL can use (bit `a * 3 + p`, for the first 32 entries; none unless the table has
+/// 3 protocols) and its own pick, the first smallest usable entry (NCCL's loop). Only the pick
+/// is the same on every rank (docs/nccl-collective-facts.md §2.5): the verifier treats `usable`
+/// as rank-local.
 ///
 /// Kept out of line: the common program reads none of these, and the loop inlined into the
 /// decision path cost it about 1.5 ns (scripts/tuner-bench.sh, size_aware).
@@ -117,7 +117,8 @@ pub fn fill_table(ctx: &mut TunerCtx, table: &[f32], num_algo: usize, num_proto:
             }
         }
     }
-    ctx.usable = usable;
+    // Bit a * 3 + p is what policies test (NCCLBPF_USABLE_BIT): no bits for another shape.
+    ctx.usable = if num_proto == 3 { usable } else { 0 };
     (ctx.nccl_algo, ctx.nccl_proto) = match best {
         Some((i, _)) if num_proto > 0 => ((i / num_proto) as i32, (i % num_proto) as i32),
         _ => (-1, -1),
@@ -241,16 +242,21 @@ mod tests {
         assert_eq!(c.usable, 0b1_1111_0111);
         assert_eq!((c.nccl_algo, c.nccl_proto), (2, 2));
         // Ties go to the first entry, as in NCCL's loop; NaN and negatives are not usable.
-        fill_table(&mut c, &[f32::NAN, 4.0, -1.0, 4.0], 2, 2);
-        assert_eq!((c.usable, c.nccl_algo, c.nccl_proto), (0b1010, 0, 1));
+        fill_table(&mut c, &[f32::NAN, 4.0, -1.0, 4.0, 7.0, -0.5], 2, 3);
+        assert_eq!((c.usable, c.nccl_algo, c.nccl_proto), (0b1_1010, 0, 1));
         fill_table(&mut c, &[-1.0; 6], 2, 3);
         assert_eq!((c.usable, c.nccl_algo, c.nccl_proto), (0, -1, -1));
         // Entries past the 32nd have no bit but can still be NCCL's pick.
-        let mut big = vec![5.0f32; 40];
+        let mut big = vec![5.0f32; 36];
         big[35] = 1.0;
-        fill_table(&mut c, &big, 10, 4);
+        fill_table(&mut c, &big, 12, 3);
         assert_eq!(c.usable, u32::MAX);
-        assert_eq!((c.nccl_algo, c.nccl_proto), (8, 3));
+        assert_eq!((c.nccl_algo, c.nccl_proto), (11, 2));
+        // Not 3 protocols: no bits (policies test a * 3 + p), the pick still known.
+        let mut four = vec![5.0f32; 8];
+        four[6] = 1.0;
+        fill_table(&mut c, &four, 2, 4);
+        assert_eq!((c.usable, c.nccl_algo, c.nccl_proto), (0, 1, 2));
     }
 
     #[test]

@@ -1245,25 +1245,15 @@ mod tests {
     }
 
     /// A program that reads the cost-table fields sees them filled from the table NCCL passed:
-    /// here one that answers NCCL's own pick (nccl_algo, nccl_proto) and hands the usable mask
-    /// over as its channel count, through the v4 ABI.
+    /// here one that answers NCCL's own pick (nccl_algo, nccl_proto), through the v4 ABI. One
+    /// that decides from `usable` is refused at load: only the pick is the same on every rank.
     #[test]
     fn programs_that_read_the_table_fields_see_nccls_table() {
-        let obj = policy_object::Object {
+        let object = |text: &str| policy_object::Object {
             programs: vec![policy_object::Program {
                 name: "echo".into(),
                 section: "tuner".into(),
-                insns: policy_object::asm::assemble(
-                    "ldxw %r2, [%r1+56]
-                     ldxw %r3, [%r1+60]
-                     ldxw %r4, [%r1+52]
-                     stxw [%r1+40], %r2
-                     stxw [%r1+44], %r3
-                     stxw [%r1+48], %r4
-                     mov %r0, 0
-                     exit",
-                )
-                .unwrap(),
+                insns: policy_object::asm::assemble(text).unwrap(),
                 lines: vec![],
             }],
             maps: vec![],
@@ -1271,8 +1261,25 @@ mod tests {
         let reg = Registry::new(
             std::env::temp_dir().join(format!("ncclbpf-tuner-tbl-{}", std::process::id())),
         );
-        let p = LoadedProgram::load(&obj, None, &reg, &LoadOptions::default()).unwrap();
-        assert!(p.stats.reads_ctx(52, 12));
+        let from_usable = object(
+            "ldxw %r4, [%r1+52]
+             stxw [%r1+48], %r4
+             mov %r0, 0
+             exit",
+        );
+        let e = LoadedProgram::load(&from_usable, None, &reg, &LoadOptions::default())
+            .expect_err("a channel count from usable");
+        assert!(e.to_string().contains("usable"), "{e}");
+        let pick = object(
+            "ldxw %r2, [%r1+56]
+             ldxw %r3, [%r1+60]
+             stxw [%r1+40], %r2
+             stxw [%r1+44], %r3
+             mov %r0, 0
+             exit",
+        );
+        let p = LoadedProgram::load(&pick, None, &reg, &LoadOptions::default()).unwrap();
+        assert!(p.stats.reads_ctx(56, 8) && !p.stats.reads_ctx(52, 4));
         let slot: &'static ProgramSlot = Box::leak(Box::new(ProgramSlot::new(p)));
         let c = TunerContext::with_slot(
             9,
@@ -1298,13 +1305,12 @@ mod tests {
             )
             .unwrap();
         assert_eq!((d.algo, d.proto), (1, 0), "NCCL's pick, Ring/LL");
-        assert_eq!(d.nchannels, (1 << 2) | (1 << 3) | (1 << 5), "usable mask");
         assert!(d.applied && table[3] == 0.0);
-        // Without a table (ABI v2) they read as not known: -1 and an empty mask.
+        // Without a table (ABI v2) they read as not known.
         let d = c
             .decide_with(NcclFunc::ALL_REDUCE, 1 << 16, 1, 0, 0, None)
             .unwrap();
-        assert_eq!((d.algo, d.proto, d.nchannels), (-1, -1, 0));
+        assert_eq!((d.algo, d.proto), (-1, -1));
     }
 
     /// A channel count is not handed to NCCL where NCCL would take it unchecked: CollNet, or

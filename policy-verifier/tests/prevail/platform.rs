@@ -20,9 +20,11 @@ use prevail::spec::type_descriptors::{
 };
 use prevail::spec::vm_isa::EbpfInst;
 
-/// `sizeof(struct ncclbpf_tuner_ctx)` and `sizeof(struct ncclbpf_net_ctx)`: both 56 bytes,
-/// trailing `reserved` word included. No packet pointers in any context (data/end/meta = -1).
+/// `sizeof(struct ncclbpf_net_ctx)`: 56 bytes, trailing `reserved` word included. No packet
+/// pointers in any context (data/end/meta = -1).
 pub const CTX_SIZE: i32 = 56;
+/// `sizeof(struct ncclbpf_tuner_ctx)`: 64 bytes (the cost-table fields end it).
+static TUNER_CTX: EbpfCtxDescriptor = ctx(64);
 const fn ctx(size: i32) -> EbpfCtxDescriptor {
     EbpfCtxDescriptor {
         size,
@@ -42,7 +44,7 @@ static EPOCH_CTX: EbpfCtxDescriptor = ctx(48 + 32 * 8);
 /// The hooks ncclbpf.h names, with the helpers each may call (tuner hooks: map helpers only;
 /// net hooks: also clocks and CPU ids) and their context.
 pub const SECTIONS: &[(&str, &[i32], &EbpfCtxDescriptor)] = &[
-    ("tuner", &[1, 2, 3], &CTX),
+    ("tuner", &[1, 2, 3], &TUNER_CTX),
     ("tuner/chunk", &[1, 2, 3], &CHUNK_CTX),
     ("tuner/init", &[1, 2, 3], &INIT_CTX),
     ("tuner/epoch", &[1, 2, 3], &EPOCH_CTX),
