@@ -490,6 +490,21 @@ fn kept_and_home(s: &Sim) -> (u64, u64) {
     ((ctl >> 24) & 0xff, (ctl >> 48) & 0xff)
 }
 
+/// Costs while contention slows Ring/LL128 fourfold (200 us), the rest as before.
+fn contended(c: &TunerCtx) -> u64 {
+    match decision(c) {
+        (RING, LL128, 0) => 200_000,
+        _ => autotune_cost(c),
+    }
+}
+
+/// Runs contended epochs until the class has explored again and settled.
+fn settle_under_contention(s: &mut Sim) {
+    run_until(s, &contended, 80, &|s| {
+        phase(s) == SETTLED && rounds(s) == 2
+    });
+}
+
 /// Contention that slows the kept Ring/LL128 fourfold starts an exploration that settles on
 /// Tree/Simple and remembers Ring/LL128 as home; a probe of home every PROBE_EVERY settled
 /// epochs finds it slow while the contention lasts and fast once it is over, and the class
@@ -499,16 +514,7 @@ fn autotune_comes_back_home_when_contention_ends() {
     let mut s = autotune(Tier::Jit);
     autotune_until(&mut s, 1, 60, &|s| phase(s) == SETTLED);
     assert_eq!(kept_and_home(&s), (3, 0xff));
-    let contended = |c: &TunerCtx| match decision(c) {
-        (RING, LL128, 0) => 200_000,
-        _ => autotune_cost(c),
-    };
-    let mut epochs = 0;
-    while !(phase(&s) == SETTLED && rounds(&s) == 2) {
-        epochs += 1;
-        assert!(epochs < 80, "class state {:?}", s.class(CLASS_1M));
-        one(&s.run_epoch(&|_| MIB, &contended));
-    }
+    settle_under_contention(&mut s);
     assert_eq!(
         kept_and_home(&s),
         (6, 3),
@@ -868,16 +874,7 @@ fn autotune_probe_ends_when_the_probed_slot_is_removed() {
 fn autotune_after_coming_home_probes_no_distant_runner_up() {
     let mut s = autotune(Tier::Jit);
     autotune_until(&mut s, 1, 60, &|s| phase(s) == SETTLED);
-    let contended = |c: &TunerCtx| match decision(c) {
-        (RING, LL128, 0) => 200_000,
-        _ => autotune_cost(c),
-    };
-    let mut epochs = 0;
-    while !(phase(&s) == SETTLED && rounds(&s) == 2) {
-        epochs += 1;
-        assert!(epochs < 80);
-        s.run_epoch(&|_| MIB, &contended);
-    }
+    settle_under_contention(&mut s);
     assert_eq!(kept_and_home(&s), (6, 3));
     autotune_until(&mut s, 1, PROBE_EVERY + 2 * (3 + D as usize) + 2, &|s| {
         kept_and_home(s) == (3, 0xff) && phase(s) == SETTLED
