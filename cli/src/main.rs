@@ -22,6 +22,7 @@ mod rules;
 mod sizes;
 mod status;
 mod verify;
+mod watch;
 
 use clap::{Parser, Subcommand};
 use out::Out;
@@ -42,6 +43,7 @@ use std::process::ExitCode;
   ncclbpf maps $(pgrep -n python)
   ncclbpf rules check nccl_tuner.conf
   ncclbpf status --all --stall-after 30
+  ncclbpf status --all --watch
   ncclbpf exporter --listen 127.0.0.1:9464
   ncclbpf reload 12345 my_net_policy.o
   ncclbpf config --at-seq +5000 --all slo_budget_ns 3=200000

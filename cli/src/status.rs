@@ -1,17 +1,21 @@
-//! `ncclbpf status PID...|--all [--stall-after SECONDS] [--json]`: what runs at each net hook of
-//! running processes (asked through their control sockets, [`crate::reload`]) and every
-//! connection they have open, read from shared memory (`ncclbpf_conns`,
-//! [`shared_maps::conn_table`]): direction, peer, communicator, bytes, requests pending,
-//! seconds since the last progress. Connections with requests pending and no progress for
+//! `ncclbpf status PID...|--all [--stall-after SECONDS] [--json | --watch [--interval
+//! SECONDS]]`: what runs at each net hook of running processes (asked through their control
+//! sockets, [`crate::reload`]) and every connection they have open, read from shared memory
+//! (`ncclbpf_conns`, [`shared_maps::conn_table`]): direction, peer, communicator, bytes,
+//! requests pending, seconds since the last progress. Connections with requests pending and no progress for
 //! longer than `--stall-after` are named, one `STALLED` line each.
 //!
 //! The connections come from shared memory alone, so they are shown while a process is stuck
 //! inside a collective or stopped (SIGSTOP), when its control socket does not answer: each
 //! socket gets [`SOCKET_TIMEOUT`] to answer, the tables are read meanwhile.
 //!
-//! Exit status: 0 when every process was read (socket or shared memory) and no connection
-//! stalled; 1 when a stalled connection was named; 2 on a usage error or a process that could
-//! be neither asked nor read (2 wins).
+//! `--watch` keeps the same on screen, refreshed: [`crate::watch`], which reuses the pieces
+//! here (`pids_in`, [`Proc`], `stalls`, `stall_line_naming`).
+//!
+//! Exit status (without `--watch`): 0 when every process was read (socket or shared memory)
+//! and no connection stalled; 1 when a stalled connection was named; 2 on a usage error or a
+//! process that could be neither asked nor read (2 wins). `--watch`: 0 when quit, 2 on a usage
+//! or terminal error.
 
 use crate::reload::{self, Targets};
 use ncclbpf_control::{ClientError, Reply};
@@ -42,6 +46,7 @@ pub const FAILED: u8 = 2;
   ncclbpf status 12345
   ncclbpf status --all --stall-after 30
   ncclbpf status --all --json | jq '.stalled'
+  ncclbpf status --all --watch --interval 2
 
 Per process: what runs at each net hook and each communicator's decision count (asked through
 the control socket), then every open connection, read from shared memory (so shown also while
@@ -60,8 +65,15 @@ longer than --stall-after gets a line
   STALLED recv connection 0x… from 10.0.0.2:40001 (pid 4243), comm 0x…: 1 request(s) pending, no progress for 12.3 s
 
 A receive that stalls waits for a peer that stopped sending; a send, for a peer that stopped
-receiving. Either way, look at the peer next (`ncclbpf status` on its host). A live view
-(--watch) is not there yet.
+receiving. Either way, look at the peer next (`ncclbpf status` on its host).
+
+--watch keeps a live view of the same open in the terminal, refreshed every --interval seconds:
+per process its rank (RANK, OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID in its environment,
+where set) and whether its control socket answers; per connection its bytes, throughput (bytes/s
+between two refreshes), requests pending and seconds since progress; STALLED connections in red,
+with their peer (address, pid and rank where known) listed at the bottom. A process that does not
+answer is shown as such and does not hold up the view. q, Esc or Ctrl-C quits; arrows and
+PgUp/PgDn scroll. --watch needs a terminal (exit 2 otherwise) and does not go with --json.
 
 Exit status:
   0  every process was read and no connection stalled
@@ -80,6 +92,22 @@ pub struct Args {
     /// metrics, connections, connections_error, conn_table_capacity}], stalled: [...]}.
     #[arg(long)]
     pub json: bool,
+    /// Keep a live view open in the terminal, refreshed every --interval seconds (q, Esc or
+    /// Ctrl-C quits).
+    #[arg(long, conflicts_with = "json")]
+    pub watch: bool,
+    /// Seconds between refreshes of --watch (0.1 to 3600).
+    #[arg(long, value_name = "SECONDS", default_value_t = 1.0, value_parser = interval, requires = "watch")]
+    pub interval: f64,
+}
+
+fn interval(v: &str) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(s) if (0.1..=3600.0).contains(&s) => Ok(s),
+        _ => Err(format!(
+            "{v:?} is not a refresh interval (0.1 to 3600 seconds)"
+        )),
+    }
 }
 
 fn seconds(v: &str) -> Result<f64, String> {
@@ -91,6 +119,13 @@ fn seconds(v: &str) -> Result<f64, String> {
 
 /// `ncclbpf status`: prints to stdout, usage errors to stderr.
 pub fn run(a: &Args) -> ExitCode {
+    if a.watch && !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        eprintln!(
+            "ncclbpf status: --watch needs a terminal, and standard output is not one \
+             (`ncclbpf status` prints once, --json for scripts)"
+        );
+        return ExitCode::from(FAILED);
+    }
     let targets = match Targets::new(a.pids.clone(), a.all) {
         Ok(t) => t,
         Err(e) => {
@@ -99,12 +134,15 @@ pub fn run(a: &Args) -> ExitCode {
         }
     };
     let dir = shared_maps::registry_dir();
+    if a.watch {
+        return ExitCode::from(crate::watch::run(&dir, targets, a.stall_after, a.interval));
+    }
     let mut out = std::io::stdout().lock();
     ExitCode::from(run_in(&dir, &targets, a.stall_after, a.json, &mut out))
 }
 
 /// `--all`: live processes with a control socket or a connection table in `dir`.
-fn pids_in(dir: &Path, targets: &Targets) -> Result<Vec<u32>, String> {
+pub(crate) fn pids_in(dir: &Path, targets: &Targets) -> Result<Vec<u32>, String> {
     match targets {
         Targets::Pids(p) => Ok(p.clone()),
         Targets::All => {
@@ -125,29 +163,29 @@ fn pids_in(dir: &Path, targets: &Targets) -> Result<Vec<u32>, String> {
 }
 
 /// What was learnt about one process.
-struct Proc {
-    pid: u32,
-    answer: Result<Reply, ClientError>,
+pub(crate) struct Proc {
+    pub pid: u32,
+    pub answer: Result<Reply, ClientError>,
     /// `Ok(None)`: it registered no connection table.
-    table: Result<Option<ProcessConns>, String>,
+    pub table: Result<Option<ProcessConns>, String>,
     /// Its in-process metrics endpoint (`NCCL_BPF_METRICS_ADDR`), from `<dir>/<pid>.metrics`.
-    metrics: Option<String>,
+    pub metrics: Option<String>,
 }
 
 impl Proc {
     /// Neither its socket answered nor its table could be read.
-    fn unread(&self) -> bool {
+    pub(crate) fn unread(&self) -> bool {
         self.answer.is_err() && !matches!(self.table, Ok(Some(_)))
     }
 }
 
 /// One connection with requests pending and no progress for longer than the threshold.
-struct Stall<'a> {
-    pid: u32,
-    conn: &'a ConnSnapshot,
-    waiting_ns: u64,
-    since_progress_ns: u64,
-    peer_pid: Option<u32>,
+pub(crate) struct Stall<'a> {
+    pub pid: u32,
+    pub conn: &'a ConnSnapshot,
+    pub waiting_ns: u64,
+    pub since_progress_ns: u64,
+    pub peer_pid: Option<u32>,
 }
 
 /// [`run`] with the registry dir and the output given (tests).
@@ -203,7 +241,7 @@ pub fn run_in(
 }
 
 /// The address a process's metrics endpoint wrote (`host:port`), if it runs one.
-fn metrics_addr(dir: &Path, pid: u32) -> Option<String> {
+pub(crate) fn metrics_addr(dir: &Path, pid: u32) -> Option<String> {
     let text = std::fs::read_to_string(dir.join(format!("{pid}.metrics"))).ok()?;
     let addr: std::net::SocketAddr = text.trim().parse().ok()?;
     Some(addr.to_string())
@@ -211,7 +249,7 @@ fn metrics_addr(dir: &Path, pid: u32) -> Option<String> {
 
 /// A socket that did not answer in time says so (rather than "resource temporarily
 /// unavailable").
-fn silent(e: ClientError) -> ClientError {
+pub(crate) fn silent(e: ClientError) -> ClientError {
     match e {
         ClientError::Io(io)
             if matches!(
@@ -228,7 +266,7 @@ fn silent(e: ClientError) -> ClientError {
     }
 }
 
-fn after_ns(stall_after_s: f64) -> u64 {
+pub(crate) fn after_ns(stall_after_s: f64) -> u64 {
     (stall_after_s * 1e9).min(u64::MAX as f64) as u64
 }
 
@@ -237,9 +275,9 @@ fn has_stalls(procs: &[Proc], stall_after_s: f64) -> bool {
 }
 
 /// Where each connection id was seen: (pid, direction), for naming the other end.
-type Ends = HashMap<u64, Vec<(u32, ConnDirection)>>;
+pub(crate) type Ends = HashMap<u64, Vec<(u32, ConnDirection)>>;
 
-fn ends(procs: &[Proc]) -> Ends {
+pub(crate) fn ends(procs: &[Proc]) -> Ends {
     let mut m: Ends = HashMap::new();
     for p in procs {
         if let Ok(Some(t)) = &p.table {
@@ -252,14 +290,14 @@ fn ends(procs: &[Proc]) -> Ends {
 }
 
 /// The process holding the other end of `c` (same id, the other direction), if read.
-fn peer_pid(ends: &Ends, c: &ConnSnapshot) -> Option<u32> {
+pub(crate) fn peer_pid(ends: &Ends, c: &ConnSnapshot) -> Option<u32> {
     ends.get(&c.conn_id)?
         .iter()
         .find(|(_, d)| *d != c.direction)
         .map(|(p, _)| *p)
 }
 
-fn stalls<'a>(procs: &'a [Proc], ends: &Ends, after: u64) -> Vec<Stall<'a>> {
+pub(crate) fn stalls<'a>(procs: &'a [Proc], ends: &Ends, after: u64) -> Vec<Stall<'a>> {
     let mut out = vec![];
     for p in procs {
         let Ok(Some(t)) = &p.table else { continue };
@@ -278,7 +316,7 @@ fn stalls<'a>(procs: &'a [Proc], ends: &Ends, after: u64) -> Vec<Stall<'a>> {
     out
 }
 
-fn secs(ns: u64) -> f64 {
+pub(crate) fn secs(ns: u64) -> f64 {
     ns as f64 / 1e9
 }
 
@@ -287,7 +325,7 @@ fn jsecs(ns: u64) -> Value {
     json!((secs(ns) * 1000.0).round() / 1000.0)
 }
 
-fn hex(v: u64) -> String {
+pub(crate) fn hex(v: u64) -> String {
     format!("{v:#018x}")
 }
 
@@ -324,14 +362,21 @@ fn report(procs: &[Proc], stall_after_s: f64, json: bool) -> String {
 }
 
 fn stall_line(x: &Stall) -> String {
+    stall_line_naming(
+        x,
+        x.peer_pid.map_or(String::new(), |p| format!(" (pid {p})")),
+    )
+}
+
+/// [`stall_line`] with the peer named by `peer` (` (pid N)`, ` (pid N, rank R)`, or empty).
+pub(crate) fn stall_line_naming(x: &Stall, peer: String) -> String {
     let c = x.conn;
     let (what, toward) = match c.direction {
         ConnDirection::Send => ("send", "to"),
         ConnDirection::Recv => ("recv", "from"),
     };
-    let peer_pid = x.peer_pid.map_or(String::new(), |p| format!(" (pid {p})"));
     format!(
-        "STALLED {what} connection {} {toward} {}{peer_pid}, comm {}: {} request(s) pending, no progress for {:.1} s",
+        "STALLED {what} connection {} {toward} {}{peer}, comm {}: {} request(s) pending, no progress for {:.1} s",
         hex(c.conn_id),
         c.peer_text(),
         hex(c.comm_id),
@@ -517,13 +562,19 @@ fn json_doc(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use shared_maps::conn_table::TableClock;
 
-    const S: u64 = 1_000_000_000;
+    pub(crate) const S: u64 = 1_000_000_000;
 
-    fn conn(id: u64, dir: ConnDirection, inflight: u64, busy: u64, progress: u64) -> ConnSnapshot {
+    pub(crate) fn conn(
+        id: u64,
+        dir: ConnDirection,
+        inflight: u64,
+        busy: u64,
+        progress: u64,
+    ) -> ConnSnapshot {
         ConnSnapshot {
             slot: id as usize,
             direction: dir,
@@ -545,7 +596,10 @@ mod tests {
         }
     }
 
-    fn table(conns: Vec<ConnSnapshot>, now: u64) -> Result<Option<ProcessConns>, String> {
+    pub(crate) fn table(
+        conns: Vec<ConnSnapshot>,
+        now: u64,
+    ) -> Result<Option<ProcessConns>, String> {
         Ok(Some(ProcessConns {
             capacity: 4096,
             clock: TableClock {
@@ -557,7 +611,7 @@ mod tests {
         }))
     }
 
-    fn stopped() -> Result<Reply, ClientError> {
+    pub(crate) fn stopped() -> Result<Reply, ClientError> {
         Err(ClientError::Io(std::io::Error::new(
             std::io::ErrorKind::WouldBlock,
             "timed out",
@@ -715,5 +769,10 @@ mod tests {
     fn seconds_are_checked() {
         assert_eq!(seconds("1.5"), Ok(1.5));
         assert!(seconds("-1").is_err() && seconds("nan").is_err() && seconds("x").is_err());
+        assert_eq!(interval("0.5"), Ok(0.5));
+        assert_eq!(interval("3600"), Ok(3600.0));
+        for bad in ["0", "0.05", "3601", "-1", "nan", "inf", "x"] {
+            assert!(interval(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -677,3 +677,38 @@ fn reload_and_status_are_commands() {
     assert_eq!(code, 2, "{out}{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `status --watch` needs a terminal and does not go with --json; --interval is bounded and
+/// belongs to --watch. (The view itself is tested in src/watch.rs with ratatui's TestBackend.)
+#[test]
+fn status_watch_usage_errors() {
+    let (code, out, _) = run(&["status", "--help"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("--watch") && out.contains("--interval <SECONDS>"),
+        "{out}"
+    );
+    assert!(!out.contains("not there yet"), "{out}");
+    let (code, out, err) = run(&["status", "--watch", "--json", "1"]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("'--watch' cannot be used with '--json'"),
+        "{err}"
+    );
+    // Output captured: not a terminal.
+    let (code, out, err) = run(&["status", "--watch", "--all"]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        err.contains("--watch needs a terminal, and standard output is not one"),
+        "{err}"
+    );
+    for bad in ["0", "0.01", "3601", "x"] {
+        let (code, _, err) = run(&["status", "--watch", "--interval", bad, "1"]);
+        assert_eq!(code, 2, "{bad}: {err}");
+        assert!(err.contains("not a refresh interval"), "{bad}: {err}");
+    }
+    let (code, _, err) = run(&["status", "--interval", "2", "1"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--watch"), "{err}");
+}
