@@ -72,8 +72,9 @@ per process its rank (RANK, OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID in it
 where set) and whether its control socket answers; per connection its bytes, throughput (bytes/s
 between two refreshes), requests pending and seconds since progress; STALLED connections in red,
 with their peer (address, pid and rank where known) listed at the bottom. A process that does not
-answer is shown as such and does not hold up the view. q, Esc or Ctrl-C quits; arrows and
-PgUp/PgDn scroll. --watch needs a terminal (exit 2 otherwise) and does not go with --json.
+answer is shown as such and does not hold up the view. q, Esc, Ctrl-C, SIGTERM or SIGHUP quits
+and restores the terminal; arrows and PgUp/PgDn scroll. --watch needs a terminal (exit 2
+otherwise) and does not go with --json.
 
 Exit status:
   0  every process was read and no connection stalled

@@ -8,8 +8,9 @@
 //! others nor the keyboard: the UI thread only draws and reads keys. Throughput is the bytes a
 //! connection moved between two samples over the time between them on the table's clock.
 //!
-//! The terminal is restored however the view ends: q, Esc, Ctrl-C, an error (a guard's `Drop`)
-//! or a panic (ratatui's panic hook, then the guard while unwinding).
+//! The terminal is restored however the view ends: q, Esc, Ctrl-C, SIGTERM, SIGHUP (a flag the
+//! loop looks at), an error (a guard's `Drop`) or a panic (ratatui's panic hook, then the guard
+//! while unwinding).
 
 use crate::reload::{self, Targets};
 use crate::status::{self, Proc, SOCKET_TIMEOUT, Stall};
@@ -506,8 +507,21 @@ pub fn run(dir: &Path, targets: Targets, stall_after_s: f64, interval_s: f64) ->
         eprintln!("ncclbpf status --watch: cannot start the reader thread: {e}");
         return status::FAILED;
     }
+    // SIGTERM, SIGHUP (the terminal went away) and SIGINT end the view like `q`, so the
+    // terminal is restored: the loop below looks at the flag at every turn (50 ms).
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+        signal_hook::consts::SIGINT,
+    ] {
+        if let Err(e) = signal_hook::flag::register(sig, Arc::clone(&stop)) {
+            eprintln!("ncclbpf status --watch: cannot handle signal {sig}: {e}");
+            return status::FAILED;
+        }
+    }
     let guard = Restore;
-    let r = ratatui::try_init().and_then(|mut t| ui(&mut t, &rx, stall_after_s, interval_s));
+    let r = ratatui::try_init().and_then(|mut t| ui(&mut t, &rx, stall_after_s, interval_s, &stop));
     drop(guard);
     match r {
         Ok(()) => status::OK,
@@ -523,12 +537,16 @@ fn ui(
     rx: &Receiver<Sample>,
     stall_after_s: f64,
     interval_s: f64,
+    stop: &std::sync::atomic::AtomicBool,
 ) -> io::Result<()> {
     let mut cur: Option<Sample> = None;
     let mut rates = HashMap::new();
     let mut scroll: u16 = 0;
     let mut dirty = true;
     loop {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(());
+        }
         loop {
             match rx.try_recv() {
                 Ok(s) => {
