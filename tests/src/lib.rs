@@ -913,3 +913,56 @@ impl Tuner {
         })
     }
 }
+
+/// A child process whose standard output arrives line by line on a channel (read by a thread of
+/// its own); killed and reaped when dropped, unless it has already exited.
+pub struct LineChild {
+    pub child: std::process::Child,
+    pub lines: std::sync::mpsc::Receiver<String>,
+    pub pid: u32,
+}
+
+impl LineChild {
+    /// Spawns `cmd` with its standard output piped (standard input as the caller set it).
+    pub fn spawn(cmd: &mut std::process::Command) -> LineChild {
+        use std::io::BufRead;
+        let mut child = cmd.stdout(std::process::Stdio::piped()).spawn().unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let pid = child.id();
+        LineChild { child, lines, pid }
+    }
+
+    /// The next line, waiting at most 60 s for it.
+    pub fn line(&self) -> String {
+        self.lines
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("waiting for a line from pid {}: {e}", self.pid))
+    }
+
+    /// The next line, which must be `want`.
+    pub fn expect(&self, want: &str) {
+        assert_eq!(self.line(), want, "pid {}", self.pid);
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child, which we have not reaped (we hold its `Child`).
+        assert_eq!(unsafe { libc::kill(self.pid as i32, sig) }, 0);
+    }
+}
+
+impl Drop for LineChild {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}

@@ -18,12 +18,12 @@
 //! Needs the plugin (`scripts/build.sh`, or `$NCCLBPF_PLUGIN`) and the command (`cargo build
 //! --release -p ncclbpf-cli`, or `$NCCLBPF_CLI`).
 
+use ncclbpf_harness::LineChild;
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{Receiver, channel};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_harness-metrics");
@@ -38,48 +38,20 @@ fn scratch(tag: &str) -> PathBuf {
     d
 }
 
-/// A child process whose stdout lines are read on a thread; killed when dropped.
-struct Proc {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<String>,
-    pid: u32,
+/// A harness process of these tests (a [`LineChild`] with its stdin piped), with what they
+/// ask of it.
+struct Proc(LineChild);
+
+impl std::ops::Deref for Proc {
+    type Target = LineChild;
+    fn deref(&self) -> &LineChild {
+        &self.0
+    }
 }
 
 impl Proc {
     fn start(mut cmd: Command) -> Proc {
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let out = child.stdout.take().unwrap();
-        let stdin = child.stdin.take();
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
-        let pid = child.id();
-        Proc {
-            child,
-            stdin,
-            lines,
-            pid,
-        }
-    }
-
-    fn line(&self) -> String {
-        self.lines
-            .recv_timeout(Duration::from_secs(60))
-            .unwrap_or_else(|e| panic!("waiting for a line from pid {}: {e}", self.pid))
-    }
-
-    fn expect(&self, want: &str) {
-        assert_eq!(self.line(), want, "pid {}", self.pid);
+        Proc(LineChild::spawn(cmd.stdin(Stdio::piped())))
     }
 
     /// "moved <bytes> <messages>".
@@ -91,34 +63,22 @@ impl Proc {
     }
 
     fn say(&mut self, line: &str) {
-        let s = self.stdin.as_mut().unwrap();
+        let s = self.0.child.stdin.as_mut().unwrap();
         writeln!(s, "{line}").unwrap();
         s.flush().unwrap();
     }
 
-    fn signal(&self, sig: i32) {
-        // SAFETY: kill on our own child.
-        assert_eq!(unsafe { libc::kill(self.pid as i32, sig) }, 0);
-    }
-
     /// Closes stdin and waits for the exit.
     fn finish(mut self) -> std::process::ExitStatus {
-        self.stdin.take();
+        self.0.child.stdin.take();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
+            if let Some(s) = self.0.child.try_wait().unwrap() {
                 return s;
             }
-            assert!(Instant::now() < deadline, "pid {} did not exit", self.pid);
+            assert!(Instant::now() < deadline, "pid {} did not exit", self.0.pid);
             std::thread::sleep(Duration::from_millis(20));
         }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -10,10 +10,11 @@
 //! `$NCCLBPF_CLI`.
 
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
+
+use ncclbpf_harness::LineChild;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{Receiver, channel};
+use std::process::Command;
+
 use std::time::{Duration, Instant};
 
 const RANK_BIN: &str = env!("CARGO_BIN_EXE_harness-rank");
@@ -27,57 +28,17 @@ fn scratch() -> PathBuf {
     d
 }
 
-/// A `harness-rank` process, killed when dropped.
-struct Rank {
-    child: Child,
-    lines: Receiver<String>,
-    pid: u32,
-}
-
-impl Rank {
-    fn start(mode: &str, dir: &Path, shm: &Path) -> Rank {
-        let mut child = Command::new(RANK_BIN)
+/// A `harness-rank` process in `mode`, its handles in `dir` and its registry in `shm`.
+fn start_rank(mode: &str, dir: &Path, shm: &Path) -> LineChild {
+    LineChild::spawn(
+        Command::new(RANK_BIN)
             .args([mode, dir.to_str().unwrap()])
             .env("NCCL_BPF_SHM_DIR", shm)
             .env("NCCL_SOCKET_IFNAME", "lo")
             .env_remove("NCCL_BPF_POLICY")
             .env_remove("NCCL_BPF_NET_POLICY")
-            .env_remove("NCCL_BPF_TUNER_POLICY")
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let out = child.stdout.take().unwrap();
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
-        let pid = child.id();
-        Rank { child, lines, pid }
-    }
-
-    fn expect(&self, line: &str) {
-        let got = self
-            .lines
-            .recv_timeout(Duration::from_secs(60))
-            .unwrap_or_else(|e| panic!("waiting for {line:?} from pid {}: {e}", self.pid));
-        assert_eq!(got, line, "pid {}", self.pid);
-    }
-
-    fn signal(&self, sig: i32) {
-        // SAFETY: kill on our own child.
-        assert_eq!(unsafe { libc::kill(self.pid as i32, sig) }, 0);
-    }
-}
-
-impl Drop for Rank {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+            .env_remove("NCCL_BPF_TUNER_POLICY"),
+    )
 }
 
 /// `ncclbpf status --stall-after 1 [--json] PIDS`: exit status, stdout, and how long it took.
@@ -113,8 +74,8 @@ fn conns(v: &Value, pid: u32) -> Vec<Value> {
 fn status_names_the_connection_that_stopped() {
     let dir = scratch();
     let shm = dir.join("shm");
-    let recv = Rank::start("stall-recv", &dir, &shm);
-    let send = Rank::start("stall-send", &dir, &shm);
+    let recv = start_rank("stall-recv", &dir, &shm);
+    let send = start_rank("stall-send", &dir, &shm);
     recv.expect("ready");
     send.expect("ready");
     recv.expect("stuck");
