@@ -64,13 +64,18 @@ pub fn channels_allowed(n: u32, algo: Option<i32>, nnodes: u32) -> bool {
 /// The algorithm NCCL picks from a row-major cost table: its first smallest usable entry
 /// (NCCL's loop over algorithms, then protocols, keeping a strictly smaller cost).
 pub fn nccl_pick(table: &[f32], num_algo: usize, num_proto: usize) -> Option<i32> {
+    nccl_entry(table, num_algo, num_proto).map(|i| (i / num_proto) as i32)
+}
+
+/// The index of NCCL's pick in a row-major cost table: its first smallest usable entry.
+fn nccl_entry(table: &[f32], num_algo: usize, num_proto: usize) -> Option<usize> {
     let mut best: Option<(usize, f32)> = None;
     for (i, &v) in table.iter().enumerate().take(num_algo * num_proto) {
         if v >= 0.0 && best.is_none_or(|(_, b)| v < b) {
             best = Some((i, v));
         }
     }
-    best.map(|(i, _)| (i / num_proto) as i32)
+    best.map(|(i, _)| i)
 }
 
 /// The policy's context for `c`: NCCL's arguments, and "NCCL's choice" (-1, -1, 0) as the
@@ -105,23 +110,18 @@ pub fn policy_ctx(c: &Collective) -> TunerCtx {
 /// decision path cost it about 1.5 ns (scripts/tuner-bench.sh, size_aware).
 #[inline(never)]
 pub fn fill_table(ctx: &mut TunerCtx, table: &[f32], num_algo: usize, num_proto: usize) {
-    let mut usable = 0u32;
-    let mut best: Option<(usize, f32)> = None;
-    for (i, &v) in table.iter().enumerate().take(num_algo * num_proto) {
-        if v >= 0.0 {
-            if i < 32 {
-                usable |= 1 << i;
-            }
-            if best.is_none_or(|(_, b)| v < b) {
-                best = Some((i, v));
-            }
-        }
-    }
     // Bit a * 3 + p is what policies test (NCCLBPF_USABLE_BIT): no bits for another shape.
-    ctx.usable = if num_proto == 3 { usable } else { 0 };
-    (ctx.nccl_algo, ctx.nccl_proto) = match best {
-        Some((i, _)) if num_proto > 0 => ((i / num_proto) as i32, (i % num_proto) as i32),
-        _ => (-1, -1),
+    ctx.usable = if num_proto == 3 {
+        (0..num_algo * num_proto)
+            .take(32)
+            .filter(|&i| usable(table, i))
+            .fold(0, |m, i| m | 1 << i)
+    } else {
+        0
+    };
+    (ctx.nccl_algo, ctx.nccl_proto) = match nccl_entry(table, num_algo, num_proto) {
+        Some(i) => ((i / num_proto) as i32, (i % num_proto) as i32),
+        None => (-1, -1),
     };
 }
 
