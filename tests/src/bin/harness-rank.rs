@@ -685,6 +685,7 @@ fn agree(rank: usize, nranks: usize, dir: PathBuf, calls: usize, bytes: usize, o
             if lat > 0 {
                 std::thread::sleep(Duration::from_micros(lat));
             }
+            // SAFETY: `out` outlives the wait below too.
             let sq = unsafe { n.isend(s, out.as_ptr(), len) }.unwrap().unwrap();
             let done = n.wait(sq, WAIT).and_then(|_| n.wait(rq, WAIT));
             let got = done.unwrap_or_else(|e| {
