@@ -3,9 +3,10 @@
 //! A connection is one control stream plus `nstreams` data streams (TCP). For each message the
 //! sender writes an 8-byte size on the control stream; a message of at most `inline_bytes`
 //! follows on the control stream itself, a larger one is cut into chunks over the data streams
-//! (see [`wire::plan_chunks`]), each served by its own helper thread with blocking I/O. The
-//! control stream is non-blocking and progressed by NCCL's proxy thread inside `isend`, `irecv`
-//! and `test`, so small messages never wait for a thread hand-off.
+//! (see [`wire::plan_chunks`]), which the process's I/O engine moves ([`crate::engine`]: a few
+//! process-wide io_uring or epoll workers, or a helper thread per stream). The control stream
+//! is non-blocking and progressed by NCCL's proxy thread inside `isend`, `irecv` and `test`, so
+//! small messages never wait for a thread hand-off.
 //!
 //! The control stream also carries *control frames* between messages ([`Comm::send_frame`],
 //! [`Comm::take_frames`]; [`wire::FRAME_FLAG`]): the plugin's own bytes, for the agreement
@@ -20,41 +21,38 @@
 //! of step). A peer that closes or dies fails every pending request as soon as its socket
 //! reports it; later calls on the comm return the first error.
 //!
-//! Helper threads start when a comm first carries a large message. If the OS refuses one
-//! (EAGAIN under a pid or thread limit), the ones already started are stopped and joined, no
-//! request slot is kept, and the comm fails with `ncclSystemError` and a message naming the
-//! limit. A panic inside a helper is caught there: its request fails (`ncclInternalError`,
-//! the panic's message), the comm with it, and the host process carries on.
+//! A comm's data streams join the engine when it first carries a large message. If the OS
+//! refuses the threads that needs (EAGAIN under a pid or thread limit), no request slot is
+//! kept and the comm fails with `ncclSystemError` and a message naming the limit. A panic in a
+//! stream's I/O is caught there: its request fails (`ncclInternalError`, the panic's message),
+//! the comm with it, and the host process carries on.
 
 use crate::buf::Buf;
+use crate::engine::{self, DataPath, StreamCtx, Task};
 use crate::error::{NetError, NetResult};
 use crate::hooks::{ConnHooks, ConnInfo, Ends};
 use crate::setup::Endpoint;
 use crate::wire::{self, MSG_HEADER_SIZE, Shape};
-use crossbeam_channel::{Receiver, Sender};
 use ncclnet_headers::NcclResult;
 use shared_maps::{ConnDirection, ProgressMark};
-use std::any::Any;
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::JoinHandle;
 use std::time::Instant;
 
 /// Request slots per comm: NCCL needs 32 (x maxRecvs = 1) in flight.
 pub const SLOTS: usize = 64;
 const SLOT_MAGIC: u64 = 0x5145_5246_5042_4e43;
 
-/// What NCCL holds as a request: a slot of its comm. Helper threads count its chunks down.
+/// What NCCL holds as a request: a slot of its comm. The I/O engine counts its chunks down.
 pub struct ReqSlot {
     magic: u64,
     comm: AtomicPtr<Comm>,
     idx: u32,
-    pending_chunks: AtomicU32,
-    failed: AtomicBool,
+    pub(crate) pending_chunks: AtomicU32,
+    pub(crate) failed: AtomicBool,
 }
 
 impl ReqSlot {
@@ -95,33 +93,11 @@ const IDLE: Req = Req {
     posted: None,
 };
 
-struct Task {
-    idx: u32,
-    buf: Buf,
-}
-
-struct Workers {
-    txs: Vec<Sender<Task>>,
-    joins: Vec<JoinHandle<()>>,
-}
-
-impl Workers {
-    /// Ends every helper and waits for it. With its sender gone a helper finishes its queue and
-    /// exits, so either the queues are empty or the streams were shut down first (any chunk
-    /// still blocked in I/O then fails at once).
-    fn stop(self) {
-        drop(self.txs);
-        for j in self.joins {
-            // A helper catches its own panics (`WorkerCtx::run`); nothing to report here.
-            let _ = j.join();
-        }
-    }
-}
-
 struct State {
     control: TcpStream,
     data: Vec<Arc<TcpStream>>,
-    workers: Option<Workers>,
+    /// Who moves the data streams' chunks, once the first large message needs them.
+    workers: Option<DataPath>,
     reqs: Vec<Req>,
     free: Vec<u32>,
     /// Posted requests whose control-stream part is not finished, oldest first.
@@ -191,9 +167,11 @@ pub struct Comm {
     pub direction: ConnDirection,
     pub conn_id: u64,
     shape: Shape,
+    /// Who serves the data streams (the process's choice; tests pick one).
+    path: engine::Path,
     slots: Arc<[ReqSlot]>,
-    /// The first failure of a helper thread (I/O error or caught panic); `test` moves it into
-    /// `State.error` when it finds a request the helper failed.
+    /// The first failure of a data stream (I/O error or caught panic); `test` moves it into
+    /// `State.error` when it finds a request the engine failed.
     worker_error: Arc<Mutex<Option<NetError>>>,
     state: Mutex<State>,
 }
@@ -210,6 +188,25 @@ impl Comm {
         shape: Shape,
         control: TcpStream,
         data: Vec<TcpStream>,
+    ) -> NetResult<Box<Comm>> {
+        let path = if data.is_empty() {
+            // Nothing for an engine to serve: do not start one.
+            engine::Path::Threads
+        } else {
+            engine::process_path()
+        };
+        Comm::on_path(direction, conn_id, endpoint, shape, control, data, path)
+    }
+
+    /// [`Comm::new`] with its data streams served by `path`.
+    pub fn on_path(
+        direction: ConnDirection,
+        conn_id: u64,
+        endpoint: Endpoint,
+        shape: Shape,
+        control: TcpStream,
+        data: Vec<TcpStream>,
+        path: engine::Path,
     ) -> NetResult<Box<Comm>> {
         control
             .set_nonblocking(true)
@@ -237,6 +234,7 @@ impl Comm {
             direction,
             conn_id,
             shape,
+            path,
             slots,
             worker_error: Arc::new(Mutex::new(None)),
             state: Mutex::new(State {
@@ -293,7 +291,7 @@ impl Comm {
         }
         let size = buf.len();
         let inline = wire::is_inline(&self.shape, size);
-        // Helper threads start before a slot is taken: once one is, nothing below can fail.
+        // The data path starts before a slot is taken: once one is, nothing below can fail.
         if !inline {
             self.ensure_workers(&mut st)?;
         }
@@ -358,7 +356,7 @@ impl Comm {
         }
         let slot = &self.slots[idx];
         if slot.failed.load(Ordering::Acquire) && st.error.is_none() {
-            // The helper records its error before it marks the slot (both under orderings that
+            // The engine records its error before it marks the slot (both under orderings that
             // make the record visible here); the fallback is for safety only.
             let e = lock(&self.worker_error)
                 .take()
@@ -405,7 +403,7 @@ impl Comm {
         st.free.push(idx as u32);
     }
 
-    /// Starts the helper threads on the comm's first large message.
+    /// Starts the data path on the comm's first large message.
     ///
     /// A refusal fails the comm for good rather than asking NCCL to retry (a NULL request).
     /// NCCL retries a NULL request without limit and without a word in its log, so a limit
@@ -417,7 +415,10 @@ impl Comm {
         if st.workers.is_some() {
             return Ok(());
         }
-        match self.start_workers(&st.data, st.hooks.progress_mark()) {
+        match DataPath::start(
+            self.path,
+            self.stream_ctxs(&st.data, st.hooks.progress_mark()),
+        ) {
             Ok(w) => {
                 st.workers = Some(w);
                 Ok(())
@@ -429,58 +430,32 @@ impl Comm {
         }
     }
 
-    /// One helper thread per data stream. If one cannot be started, those already started are
-    /// stopped and joined (their queues are empty) and the reason comes back as a message.
-    fn start_workers(
+    fn stream_ctxs(
         &self,
         data: &[Arc<TcpStream>],
         progress: Option<ProgressMark<'static>>,
-    ) -> Result<Workers, String> {
-        let n = data.len();
-        let mut workers = Workers {
-            txs: Vec::with_capacity(n),
-            joins: Vec::with_capacity(n),
+    ) -> Vec<StreamCtx> {
+        let tag = match self.direction {
+            ConnDirection::Send => 'S',
+            ConnDirection::Recv => 'R',
         };
-        let (tag, dir) = match self.direction {
-            ConnDirection::Send => ('S', "send"),
-            ConnDirection::Recv => ('R', "recv"),
-        };
-        for (k, stream) in data.iter().enumerate() {
-            let (tx, rx) = crossbeam_channel::unbounded();
-            let name = format!("ncclbpf {tag}{k}");
-            let ctx = WorkerCtx {
+        data.iter()
+            .enumerate()
+            .map(|(k, stream)| StreamCtx {
                 direction: self.direction,
-                name: name.clone(),
+                name: format!("ncclbpf {tag}{k}"),
                 conn_id: self.conn_id,
+                index: k,
                 stream: Arc::clone(stream),
                 slots: Arc::clone(&self.slots),
                 error: Arc::clone(&self.worker_error),
                 progress,
-                #[cfg(test)]
-                index: k,
-            };
-            match spawn_helper(name, ctx, rx) {
-                Ok(join) => {
-                    workers.txs.push(tx);
-                    workers.joins.push(join);
-                }
-                Err(e) => {
-                    workers.stop();
-                    return Err(format!(
-                        "cannot start helper thread {} of {n} for connection {:#018x} ({dir}): \
-                         {e}; raise the pid/thread limit (ulimit -u, the container's pids.max) \
-                         or lower NCCL_BPF_NSTREAMS",
-                        k + 1,
-                        self.conn_id
-                    ));
-                }
-            }
-        }
-        Ok(workers)
+            })
+            .collect()
     }
 
-    /// Hands the chunks of a large message to the helper threads (started by
-    /// [`Self::ensure_workers`]). Never fails: a chunk no helper can take fails its request.
+    /// Hands the chunks of a large message to the data path (started by
+    /// [`Self::ensure_workers`]). Never fails: a chunk nothing can take fails its request.
     fn dispatch(&self, st: &mut State, idx: u32, buf: Buf) {
         let mut pieces = Vec::new();
         wire::plan_chunks(
@@ -493,16 +468,17 @@ impl Comm {
         slot.pending_chunks
             .store(pieces.len() as u32, Ordering::Release);
         for (piece, stream) in pieces {
-            let sent = st
-                .workers
-                .as_ref()
-                .and_then(|w| w.txs.get(stream as usize))
-                .is_some_and(|tx| tx.send(Task { idx, buf: piece }).is_ok());
-            if !sent {
-                // No helper serves this stream (it cannot exit while its sender lives, and it
-                // catches its panics, so this is a bug): the message cannot be carried.
+            let task = Task { idx, buf: piece };
+            let refused = match st.workers.as_ref() {
+                Some(w) => w.submit(stream as usize, task).is_err(),
+                None => true,
+            };
+            if refused {
+                // Nothing serves this stream (a helper cannot exit while its sender lives, a
+                // worker runs until the process ends, and both catch their panics, so this is
+                // a bug): the message cannot be carried.
                 lock(&self.worker_error).get_or_insert_with(|| NetError::Broken {
-                    msg: format!("no helper thread serves data stream {stream}"),
+                    msg: format!("nothing serves data stream {stream}"),
                     code: NcclResult::INTERNAL_ERROR,
                 });
                 slot.failed.store(true, Ordering::Release);
@@ -838,7 +814,7 @@ impl Comm {
         }
     }
 
-    /// Stops the helper threads and closes every stream (see `Drop`). Pending requests are
+    /// Stops the data path and closes every stream (see `Drop`). Pending requests are
     /// abandoned.
     pub fn close(mut self: Box<Self>) {
         self.state
@@ -851,9 +827,9 @@ impl Comm {
 }
 
 impl Drop for Comm {
-    /// Whether closed by NCCL or dropped on an error path: shut every stream (so a helper
-    /// blocked in I/O returns at once), then stop and join the helpers. A comm whose helpers
-    /// failed to start has none (`start_workers` joined the ones it had started).
+    /// Whether closed by NCCL or dropped on an error path: shut every stream (so I/O in
+    /// progress ends at once), then stop the data path, which returns once nothing touches the
+    /// comm's buffers or sockets. A comm whose data path failed to start has none.
     fn drop(&mut self) {
         // First out of the frame mover's list (it may be using this comm until then).
         crate::frames::unregister(self);
@@ -884,109 +860,10 @@ fn read_some(s: &mut TcpStream, buf: &mut [u8]) -> NetResult<usize> {
     }
 }
 
-struct WorkerCtx {
-    direction: ConnDirection,
-    /// The thread's name, `ncclbpf S<k>` or `ncclbpf R<k>`.
-    name: String,
-    conn_id: u64,
-    stream: Arc<TcpStream>,
-    slots: Arc<[ReqSlot]>,
-    error: Arc<Mutex<Option<NetError>>>,
-    /// Stamps the connection's last progress after each chunk (the comm joins its helpers
-    /// before its hooks, which hold the record, are dropped).
-    progress: Option<ProgressMark<'static>>,
-    #[cfg(test)]
-    index: usize,
-}
-
-impl WorkerCtx {
-    /// Serves one data stream until its comm closes the channel.
-    ///
-    /// Every task's pending count goes down exactly once, whatever happens to its I/O: an
-    /// error or a panic (caught here; the release profile unwinds) fails the request and the
-    /// stream, whose byte sequence is out of step from then on. The stream is shut down so the
-    /// peer fails at once instead of waiting for the rest of a chunk; later tasks are failed
-    /// without I/O.
-    fn run(self, rx: Receiver<Task>) {
-        let mut broken = false;
-        for task in rx {
-            let slot = &self.slots[task.idx as usize];
-            if !broken {
-                let failure = match catch_unwind(AssertUnwindSafe(|| self.transfer(task.buf))) {
-                    Ok(Ok(())) => {
-                        if let Some(p) = &self.progress {
-                            p.stamp();
-                        }
-                        None
-                    }
-                    Ok(Err(e)) => Some(NetError::io(
-                        match self.direction {
-                            ConnDirection::Send => "send on data stream",
-                            ConnDirection::Recv => "receive on data stream",
-                        },
-                        e,
-                    )),
-                    Err(payload) => Some(NetError::HelperPanic(format!(
-                        "helper thread '{}' of connection {:#018x} panicked: {}",
-                        self.name,
-                        self.conn_id,
-                        panic_message(&*payload)
-                    ))),
-                };
-                if let Some(e) = failure {
-                    broken = true;
-                    let _ = self.stream.shutdown(Shutdown::Both);
-                    lock(&self.error).get_or_insert(e);
-                }
-            }
-            if broken {
-                slot.failed.store(true, Ordering::Release);
-            }
-            slot.pending_chunks.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
-
-    /// Moves one chunk over this helper's stream (blocking).
-    fn transfer(&self, buf: Buf) -> io::Result<()> {
-        #[cfg(test)]
-        if inject::helper_panics(self.conn_id, self.index) {
-            panic!("injected test panic in {}", self.name);
-        }
-        let mut s = &*self.stream;
-        // SAFETY: this chunk of the lent buffer is handed to this thread alone, and the request
-        // cannot complete (freeing the buffer) until `run` lowers pending_chunks after this.
-        unsafe {
-            match self.direction {
-                ConnDirection::Send => s.write_all(buf.bytes()),
-                ConnDirection::Recv => s.read_exact(buf.bytes_mut()),
-            }
-        }
-    }
-}
-
-fn spawn_helper(name: String, ctx: WorkerCtx, rx: Receiver<Task>) -> io::Result<JoinHandle<()>> {
-    #[cfg(test)]
-    if inject::spawn_fails(ctx.conn_id, ctx.index) {
-        return Err(io::Error::from_raw_os_error(libc::EAGAIN));
-    }
-    std::thread::Builder::new()
-        .name(name)
-        .spawn(move || ctx.run(rx))
-}
-
-/// The message of a caught panic.
-fn panic_message(payload: &(dyn Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".into())
-}
-
 /// Test-only faults, keyed by connection id so tests running in parallel do not meet: the
 /// shipped library has no such switch.
 #[cfg(test)]
-mod inject {
+pub(crate) mod inject {
     use std::sync::Mutex;
 
     /// (connection id, helper index) whose thread "the OS refuses" (EAGAIN).
@@ -1024,8 +901,23 @@ mod tests {
     const STREAMS: u32 = 4;
     const BIG: usize = 1 << 20;
 
-    /// A connected (send, recv) pair of comms over loopback, 4 data streams, 64 KiB inline.
+    /// Every path this machine can serve data streams with.
+    fn paths() -> Vec<engine::Path> {
+        let mut p = vec![engine::Path::Threads, engine::Path::Epoll];
+        if engine::uring::probe().is_ok() {
+            p.push(engine::Path::Uring);
+        }
+        p
+    }
+
+    /// A connected (send, recv) pair of comms over loopback, 4 data streams, 64 KiB inline,
+    /// the data streams served by helper threads.
     fn pair(send_id: u64, recv_id: u64) -> (Box<Comm>, Box<Comm>) {
+        pair_on(engine::Path::Threads, send_id, recv_id)
+    }
+
+    /// [`pair`] on `path`.
+    fn pair_on(path: engine::Path, send_id: u64, recv_id: u64) -> (Box<Comm>, Box<Comm>) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         let (mut a, mut b) = (Vec::new(), Vec::new());
@@ -1040,8 +932,8 @@ mod tests {
         };
         let ep = || Endpoint { dev: 0, comm_id: 0 };
         let (ac, bc) = (a.remove(0), b.remove(0));
-        let s = Comm::new(ConnDirection::Send, send_id, ep(), shape, ac, a).unwrap();
-        let r = Comm::new(ConnDirection::Recv, recv_id, ep(), shape, bc, b).unwrap();
+        let s = Comm::on_path(ConnDirection::Send, send_id, ep(), shape, ac, a, path).unwrap();
+        let r = Comm::on_path(ConnDirection::Recv, recv_id, ep(), shape, bc, b, path).unwrap();
         (s, r)
     }
 
@@ -1066,7 +958,14 @@ mod tests {
     /// messages (inline and chunked) intact.
     #[test]
     fn control_frames_travel_between_messages() {
-        let (s, r) = pair(0xf2a0_0001, 0xf2a0_0002);
+        for (i, path) in paths().into_iter().enumerate() {
+            let id = 0xf2a0_0001 + 0x1000 * i as u64;
+            frames_between_messages(path, id);
+        }
+    }
+
+    fn frames_between_messages(path: engine::Path, id: u64) {
+        let (s, r) = pair_on(path, id, id + 1);
         let mut small: Vec<u8> = (0..100u8).collect();
         let mut big: Vec<u8> = (0..BIG).map(|i| (i * 7) as u8).collect();
         let (mut into_small, mut into_big) = (vec![0u8; 100], vec![0u8; BIG]);
@@ -1217,8 +1116,14 @@ mod tests {
     /// fail the receive, and only a receive that needs another message fails.
     #[test]
     fn a_peer_that_closes_after_its_last_message_does_not_fail_that_message() {
+        for (i, path) in paths().into_iter().enumerate() {
+            closes_after_last_message(path, 0xf2a1_0010 + 0x1000 * i as u64);
+        }
+    }
+
+    fn closes_after_last_message(path: engine::Path, base: u64) {
         for round in 0..20u64 {
-            let (s, r) = pair(0xf2a0_0010 + 2 * round, 0xf2a0_0011 + 2 * round);
+            let (s, r) = pair_on(path, base + 2 * round, base + 1 + 2 * round);
             let mut big: Vec<u8> = (0..BIG).map(|i| (i * 3) as u8).collect();
             let mut into = vec![0u8; BIG];
             let rq = r.irecv(buf(&mut into)).unwrap().unwrap();
@@ -1269,9 +1174,15 @@ mod tests {
 
     #[test]
     fn a_panicking_send_helper_fails_its_request_and_the_comm() {
-        let (sid, rid) = (0x9a11_0001, 0x9a11_0002);
+        for (i, path) in paths().into_iter().enumerate() {
+            send_io_panics(path, 0x9a11_0001 + 0x1000 * i as u64);
+        }
+    }
+
+    fn send_io_panics(path: engine::Path, sid: u64) {
+        let rid = sid + 1;
         inject::panic_in_helper(sid, 1);
-        let (s, r) = pair(sid, rid);
+        let (s, r) = pair_on(path, sid, rid);
         let mut data = vec![7u8; BIG];
         let mut into = vec![0u8; BIG];
         let rq = r.irecv(buf(&mut into)).unwrap().unwrap();
@@ -1281,7 +1192,7 @@ mod tests {
         let text = e.to_string();
         assert!(text.contains("panicked"), "{text}");
         assert!(text.contains("injected test panic in ncclbpf S1"), "{text}");
-        assert!(text.contains("connection 0x000000009a110001"), "{text}");
+        assert!(text.contains(&format!("connection {sid:#018x}")), "{text}");
         // The comm stays failed, naming the panic, with the same code.
         let later = s.isend(buf(&mut data)).map(|_| ()).unwrap_err();
         assert!(later.to_string().contains("panicked"), "{later}");
@@ -1294,9 +1205,15 @@ mod tests {
 
     #[test]
     fn a_panicking_recv_helper_fails_its_request_and_the_comm() {
-        let (sid, rid) = (0x9a11_0003, 0x9a11_0004);
+        for (i, path) in paths().into_iter().enumerate() {
+            recv_io_panics(path, 0x9a11_0003 + 0x1000 * i as u64);
+        }
+    }
+
+    fn recv_io_panics(path: engine::Path, sid: u64) {
+        let rid = sid + 1;
         inject::panic_in_helper(rid, 2);
-        let (s, r) = pair(sid, rid);
+        let (s, r) = pair_on(path, sid, rid);
         let mut data = vec![7u8; BIG];
         let mut into = vec![0u8; BIG];
         let rq = r.irecv(buf(&mut into)).unwrap().unwrap();
@@ -1374,5 +1291,137 @@ mod tests {
         }
         s.close();
         r.close();
+    }
+
+    /// Threads of this process whose name starts with `prefix`.
+    fn threads_named(prefix: &str) -> usize {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .flatten()
+            .filter(|t| {
+                std::fs::read_to_string(t.path().join("comm"))
+                    .is_ok_and(|n| n.trim_end().starts_with(prefix))
+            })
+            .count()
+    }
+
+    /// Many comms at once on a pool path: every message arrives intact, in order, both ways
+    /// at once, with mixed sizes (inline and chunked, one chunk and many), and no comm starts
+    /// a thread of its own.
+    #[test]
+    fn many_comms_share_the_pool_workers() {
+        for (i, path) in paths().into_iter().enumerate() {
+            if path == engine::Path::Threads {
+                continue;
+            }
+            let base = 0x7e00_0000 + 0x10_0000 * i as u64;
+            let pairs: Vec<_> = (0..24u64)
+                .map(|k| pair_on(path, base + 2 * k, base + 2 * k + 1))
+                .collect();
+            let sizes = [BIG, 100, 3 * BIG + 17, 70_000, 0, 200_001];
+            let mut out: Vec<Vec<Vec<u8>>> = Vec::new();
+            let mut into: Vec<Vec<Vec<u8>>> = Vec::new();
+            for (k, _) in pairs.iter().enumerate() {
+                out.push(
+                    sizes
+                        .iter()
+                        .enumerate()
+                        .map(|(j, &n)| (0..n).map(|b| (b * 31 + j * 7 + k) as u8).collect())
+                        .collect(),
+                );
+                into.push(sizes.iter().map(|&n| vec![0u8; n.max(1)]).collect());
+            }
+            let mut reqs = Vec::new();
+            for (k, (s, r)) in pairs.iter().enumerate() {
+                for j in 0..sizes.len() {
+                    let rq = r.irecv(buf(&mut into[k][j])).unwrap().unwrap();
+                    let sq = s.isend(buf(&mut out[k][j])).unwrap().unwrap();
+                    reqs.push((k, j, sq, rq));
+                }
+            }
+            assert_eq!(threads_named("ncclbpf S") + threads_named("ncclbpf R"), 0);
+            for (k, j, sq, rq) in reqs {
+                let (s, r) = &pairs[k];
+                assert_eq!(wait(s, sq).unwrap(), sizes[j]);
+                assert_eq!(
+                    wait(r, rq).unwrap(),
+                    sizes[j],
+                    "{path} comm {k} message {j}"
+                );
+                assert!(
+                    into[k][j][..sizes[j]] == out[k][j][..],
+                    "{path} comm {k} message {j} differs"
+                );
+            }
+            let workers = engine::pool::started_workers(path).expect("the pool started");
+            assert!(workers >= 1 && threads_named("ncclbpf io") >= workers);
+            for (s, r) in pairs {
+                s.close();
+                r.close();
+            }
+        }
+    }
+
+    /// Closing comms whose chunks are still queued or in flight (nobody receives; nobody
+    /// sends) returns at once on every path, and the pool serves new comms afterwards.
+    #[test]
+    fn closing_with_chunks_in_flight_does_not_hang() {
+        for (i, path) in paths().into_iter().enumerate() {
+            let base = 0x7f00_0000 + 0x1000 * i as u64;
+            let (s, r) = pair_on(path, base, base + 1);
+            // 64 MiB to a receiver that never posts: the sender's chunks block in the kernel.
+            let mut data = vec![3u8; 64 << 20];
+            let _sq = s.isend(buf(&mut data)).unwrap().unwrap();
+            // A receive for a message nobody sends.
+            let (s2, r2) = pair_on(path, base + 2, base + 3);
+            let mut into = vec![0u8; BIG];
+            let _rq = r2.irecv(buf(&mut into)).unwrap().unwrap();
+            let mut one = vec![1u8; BIG];
+            let q = s2.isend(buf(&mut one)).unwrap().unwrap();
+            wait(&s2, q).unwrap();
+            let t0 = Instant::now();
+            s.close();
+            r.close();
+            s2.close();
+            r2.close();
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "{path}: closing took {:?}",
+                t0.elapsed()
+            );
+            // The same path still carries new comms.
+            let (s, r) = pair_on(path, base + 4, base + 5);
+            let mut m: Vec<u8> = (0..BIG).map(|b| b as u8).collect();
+            let mut got = vec![0u8; BIG];
+            let rq = r.irecv(buf(&mut got)).unwrap().unwrap();
+            let sq = s.isend(buf(&mut m)).unwrap().unwrap();
+            assert_eq!(wait(&s, sq).unwrap(), BIG);
+            assert_eq!(wait(&r, rq).unwrap(), BIG);
+            assert!(got == m);
+            s.close();
+            r.close();
+        }
+    }
+
+    /// A peer that goes away mid-message fails the pending receive with a remote error on
+    /// every path (the stream's end is seen by the engine, not only by `test`).
+    #[test]
+    fn a_peer_gone_mid_message_fails_the_receive() {
+        for (i, path) in paths().into_iter().enumerate() {
+            let base = 0x7f10_0000 + 0x1000 * i as u64;
+            let (s, r) = pair_on(path, base, base + 1);
+            let mut into = vec![0u8; 16 << 20];
+            let rq = r.irecv(buf(&mut into)).unwrap().unwrap();
+            let mut data = vec![5u8; 16 << 20];
+            let _sq = s.isend(buf(&mut data)).unwrap().unwrap();
+            std::thread::sleep(Duration::from_millis(5));
+            s.close();
+            match wait(&r, rq) {
+                // All of it may have made it into the socket buffers before the close.
+                Ok(n) => assert_eq!(n, 16 << 20),
+                Err(e) => assert_eq!(e.code(), NcclResult::REMOTE_ERROR, "{path}: {e}"),
+            }
+            r.close();
+        }
     }
 }

@@ -30,6 +30,15 @@ pub struct Config {
     /// `NCCL_BPF_CONTROL`: whether the process listens on its control socket
     /// (`<registry dir>/<pid>.ctl`, for `ncclbpf reload` and `ncclbpf status`); `0` turns it off.
     pub control: bool,
+    /// `NCCL_BPF_IO`: who moves the data streams' chunks (`auto`, `uring`, `epoll`,
+    /// `threads`; see `engine`).
+    pub io: crate::engine::IoMode,
+    /// `NCCL_BPF_IO_WORKERS`: workers of the `uring`/`epoll` engine for the whole process;
+    /// 0 = min(4, cores).
+    pub io_workers: u32,
+    /// `NCCL_BPF_IO_SPIN_US`: microseconds an engine worker spins without work before it
+    /// parks in the kernel.
+    pub io_spin_us: u32,
 }
 
 pub const MAX_STREAMS: u32 = 16;
@@ -44,6 +53,9 @@ impl Default for Config {
             timeout_s: 120,
             handshake_timeout_s: 10,
             control: true,
+            io: crate::engine::IoMode::Auto,
+            io_workers: 0,
+            io_spin_us: 50,
         }
     }
 }
@@ -155,6 +167,32 @@ impl Config {
         let mut control = u32::from(c.control);
         parse_u32(get, "NCCL_BPF_CONTROL", 0, 1, &mut control, &mut bad);
         c.control = control == 1;
+        if let Some(v) = get("NCCL_BPF_IO").filter(|v| !v.trim().is_empty()) {
+            match crate::engine::IoMode::parse(&v) {
+                Some(m) => c.io = m,
+                None => bad.push(BadSetting {
+                    var: "NCCL_BPF_IO",
+                    value: v,
+                    expected: "auto, uring, epoll or threads".into(),
+                }),
+            }
+        }
+        parse_u32(
+            get,
+            "NCCL_BPF_IO_WORKERS",
+            0,
+            64,
+            &mut c.io_workers,
+            &mut bad,
+        );
+        parse_u32(
+            get,
+            "NCCL_BPF_IO_SPIN_US",
+            0,
+            1_000_000,
+            &mut c.io_spin_us,
+            &mut bad,
+        );
         (c, bad)
     }
 

@@ -6,7 +6,9 @@
 //! * [`plugin`]: process-wide state set up by `init` (devices, settings);
 //! * [`devices`]: interface selection (`NCCL_SOCKET_IFNAME`, `NCCL_SOCKET_FAMILY`);
 //! * [`setup`]: non-blocking `listen`/`connect`/`accept`;
-//! * [`comm`]: the data path, `isend`/`irecv`/`test`, helper threads;
+//! * [`comm`]: the data path, `isend`/`irecv`/`test`, the control stream;
+//! * [`engine`]: who moves large messages over the data streams (`NCCL_BPF_IO`: process-wide
+//!   io_uring or epoll workers, or a helper thread per stream);
 //! * [`hooks`]: where each operation is observed (per-connection counters, BPF hooks);
 //! * [`frames`]: the agreement's records between ranks, over the connections' control streams;
 //! * [`control`]: the control socket (`status`, live `reload` of the net programs);
@@ -15,7 +17,7 @@
 //! * [`metrics_endpoint`]: `NCCL_BPF_METRICS_ADDR`, Prometheus metrics of this process.
 //!
 //! An operation, `isend` to counter update: [`ffi`]'s `isend_v10` → `Comm::isend` (posts the
-//! request, hands chunks to helper threads, writes the header) → `test` → `Comm::test`
+//! request, hands chunks to the I/O engine, writes the header) → `test` → `Comm::test`
 //! (progresses the control stream, checks chunk counts) → [`hooks::ConnHooks::on_complete`].
 
 pub mod buf;
@@ -23,6 +25,7 @@ pub mod comm;
 pub mod config;
 pub mod control;
 pub mod devices;
+pub mod engine;
 pub mod error;
 pub mod ffi;
 pub mod frames;

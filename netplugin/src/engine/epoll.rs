@@ -1,0 +1,311 @@
+//! `NCCL_BPF_IO=epoll`: a pool worker moving chunks with non-blocking `send`/`recv`, woken by
+//! edge-triggered epoll.
+//!
+//! A stream is *ready* from when it is added, or epoll reports it, until a call returns
+//! `EAGAIN`; a ready stream with queued chunks is on the active list. Each pass over the list
+//! moves at most [`VISIT_BYTES`] per stream before going on to the next, so one large message
+//! does not hold the others back. A stream that fails (error, end of stream, or a panic in its
+//! I/O, caught) is shut down, its chunks are abandoned, and the comm reports the error.
+
+use super::pool::{Cmd, Waker};
+use super::{StreamCtx, Task};
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use shared_maps::ConnDirection;
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Bytes one visit moves on a stream before the next stream's turn.
+pub const VISIT_BYTES: usize = 1 << 20;
+/// The epoll key of the worker's eventfd (stream keys start at 1).
+const WAKE: u64 = 0;
+const EVENTS: usize = 256;
+
+struct Epoll {
+    fd: OwnedFd,
+}
+
+impl Epoll {
+    fn new(wake: RawFd) -> io::Result<Epoll> {
+        // SAFETY: plain syscall, result checked before it is owned.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh epoll fd nobody else owns.
+        let ep = Epoll {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        };
+        ep.add(wake, libc::EPOLLIN as u32, WAKE)?;
+        Ok(ep)
+    }
+
+    fn add(&self, fd: RawFd, events: u32, key: u64) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events, u64: key };
+        // SAFETY: `ev` is a valid epoll_event for the duration of the call.
+        let r = unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    fn remove(&self, fd: RawFd) {
+        // SAFETY: EPOLL_CTL_DEL ignores the event pointer (non-null for old kernels).
+        let mut ev = libc::epoll_event { events: 0, u64: 0 };
+        let _ = unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_DEL, fd, &mut ev) };
+    }
+
+    /// Waits up to `timeout_ms` (-1: until an event) for events into `out`.
+    fn wait(&self, out: &mut [libc::epoll_event], timeout_ms: i32) -> usize {
+        // SAFETY: `out` is valid for `out.len()` events.
+        let n = unsafe {
+            libc::epoll_wait(
+                self.fd.as_raw_fd(),
+                out.as_mut_ptr(),
+                out.len() as i32,
+                timeout_ms,
+            )
+        };
+        n.max(0) as usize
+    }
+}
+
+struct Entry {
+    ctx: StreamCtx,
+    queue: VecDeque<Task>,
+    /// Bytes of the queue's head moved so far.
+    head_done: usize,
+    /// Not known to return EAGAIN.
+    ready: bool,
+    /// On the active list.
+    active: bool,
+    broken: bool,
+}
+
+enum Visit {
+    /// The queue is empty.
+    Drained,
+    /// The socket said EAGAIN.
+    Blocked,
+    /// The visit's bytes are used up; more to do.
+    More,
+    Failed(io::Error),
+}
+
+impl Entry {
+    /// Moves queued chunks until one of [`Visit`]'s outcomes.
+    fn visit(&mut self) -> Visit {
+        let fd = self.ctx.stream.as_raw_fd();
+        let mut budget = VISIT_BYTES;
+        while let Some(t) = self.queue.front() {
+            self.ctx.injected_panic();
+            let len = t.buf.len();
+            if self.head_done < len {
+                let want = (len - self.head_done).min(budget);
+                let r = match self.ctx.direction {
+                    // SAFETY: this chunk of the lent buffer is ours alone until it is counted
+                    // down (`finished`/`abandon`), and `head_done + want <= len`.
+                    ConnDirection::Send => unsafe {
+                        let p = t.buf.bytes().as_ptr().add(self.head_done);
+                        libc::send(fd, p.cast(), want, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+                    },
+                    // SAFETY: as above, for writing into the receive buffer.
+                    ConnDirection::Recv => unsafe {
+                        let p = t.buf.bytes_mut().as_mut_ptr().add(self.head_done);
+                        libc::recv(fd, p.cast(), want, libc::MSG_DONTWAIT)
+                    },
+                };
+                if r < 0 {
+                    let e = io::Error::last_os_error();
+                    match e.kind() {
+                        io::ErrorKind::WouldBlock => return Visit::Blocked,
+                        io::ErrorKind::Interrupted => continue,
+                        _ => return Visit::Failed(e),
+                    }
+                }
+                if r == 0 {
+                    return Visit::Failed(io::ErrorKind::UnexpectedEof.into());
+                }
+                self.head_done += r as usize;
+                budget -= r as usize;
+            }
+            if self.head_done == len {
+                let t = self.queue.pop_front().expect("the head");
+                self.head_done = 0;
+                self.ctx.finished(t.idx);
+            }
+            if budget == 0 {
+                return Visit::More;
+            }
+        }
+        Visit::Drained
+    }
+
+    fn fail(&mut self, e: super::super::error::NetError) {
+        self.broken = true;
+        self.ctx.fail_stream(e);
+        self.head_done = 0;
+        for t in self.queue.drain(..) {
+            self.ctx.abandon(t.idx);
+        }
+    }
+}
+
+struct Worker {
+    ep: Epoll,
+    streams: HashMap<u64, Entry>,
+    active: VecDeque<u64>,
+}
+
+impl Worker {
+    fn command(&mut self, cmd: Cmd) {
+        match cmd {
+            Cmd::Add { key, ctx } => {
+                let interest = match ctx.direction {
+                    ConnDirection::Send => libc::EPOLLOUT,
+                    ConnDirection::Recv => libc::EPOLLIN,
+                } | libc::EPOLLRDHUP
+                    | libc::EPOLLET;
+                let added = self.ep.add(ctx.stream.as_raw_fd(), interest as u32, key);
+                let mut e = Entry {
+                    ctx,
+                    queue: VecDeque::new(),
+                    head_done: 0,
+                    ready: true,
+                    active: false,
+                    broken: false,
+                };
+                if let Err(err) = added {
+                    let why = e.ctx.io_error(err);
+                    e.fail(why);
+                }
+                self.streams.insert(key, e);
+            }
+            Cmd::Task { key, task } => {
+                let Some(e) = self.streams.get_mut(&key) else {
+                    // Not ours: the comm asked after removing it (a bug); nothing to move.
+                    return;
+                };
+                if e.broken {
+                    e.ctx.abandon(task.idx);
+                    return;
+                }
+                e.queue.push_back(task);
+                if e.ready && !e.active {
+                    e.active = true;
+                    self.active.push_back(key);
+                }
+            }
+            Cmd::Remove { key, done } => {
+                if let Some(mut e) = self.streams.remove(&key) {
+                    self.ep.remove(e.ctx.stream.as_raw_fd());
+                    for t in e.queue.drain(..) {
+                        e.ctx.abandon(t.idx);
+                    }
+                }
+                let _ = done.send(());
+            }
+        }
+    }
+
+    fn ready(&mut self, key: u64) {
+        if let Some(e) = self.streams.get_mut(&key) {
+            e.ready = true;
+            if !e.queue.is_empty() && !e.active {
+                e.active = true;
+                self.active.push_back(key);
+            }
+        }
+    }
+
+    /// One pass over the active streams; whether anything was there to do.
+    fn progress(&mut self) -> bool {
+        let n = self.active.len();
+        for _ in 0..n {
+            let Some(key) = self.active.pop_front() else {
+                break;
+            };
+            let Some(e) = self.streams.get_mut(&key) else {
+                continue;
+            };
+            e.active = false;
+            match catch_unwind(AssertUnwindSafe(|| e.visit())) {
+                Ok(Visit::Drained) => {}
+                Ok(Visit::Blocked) => e.ready = false,
+                Ok(Visit::More) => {
+                    e.active = true;
+                    self.active.push_back(key);
+                }
+                Ok(Visit::Failed(err)) => {
+                    let why = e.ctx.io_error(err);
+                    e.fail(why);
+                }
+                Err(payload) => {
+                    let why = e.ctx.panic_error(&*payload);
+                    e.fail(why);
+                }
+            }
+        }
+        n > 0
+    }
+}
+
+/// The worker thread: serves its streams until the process ends.
+pub fn run(rx: Receiver<Cmd>, waker: Arc<Waker>, spin: Duration, ready: Sender<io::Result<()>>) {
+    let ep = match Epoll::new(waker.fd()) {
+        Ok(ep) => ep,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let _ = ready.send(Ok(()));
+    let mut w = Worker {
+        ep,
+        streams: HashMap::new(),
+        active: VecDeque::new(),
+    };
+    let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; EVENTS];
+    let mut idle_since = Instant::now();
+    loop {
+        let mut busy = false;
+        loop {
+            match rx.try_recv() {
+                Ok(cmd) => {
+                    busy = true;
+                    w.command(cmd);
+                }
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => return,
+            }
+        }
+        busy |= w.progress();
+        let timeout = if busy {
+            idle_since = Instant::now();
+            0
+        } else if idle_since.elapsed() < spin {
+            0
+        } else if waker.may_park(&rx) {
+            -1
+        } else {
+            continue;
+        };
+        let n = w.ep.wait(&mut events, timeout);
+        if timeout < 0 {
+            waker.unparked();
+            idle_since = Instant::now();
+        }
+        for ev in &events[..n] {
+            let key = ev.u64;
+            if key == WAKE {
+                waker.drain();
+            } else {
+                w.ready(key);
+            }
+        }
+    }
+}

@@ -1,0 +1,319 @@
+//! `NCCL_BPF_IO=uring`: a pool worker with its own io_uring, one send or receive in flight per
+//! stream, each for the whole rest of its chunk (`MSG_WAITALL`; a short completion is
+//! resubmitted for the remainder).
+//!
+//! The worker's eventfd is watched by a poll request on the ring, so a parked worker (in
+//! `io_uring_enter`, waiting for one completion) wakes for a command as for I/O. A stream being
+//! removed with a request in flight gets that request cancelled and is forgotten only when its
+//! completion has arrived: until then the kernel may still write into NCCL's buffer.
+
+use super::pool::{Cmd, Waker};
+use super::{StreamCtx, Task};
+use crate::error::NetError;
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use io_uring::{IoUring, opcode, types};
+use shared_maps::ConnDirection;
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Completion keys that are not streams (stream keys start at 1 and stay far below these).
+const WAKE: u64 = 0;
+const CANCEL: u64 = u64::MAX;
+/// Submission queue entries per worker ring (the completion queue is twice that; the kernel
+/// keeps overflowing completions rather than dropping them, `IORING_FEAT_NODROP`).
+const ENTRIES: u32 = 256;
+/// Bytes asked of one request at most (a request's length is 32-bit).
+const MAX_REQUEST: usize = 1 << 30;
+
+/// Whether this process can use io_uring for sockets: a ring can be set up, and the kernel
+/// knows send, receive, poll and cancel. Asked once.
+pub fn probe() -> Result<(), String> {
+    static RESULT: OnceLock<Result<(), String>> = OnceLock::new();
+    RESULT
+        .get_or_init(|| {
+            let ring = IoUring::new(8).map_err(|e| format!("io_uring_setup: {e}"))?;
+            let mut p = io_uring::Probe::new();
+            ring.submitter()
+                .register_probe(&mut p)
+                .map_err(|e| format!("IORING_REGISTER_PROBE: {e}"))?;
+            for (code, name) in [
+                (opcode::Send::CODE, "send"),
+                (opcode::Recv::CODE, "recv"),
+                (opcode::PollAdd::CODE, "poll"),
+                (opcode::AsyncCancel::CODE, "cancel"),
+            ] {
+                if !p.is_supported(code) {
+                    return Err(format!("the kernel's io_uring has no {name}"));
+                }
+            }
+            Ok(())
+        })
+        .clone()
+}
+
+struct Entry {
+    ctx: StreamCtx,
+    queue: VecDeque<Task>,
+    /// Bytes of the queue's head moved so far.
+    head_done: usize,
+    /// A request for the head is with the kernel.
+    inflight: bool,
+    broken: bool,
+    /// Removal asked while a request was in flight: acknowledged once it completes.
+    removing: Option<Sender<()>>,
+}
+
+impl Entry {
+    fn fail(&mut self, e: NetError) {
+        self.broken = true;
+        self.ctx.fail_stream(e);
+        self.abandon_all();
+    }
+
+    fn abandon_all(&mut self) {
+        self.head_done = 0;
+        for t in self.queue.drain(..) {
+            self.ctx.abandon(t.idx);
+        }
+    }
+}
+
+struct Worker {
+    ring: IoUring,
+    streams: HashMap<u64, Entry>,
+}
+
+impl Worker {
+    /// Queues `sqe`, flushing the submission queue to the kernel if it is full.
+    fn push(&mut self, sqe: &io_uring::squeue::Entry) -> io::Result<()> {
+        for _ in 0..2 {
+            // SAFETY: every buffer an entry names stays valid until its completion: stream
+            // buffers are NCCL's, held until the chunk is counted down (after its completion);
+            // the poll and cancel entries name none.
+            if unsafe { self.ring.submission().push(sqe) }.is_ok() {
+                return Ok(());
+            }
+            self.ring.submit()?;
+        }
+        Err(io::Error::other("the submission queue stays full"))
+    }
+
+    /// Starts the request for stream `key`'s head chunk, if it has one and none is in flight.
+    fn start(&mut self, key: u64) {
+        let Some(e) = self.streams.get_mut(&key) else {
+            return;
+        };
+        if e.inflight || e.broken || e.removing.is_some() {
+            return;
+        }
+        let sqe = loop {
+            let Some(t) = e.queue.front() else {
+                return;
+            };
+            let len = t.buf.len();
+            if e.head_done >= len {
+                // An empty chunk: nothing to move.
+                let t = e.queue.pop_front().expect("the head");
+                e.head_done = 0;
+                e.ctx.finished(t.idx);
+                continue;
+            }
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| e.ctx.injected_panic())) {
+                let why = e.ctx.panic_error(&*payload);
+                e.fail(why);
+                return;
+            }
+            let want = (len - e.head_done).min(MAX_REQUEST) as u32;
+            let fd = types::Fd(e.ctx.stream.as_raw_fd());
+            break match e.ctx.direction {
+                // SAFETY: `head_done < len`: the pointer stays inside this chunk of the lent
+                // buffer, which is ours alone until the chunk is counted down.
+                ConnDirection::Send => unsafe {
+                    let p = t.buf.bytes().as_ptr().add(e.head_done);
+                    opcode::Send::new(fd, p, want)
+                        .flags(libc::MSG_NOSIGNAL | libc::MSG_WAITALL)
+                        .build()
+                },
+                // SAFETY: as above, written by the kernel until the completion arrives.
+                ConnDirection::Recv => unsafe {
+                    let p = t.buf.bytes_mut().as_mut_ptr().add(e.head_done);
+                    opcode::Recv::new(fd, p, want)
+                        .flags(libc::MSG_WAITALL)
+                        .build()
+                },
+            }
+            .user_data(key);
+        };
+        e.inflight = true;
+        if let Err(err) = self.push(&sqe) {
+            let e = self.streams.get_mut(&key).expect("looked up above");
+            e.inflight = false;
+            let why = e.ctx.io_error(err);
+            e.fail(why);
+        }
+    }
+
+    fn command(&mut self, cmd: Cmd) {
+        match cmd {
+            Cmd::Add { key, ctx } => {
+                self.streams.insert(
+                    key,
+                    Entry {
+                        ctx,
+                        queue: VecDeque::new(),
+                        head_done: 0,
+                        inflight: false,
+                        broken: false,
+                        removing: None,
+                    },
+                );
+            }
+            Cmd::Task { key, task } => {
+                let Some(e) = self.streams.get_mut(&key) else {
+                    return;
+                };
+                if e.broken || e.removing.is_some() {
+                    e.ctx.abandon(task.idx);
+                    return;
+                }
+                e.queue.push_back(task);
+                self.start(key);
+            }
+            Cmd::Remove { key, done } => {
+                let Some(e) = self.streams.get_mut(&key) else {
+                    let _ = done.send(());
+                    return;
+                };
+                if e.inflight {
+                    e.removing = Some(done);
+                    let cancel = opcode::AsyncCancel::new(key).build().user_data(CANCEL);
+                    // Without the cancel the request still ends: the comm shut the stream down.
+                    let _ = self.push(&cancel);
+                } else if let Some(mut e) = self.streams.remove(&key) {
+                    e.abandon_all();
+                    let _ = done.send(());
+                }
+            }
+        }
+    }
+
+    /// One completion of stream `key`'s request.
+    fn completed(&mut self, key: u64, res: i32) {
+        let Some(e) = self.streams.get_mut(&key) else {
+            return;
+        };
+        e.inflight = false;
+        if res > 0 {
+            e.head_done += res as usize;
+            let len = e.queue.front().map_or(0, |t| t.buf.len());
+            if e.head_done >= len
+                && let Some(t) = e.queue.pop_front()
+            {
+                e.head_done = 0;
+                e.ctx.finished(t.idx);
+            }
+        } else if e.removing.is_none() {
+            let err = if res == 0 {
+                io::ErrorKind::UnexpectedEof.into()
+            } else {
+                io::Error::from_raw_os_error(-res)
+            };
+            let why = e.ctx.io_error(err);
+            e.fail(why);
+        }
+        if e.removing.is_some() {
+            let mut e = self.streams.remove(&key).expect("looked up above");
+            e.abandon_all();
+            if let Some(done) = e.removing.take() {
+                let _ = done.send(());
+            }
+            return;
+        }
+        self.start(key);
+    }
+
+    fn arm_wake(&mut self, fd: i32) -> io::Result<()> {
+        let poll = opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32)
+            .build()
+            .user_data(WAKE);
+        self.push(&poll)
+    }
+}
+
+/// The worker thread: serves its streams until the process ends.
+pub fn run(rx: Receiver<Cmd>, waker: Arc<Waker>, spin: Duration, ready: Sender<io::Result<()>>) {
+    let ring = match IoUring::new(ENTRIES) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let mut w = Worker {
+        ring,
+        streams: HashMap::new(),
+    };
+    if let Err(e) = w
+        .arm_wake(waker.fd())
+        .and_then(|()| w.ring.submit().map(drop))
+    {
+        let _ = ready.send(Err(e));
+        return;
+    }
+    let _ = ready.send(Ok(()));
+    let mut idle_since = Instant::now();
+    let mut wake_armed = true;
+    let mut done = Vec::with_capacity(ENTRIES as usize);
+    loop {
+        let mut busy = false;
+        loop {
+            match rx.try_recv() {
+                Ok(cmd) => {
+                    busy = true;
+                    w.command(cmd);
+                }
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => return,
+            }
+        }
+        if !w.ring.submission().is_empty() {
+            let _ = w.ring.submit();
+        }
+        done.clear();
+        done.extend(w.ring.completion().map(|c| (c.user_data(), c.result())));
+        for &(key, res) in &done {
+            busy = true;
+            match key {
+                WAKE => {
+                    waker.drain();
+                    wake_armed = w.arm_wake(waker.fd()).is_ok();
+                }
+                CANCEL => {}
+                key => w.completed(key, res),
+            }
+        }
+        if busy {
+            idle_since = Instant::now();
+            continue;
+        }
+        if idle_since.elapsed() < spin {
+            std::hint::spin_loop();
+            continue;
+        }
+        if !wake_armed {
+            // Without its wake a parked worker would miss commands: look again soon instead.
+            std::thread::sleep(Duration::from_millis(1));
+            wake_armed = w.arm_wake(waker.fd()).is_ok();
+            continue;
+        }
+        if waker.may_park(&rx) {
+            let _ = w.ring.submit_and_wait(1);
+            waker.unparked();
+            idle_since = Instant::now();
+        }
+    }
+}
