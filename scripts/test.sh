@@ -29,4 +29,10 @@ skipped=${CARGO_TARGET_DIR:-target}/dead_link.skipped
 rm -f "$skipped"
 NCCLBPF_PLUGIN=$lib cargo test --workspace --release
 if [ -f "$skipped" ]; then cat "$skipped"; fi
+# The default path is `auto` (io_uring where the kernel allows it, else epoll); every path must
+# pass the whole harness.
+for io in epoll threads; do
+  echo "== harness with NCCL_BPF_IO=$io"
+  NCCL_BPF_IO=$io NCCLBPF_PLUGIN=$lib cargo test --release -p ncclbpf-harness
+done
 echo "== all checks passed"

@@ -5,7 +5,7 @@
 //! three paths, chosen per process by `NCCL_BPF_IO` ([`IoMode`]):
 //!
 //! * `uring` ([`uring`]): a few process-wide workers, each with its own io_uring; one send or
-//!   receive in flight per stream, the whole chunk at once (`MSG_WAITALL`).
+//!   receive in flight per stream, for the rest of its chunk.
 //! * `epoll` ([`epoll`]): the same workers, with non-blocking `send`/`recv` and edge-triggered
 //!   epoll.
 //! * `threads` ([`threads`]): one helper thread per data stream per connection, blocking I/O

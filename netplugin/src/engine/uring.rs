@@ -1,6 +1,12 @@
 //! `NCCL_BPF_IO=uring`: a pool worker with its own io_uring, one send or receive in flight per
-//! stream, each for the whole rest of its chunk (`MSG_WAITALL`; a short completion is
-//! resubmitted for the remainder).
+//! stream, each for the whole rest of its chunk; a short completion (the socket's buffer was
+//! full, or held less) is resubmitted for the remainder.
+//!
+//! Not `MSG_WAITALL`: with it the kernel retries inside the request, and when the connection
+//! then fails (a dead peer's `TCP_USER_TIMEOUT`) the request completes with the bytes it moved
+//! while the error that stopped it is consumed by the retry; the next request sees only a
+//! closed socket (`EPIPE`, or end of stream), not why it closed. One attempt per request keeps
+//! the error for the request that meets it.
 //!
 //! The worker's eventfd is watched by a poll request on the ring, so a parked worker (in
 //! `io_uring_enter`, waiting for one completion) wakes for a command as for I/O. A stream being
@@ -135,15 +141,13 @@ impl Worker {
                 ConnDirection::Send => unsafe {
                     let p = t.buf.bytes().as_ptr().add(e.head_done);
                     opcode::Send::new(fd, p, want)
-                        .flags(libc::MSG_NOSIGNAL | libc::MSG_WAITALL)
+                        .flags(libc::MSG_NOSIGNAL)
                         .build()
                 },
                 // SAFETY: as above, written by the kernel until the completion arrives.
                 ConnDirection::Recv => unsafe {
                     let p = t.buf.bytes_mut().as_mut_ptr().add(e.head_done);
-                    opcode::Recv::new(fd, p, want)
-                        .flags(libc::MSG_WAITALL)
-                        .build()
+                    opcode::Recv::new(fd, p, want).build()
                 },
             }
             .user_data(key);

@@ -4,7 +4,13 @@
 //! ```text
 //! harness-nproc <uid> <extra-threads> send    isend of 1 MiB; the sender's helpers are refused
 //! harness-nproc <uid> <extra-threads> recv    1 MiB transfer; the receiver's helpers are refused
+//! harness-nproc <uid> 0 pool                   isend of 1 MiB; no I/O engine worker can start
+//! harness-nproc <uid> 1 pool-partial           1 MiB transfers on the one engine worker that
+//!                                               could start
 //! ```
+//!
+//! `send` and `recv` are for `NCCL_BPF_IO=threads` (a helper thread per stream); `pool` and
+//! `pool-partial` for the engine's paths (`epoll`, `uring`), set by the caller.
 //!
 //! Root is exempt from `RLIMIT_NPROC`, so the process (started as root) switches to the
 //! unprivileged `uid` first, loads the plugin, connects a pair over loopback, then sets
@@ -201,6 +207,29 @@ fn main() {
                     Err(e) => want(e, "later irecv"),
                     Ok(q) => panic!("irecv {k} after the failure returned {q:?}"),
                 }
+            }
+        }
+        "pool" => {
+            // SAFETY: data outlives every request (the comms are closed before it is dropped).
+            let e = unsafe { n.isend(s, data.as_ptr(), BIG) }
+                .map(|q| q.is_some())
+                .expect_err("isend of 1 MiB with no engine worker succeeded");
+            want(e, "isend");
+            threads_back_to(before);
+            for k in 0..2 * SLOTS {
+                let size = if k <= SLOTS { BIG } else { 100 };
+                // SAFETY: as above.
+                match unsafe { n.isend(s, data.as_ptr(), size) } {
+                    Err(e) => want(e, "later isend"),
+                    Ok(q) => panic!("isend {k} after the failure returned {q:?}"),
+                }
+            }
+        }
+        "pool-partial" => {
+            // Every stream of both ends on the one worker there was room for.
+            for k in 0..4u64 {
+                let data = pattern(BIG + k as usize, 3 + k);
+                assert_eq!(n.transfer(s, r, &data, BIG + 4).unwrap(), data);
             }
         }
         m => panic!("unknown mode {m}"),
