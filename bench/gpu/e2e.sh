@@ -13,8 +13,9 @@
 #                   collective, rank count and size is the best of every sock* arm there)
 #   bpf             the plugin (NCCL_NET_PLUGIN=lib, NCCL_NET=BPF) with its hooks off: no policy
 #                   (NCCL_BPF_POLICY unset; the native per-connection counters cannot be turned
-#                   off), no NCCL_TUNER_PLUGIN (NCCL may still find the library's tuner, which
-#                   without a policy has no opinion)
+#                   off), NCCL_TUNER_PLUGIN=none (NCCL versions that do not know "none" fall
+#                   back to the net plugin's library and load its tuner, which without a
+#                   policy has no opinion; the report shows the TUNER/Plugin lines)
 #   bpfpol          the plugin with NCCL_BPF_POLICY=conn_counter.o,size_aware.o and
 #                   NCCL_TUNER_PLUGIN=lib
 #   bpf-<io>, bpfpol-<io>  the same with NCCL_BPF_IO=<io> (auto, uring, epoll, threads)
@@ -37,7 +38,7 @@
 # size_aware.o for the bpfpol arms.
 # Usage: bench/gpu/e2e.sh [outdir]
 # Knobs: RANKS ("2 4"), ROUNDS (2), ARMS, SWEEP_ARMS (""), SIZES, COLLS, DECODE (sizes; "" none),
-#   TIME_PER_SIZE (0.2), DECODE_TIME (0.5), DEADLINE (540), JOB_TIMEOUT (150), JOB_GUESS (30),
+#   TIME_PER_SIZE (0.15), DECODE_TIME (0.4), DEADLINE (540), JOB_TIMEOUT (150), JOB_GUESS (30),
 #   NCCL_SUBSYS (INIT,NET: NCCL's TUNING lines come once per collective, so not by default).
 set -u
 cd "$(dirname "$0")/../.."
@@ -59,8 +60,8 @@ DECODE=${DECODE-16384 262144 1048576}
 SWEEP_SIZES=${SWEEP_SIZES:-65536 1048576 4194304 67108864}
 SWEEP_COLLS=${SWEEP_COLLS:-all_reduce}
 SWEEP_DECODE=${SWEEP_DECODE-262144}
-TIME_PER_SIZE=${TIME_PER_SIZE:-0.2}
-DECODE_TIME=${DECODE_TIME:-0.5}
+TIME_PER_SIZE=${TIME_PER_SIZE:-0.15}
+DECODE_TIME=${DECODE_TIME:-0.4}
 DEADLINE=${DEADLINE:-540}
 JOB_TIMEOUT=${JOB_TIMEOUT:-150}
 JOB_GUESS=${JOB_GUESS:-30}
@@ -79,7 +80,11 @@ arm_env() {
   if [[ $a =~ ^(bpf|bpfpol)(-(auto|uring|epoll|threads))?$ ]]; then
     io=${BASH_REMATCH[3]}
     echo -n "NCCL_NET_PLUGIN=$LIB NCCL_NET=BPF"
-    [ "${BASH_REMATCH[1]}" = bpfpol ] && echo -n " NCCL_TUNER_PLUGIN=$LIB NCCL_BPF_POLICY=$B/conn_counter.o,$B/size_aware.o"
+    if [ "${BASH_REMATCH[1]}" = bpfpol ]; then
+      echo -n " NCCL_TUNER_PLUGIN=$LIB NCCL_BPF_POLICY=$B/conn_counter.o,$B/size_aware.o"
+    else
+      echo -n " NCCL_TUNER_PLUGIN=none"
+    fi
     [ -n "$io" ] && echo -n " NCCL_BPF_IO=$io"
     echo
     return 0
