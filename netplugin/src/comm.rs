@@ -93,11 +93,25 @@ const IDLE: Req = Req {
     posted: None,
 };
 
+/// A chunk the comm's caller (NCCL's proxy thread, inside `isend`/`irecv`/`test`) moves
+/// itself, with non-blocking calls: `done` of its bytes so far.
+struct Direct {
+    idx: u32,
+    buf: Buf,
+    done: usize,
+}
+
 struct State {
     control: TcpStream,
     data: Vec<Arc<TcpStream>>,
     /// Who moves the data streams' chunks, once the first large message needs them.
     workers: Option<DataPath>,
+    /// Per data stream: chunks this comm's caller moves itself (see [`Comm::dispatch`]),
+    /// oldest first, and chunks handed to `workers` not yet counted down.
+    direct: Vec<VecDeque<Direct>>,
+    queued: Vec<Arc<AtomicU32>>,
+    /// Data streams that failed under a direct chunk: later chunks for them fail at once.
+    direct_broken: Vec<bool>,
     reqs: Vec<Req>,
     free: Vec<u32>,
     /// Posted requests whose control-stream part is not finished, oldest first.
@@ -169,6 +183,9 @@ pub struct Comm {
     shape: Shape,
     /// Who serves the data streams (the process's choice; tests pick one).
     path: engine::Path,
+    /// Messages up to this size have their chunks moved by the caller itself while the
+    /// stream has nothing queued with `workers` (`NCCL_BPF_DIRECT_BYTES`).
+    direct_limit: usize,
     slots: Arc<[ReqSlot]>,
     /// The first failure of a data stream (I/O error or caught panic); `test` moves it into
     /// `State.error` when it finds a request the engine failed.
@@ -235,10 +252,14 @@ impl Comm {
             conn_id,
             shape,
             path,
+            direct_limit: engine::process_settings().direct_bytes as usize,
             slots,
             worker_error: Arc::new(Mutex::new(None)),
             state: Mutex::new(State {
                 control,
+                direct: data.iter().map(|_| VecDeque::new()).collect(),
+                queued: data.iter().map(|_| Arc::new(AtomicU32::new(0))).collect(),
+                direct_broken: vec![false; data.len()],
                 data: data.into_iter().map(Arc::new).collect(),
                 workers: None,
                 reqs: vec![IDLE; SLOTS],
@@ -292,7 +313,7 @@ impl Comm {
         let size = buf.len();
         let inline = wire::is_inline(&self.shape, size);
         // The data path starts before a slot is taken: once one is, nothing below can fail.
-        if !inline {
+        if !inline && self.needs_data_path(&st, size) {
             self.ensure_workers(&mut st)?;
         }
         let Some(idx) = st.free.pop() else {
@@ -403,7 +424,14 @@ impl Comm {
         st.free.push(idx as u32);
     }
 
-    /// Starts the data path on the comm's first large message.
+    /// Whether a message of `size` (over the inline limit) may have a chunk for the data path:
+    /// it is over the direct limit, or a stream has chunks queued there (see
+    /// [`Self::dispatch`]). Medium messages alone never start it.
+    fn needs_data_path(&self, st: &State, size: usize) -> bool {
+        size > self.direct_limit || st.queued.iter().any(|q| q.load(Ordering::Acquire) > 0)
+    }
+
+    /// Starts the data path on the comm's first message that needs it.
     ///
     /// A refusal fails the comm for good rather than asking NCCL to retry (a NULL request).
     /// NCCL retries a NULL request without limit and without a word in its log, so a limit
@@ -415,10 +443,8 @@ impl Comm {
         if st.workers.is_some() {
             return Ok(());
         }
-        match DataPath::start(
-            self.path,
-            self.stream_ctxs(&st.data, st.hooks.progress_mark()),
-        ) {
+        let ctxs = self.stream_ctxs(&st.data, &st.queued, st.hooks.progress_mark());
+        match DataPath::start(self.path, ctxs) {
             Ok(w) => {
                 st.workers = Some(w);
                 Ok(())
@@ -433,6 +459,7 @@ impl Comm {
     fn stream_ctxs(
         &self,
         data: &[Arc<TcpStream>],
+        queued: &[Arc<AtomicU32>],
         progress: Option<ProgressMark<'static>>,
     ) -> Vec<StreamCtx> {
         let tag = match self.direction {
@@ -450,12 +477,22 @@ impl Comm {
                 slots: Arc::clone(&self.slots),
                 error: Arc::clone(&self.worker_error),
                 progress,
+                queued: Arc::clone(&queued[k]),
             })
             .collect()
     }
 
     /// Hands the chunks of a large message to the data path (started by
-    /// [`Self::ensure_workers`]). Never fails: a chunk nothing can take fails its request.
+    /// [`Self::ensure_workers`]), or keeps them to move itself. Never fails: a chunk nothing
+    /// can take fails its request.
+    ///
+    /// A chunk of a message up to `direct_limit` whose stream has nothing queued with the
+    /// data path is *direct*: moved by the caller, inside this and later `isend`/`irecv`/
+    /// `test` calls, with non-blocking calls, so medium messages wait for no thread hand-off
+    /// (a send usually leaves inside `isend`; a receive is read as soon as its header is).
+    /// While a stream has direct chunks, every later chunk of that stream is direct too, and
+    /// while it has chunks queued with the data path none is: the two never touch one socket
+    /// at the same time, and a stream's bytes stay in order.
     fn dispatch(&self, st: &mut State, idx: u32, buf: Buf) {
         let mut pieces = Vec::new();
         wire::plan_chunks(
@@ -467,22 +504,81 @@ impl Comm {
         let slot = &self.slots[idx as usize];
         slot.pending_chunks
             .store(pieces.len() as u32, Ordering::Release);
+        let small = buf.len() <= self.direct_limit;
         for (piece, stream) in pieces {
+            let k = stream as usize;
+            if st.direct_broken.get(k).copied().unwrap_or(true) {
+                slot.failed.store(true, Ordering::Release);
+                slot.pending_chunks.fetch_sub(1, Ordering::AcqRel);
+                continue;
+            }
+            if !st.direct[k].is_empty() || (small && st.queued[k].load(Ordering::Acquire) == 0) {
+                st.direct[k].push_back(Direct {
+                    idx,
+                    buf: piece,
+                    done: 0,
+                });
+                continue;
+            }
+            st.queued[k].fetch_add(1, Ordering::AcqRel);
             let task = Task { idx, buf: piece };
             let refused = match st.workers.as_ref() {
-                Some(w) => w.submit(stream as usize, task).is_err(),
+                Some(w) => w.submit(k, task).is_err(),
                 None => true,
             };
             if refused {
                 // Nothing serves this stream (a helper cannot exit while its sender lives, a
                 // worker runs until the process ends, and both catch their panics, so this is
                 // a bug): the message cannot be carried.
+                st.queued[k].fetch_sub(1, Ordering::AcqRel);
                 lock(&self.worker_error).get_or_insert_with(|| NetError::Broken {
                     msg: format!("nothing serves data stream {stream}"),
                     code: NcclResult::INTERNAL_ERROR,
                 });
                 slot.failed.store(true, Ordering::Release);
                 slot.pending_chunks.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// Moves direct chunks (see [`Self::dispatch`]) until each stream's next call would block.
+    /// After the comm failed, they are abandoned instead (their requests fail).
+    fn progress_direct(&self, st: &mut State) {
+        let failed = st.error.is_some();
+        for k in 0..st.direct.len() {
+            while let Some(d) = st.direct[k].front_mut() {
+                if failed || st.direct_broken[k] {
+                    let slot = &self.slots[d.idx as usize];
+                    slot.failed.store(true, Ordering::Release);
+                    slot.pending_chunks.fetch_sub(1, Ordering::AcqRel);
+                    st.direct[k].pop_front();
+                    continue;
+                }
+                match move_some(self.direction, &st.data[k], d) {
+                    Ok(true) => {
+                        let idx = d.idx;
+                        st.direct[k].pop_front();
+                        if let Some(p) = st.hooks.progress_mark() {
+                            p.stamp();
+                        }
+                        self.slots[idx as usize]
+                            .pending_chunks
+                            .fetch_sub(1, Ordering::AcqRel);
+                    }
+                    Ok(false) => break,
+                    Err(e) => {
+                        // As the data path does: the stream is out of step from here on.
+                        st.direct_broken[k] = true;
+                        let _ = st.data[k].shutdown(Shutdown::Both);
+                        lock(&self.worker_error).get_or_insert(NetError::io(
+                            match self.direction {
+                                ConnDirection::Send => "send on data stream",
+                                ConnDirection::Recv => "receive on data stream",
+                            },
+                            e,
+                        ));
+                    }
+                }
             }
         }
     }
@@ -621,6 +717,16 @@ impl Comm {
     }
 
     fn progress_send(&self, st: &mut State) {
+        self.progress_send_control(st);
+        self.progress_direct(st);
+    }
+
+    fn progress_recv(&self, st: &mut State) {
+        self.progress_recv_control(st);
+        self.progress_direct(st);
+    }
+
+    fn progress_send_control(&self, st: &mut State) {
         if st.error.is_some() {
             return;
         }
@@ -714,7 +820,7 @@ impl Comm {
         }
     }
 
-    fn progress_recv(&self, st: &mut State) {
+    fn progress_recv_control(&self, st: &mut State) {
         if st.error.is_some() {
             return;
         }
@@ -785,10 +891,10 @@ impl Comm {
                 r.size = incoming as usize;
                 r.inline = wire::is_inline(&self.shape, r.size);
                 if !r.inline {
-                    let piece = r.buf.sub(0, r.size);
+                    let (piece, size) = (r.buf.sub(0, r.size), r.size);
                     // A refused thread fails the comm (`st.error`); the request is released
                     // by `test` like any other failed one.
-                    if self.ensure_workers(st).is_err() {
+                    if self.needs_data_path(st, size) && self.ensure_workers(st).is_err() {
                         return;
                     }
                     self.dispatch(st, idx, piece);
@@ -842,6 +948,41 @@ impl Drop for Comm {
             w.stop();
         }
     }
+}
+
+/// Moves what it can of direct chunk `d` over `s` without blocking; `true` once all of it is
+/// moved. End of stream is an error.
+fn move_some(dir: ConnDirection, s: &TcpStream, d: &mut Direct) -> io::Result<bool> {
+    let fd = std::os::fd::AsRawFd::as_raw_fd(s);
+    while d.done < d.buf.len() {
+        let want = d.buf.len() - d.done;
+        let r = match dir {
+            // SAFETY: `done < len`: inside the chunk of NCCL's lent buffer that this comm owns
+            // until it counts the chunk down; only the thread holding the comm lock touches it.
+            ConnDirection::Send => unsafe {
+                let p = d.buf.bytes().as_ptr().add(d.done);
+                libc::send(fd, p.cast(), want, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+            },
+            // SAFETY: as above, written into the receive buffer.
+            ConnDirection::Recv => unsafe {
+                let p = d.buf.bytes_mut().as_mut_ptr().add(d.done);
+                libc::recv(fd, p.cast(), want, libc::MSG_DONTWAIT)
+            },
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::WouldBlock => return Ok(false),
+                io::ErrorKind::Interrupted => continue,
+                _ => return Err(e),
+            }
+        }
+        if r == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        d.done += r as usize;
+    }
+    Ok(true)
 }
 
 /// Non-blocking read: `Ok(0)` means "nothing now"; end of stream is an error.
@@ -901,23 +1042,97 @@ mod tests {
     const STREAMS: u32 = 4;
     const BIG: usize = 1 << 20;
 
-    /// Every path this machine can serve data streams with.
-    fn paths() -> Vec<engine::Path> {
+    /// How a test's comms move large messages: the path serving the data streams, and the
+    /// size up to which the caller moves chunks itself (direct chunks; 0: never).
+    #[derive(Clone, Copy, Debug)]
+    struct Way {
+        path: engine::Path,
+        direct: usize,
+    }
+
+    impl std::fmt::Display for Way {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "{} (direct up to {} B)", self.path, self.direct)
+        }
+    }
+
+    /// Every path this machine can serve data streams with, all chunks handed over.
+    fn paths() -> Vec<Way> {
         let mut p = vec![engine::Path::Threads, engine::Path::Epoll];
         if engine::uring::probe().is_ok() {
             p.push(engine::Path::Uring);
         }
-        p
+        p.into_iter().map(|path| Way { path, direct: 0 }).collect()
+    }
+
+    /// [`paths`], and each with the chunks of messages up to 1 MiB moved directly where the
+    /// stream allows it (so tests that mix sizes interleave both on one stream).
+    fn ways() -> Vec<Way> {
+        let mut w = paths();
+        w.extend(paths().into_iter().map(|mut w| {
+            w.direct = BIG;
+            w
+        }));
+        w
+    }
+
+    /// Messages over the inline limit and up to the direct limit are moved by the caller
+    /// alone: no thread starts, and they arrive intact; a larger one then starts the data
+    /// path, and medium messages behind it on the same streams still arrive in order.
+    #[test]
+    fn medium_messages_need_no_thread() {
+        let way = Way {
+            path: engine::Path::Threads,
+            direct: BIG,
+        };
+        let (s, r) = pair_on(way, 0xd1ec_0001, 0xd1ec_0002);
+        let sizes = [70_000usize, BIG, 300_000, 4 * BIG + 5, 80_000, BIG];
+        let mut out: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(j, &n)| (0..n).map(|b| (b * 13 + j) as u8).collect())
+            .collect();
+        let mut into: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
+        for j in 0..sizes.len() {
+            let rq = r.irecv(buf(&mut into[j])).unwrap().unwrap();
+            let sq = s.isend(buf(&mut out[j])).unwrap().unwrap();
+            assert_eq!(wait(&s, sq).unwrap(), sizes[j]);
+            assert_eq!(wait(&r, rq).unwrap(), sizes[j]);
+            assert!(into[j] == out[j], "message {j} differs");
+            let started = (
+                lock(&s.state).workers.is_some(),
+                lock(&r.state).workers.is_some(),
+            );
+            if j < 3 {
+                assert_eq!(started, (false, false), "message {j} started threads");
+            } else {
+                assert_eq!(
+                    started,
+                    (true, true),
+                    "message {j} is over the direct limit"
+                );
+            }
+        }
+        s.close();
+        r.close();
     }
 
     /// A connected (send, recv) pair of comms over loopback, 4 data streams, 64 KiB inline,
     /// the data streams served by helper threads.
     fn pair(send_id: u64, recv_id: u64) -> (Box<Comm>, Box<Comm>) {
-        pair_on(engine::Path::Threads, send_id, recv_id)
+        pair_on(
+            Way {
+                path: engine::Path::Threads,
+                direct: 0,
+            },
+            send_id,
+            recv_id,
+        )
     }
 
     /// [`pair`] on `path`.
-    fn pair_on(path: engine::Path, send_id: u64, recv_id: u64) -> (Box<Comm>, Box<Comm>) {
+    fn pair_on(way: Way, send_id: u64, recv_id: u64) -> (Box<Comm>, Box<Comm>) {
+        let path = way.path;
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         let (mut a, mut b) = (Vec::new(), Vec::new());
@@ -932,8 +1147,10 @@ mod tests {
         };
         let ep = || Endpoint { dev: 0, comm_id: 0 };
         let (ac, bc) = (a.remove(0), b.remove(0));
-        let s = Comm::on_path(ConnDirection::Send, send_id, ep(), shape, ac, a, path).unwrap();
-        let r = Comm::on_path(ConnDirection::Recv, recv_id, ep(), shape, bc, b, path).unwrap();
+        let mut s = Comm::on_path(ConnDirection::Send, send_id, ep(), shape, ac, a, path).unwrap();
+        let mut r = Comm::on_path(ConnDirection::Recv, recv_id, ep(), shape, bc, b, path).unwrap();
+        s.direct_limit = way.direct;
+        r.direct_limit = way.direct;
         (s, r)
     }
 
@@ -958,13 +1175,13 @@ mod tests {
     /// messages (inline and chunked) intact.
     #[test]
     fn control_frames_travel_between_messages() {
-        for (i, path) in paths().into_iter().enumerate() {
+        for (i, path) in ways().into_iter().enumerate() {
             let id = 0xf2a0_0001 + 0x1000 * i as u64;
             frames_between_messages(path, id);
         }
     }
 
-    fn frames_between_messages(path: engine::Path, id: u64) {
+    fn frames_between_messages(path: Way, id: u64) {
         let (s, r) = pair_on(path, id, id + 1);
         let mut small: Vec<u8> = (0..100u8).collect();
         let mut big: Vec<u8> = (0..BIG).map(|i| (i * 7) as u8).collect();
@@ -1116,12 +1333,12 @@ mod tests {
     /// fail the receive, and only a receive that needs another message fails.
     #[test]
     fn a_peer_that_closes_after_its_last_message_does_not_fail_that_message() {
-        for (i, path) in paths().into_iter().enumerate() {
+        for (i, path) in ways().into_iter().enumerate() {
             closes_after_last_message(path, 0xf2a1_0010 + 0x1000 * i as u64);
         }
     }
 
-    fn closes_after_last_message(path: engine::Path, base: u64) {
+    fn closes_after_last_message(path: Way, base: u64) {
         for round in 0..20u64 {
             let (s, r) = pair_on(path, base + 2 * round, base + 1 + 2 * round);
             let mut big: Vec<u8> = (0..BIG).map(|i| (i * 3) as u8).collect();
@@ -1179,7 +1396,7 @@ mod tests {
         }
     }
 
-    fn send_io_panics(path: engine::Path, sid: u64) {
+    fn send_io_panics(path: Way, sid: u64) {
         let rid = sid + 1;
         inject::panic_in_helper(sid, 1);
         let (s, r) = pair_on(path, sid, rid);
@@ -1210,7 +1427,7 @@ mod tests {
         }
     }
 
-    fn recv_io_panics(path: engine::Path, sid: u64) {
+    fn recv_io_panics(path: Way, sid: u64) {
         let rid = sid + 1;
         inject::panic_in_helper(rid, 2);
         let (s, r) = pair_on(path, sid, rid);
@@ -1310,8 +1527,8 @@ mod tests {
     /// a thread of its own.
     #[test]
     fn many_comms_share_the_pool_workers() {
-        for (i, path) in paths().into_iter().enumerate() {
-            if path == engine::Path::Threads {
+        for (i, path) in ways().into_iter().enumerate() {
+            if path.path == engine::Path::Threads {
                 continue;
             }
             let base = 0x7e00_0000 + 0x10_0000 * i as u64;
@@ -1353,7 +1570,7 @@ mod tests {
                     "{path} comm {k} message {j} differs"
                 );
             }
-            let workers = engine::pool::started_workers(path).expect("the pool started");
+            let workers = engine::pool::started_workers(path.path).expect("the pool started");
             assert!(workers >= 1 && threads_named("ncclbpf io") >= workers);
             for (s, r) in pairs {
                 s.close();
@@ -1366,7 +1583,7 @@ mod tests {
     /// sends) returns at once on every path, and the pool serves new comms afterwards.
     #[test]
     fn closing_with_chunks_in_flight_does_not_hang() {
-        for (i, path) in paths().into_iter().enumerate() {
+        for (i, path) in ways().into_iter().enumerate() {
             let base = 0x7f00_0000 + 0x1000 * i as u64;
             let (s, r) = pair_on(path, base, base + 1);
             // 64 MiB to a receiver that never posts: the sender's chunks block in the kernel.
@@ -1407,7 +1624,7 @@ mod tests {
     /// every path (the stream's end is seen by the engine, not only by `test`).
     #[test]
     fn a_peer_gone_mid_message_fails_the_receive() {
-        for (i, path) in paths().into_iter().enumerate() {
+        for (i, path) in ways().into_iter().enumerate() {
             let base = 0x7f10_0000 + 0x1000 * i as u64;
             let (s, r) = pair_on(path, base, base + 1);
             let mut into = vec![0u8; 16 << 20];

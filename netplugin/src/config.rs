@@ -39,6 +39,10 @@ pub struct Config {
     /// `NCCL_BPF_IO_SPIN_US`: microseconds an engine worker spins without work before it
     /// parks in the kernel.
     pub io_spin_us: u32,
+    /// `NCCL_BPF_DIRECT_BYTES`: messages over the inline limit and up to this size have their
+    /// chunks moved by NCCL's proxy thread itself (non-blocking, inside `isend`/`irecv`/`test`)
+    /// while their stream has nothing queued with the I/O engine; 0 hands every chunk over.
+    pub direct_bytes: u32,
 }
 
 pub const MAX_STREAMS: u32 = 16;
@@ -56,6 +60,7 @@ impl Default for Config {
             io: crate::engine::IoMode::Auto,
             io_workers: 0,
             io_spin_us: 50,
+            direct_bytes: 1 << 20,
         }
     }
 }
@@ -191,6 +196,14 @@ impl Config {
             0,
             1_000_000,
             &mut c.io_spin_us,
+            &mut bad,
+        );
+        parse_u32(
+            get,
+            "NCCL_BPF_DIRECT_BYTES",
+            0,
+            1 << 30,
+            &mut c.direct_bytes,
             &mut bad,
         );
         (c, bad)

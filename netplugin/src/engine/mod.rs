@@ -39,7 +39,7 @@ use std::any::Any;
 use std::fmt;
 use std::io;
 use std::net::{Shutdown, TcpStream};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// `NCCL_BPF_IO`: how data streams are served.
@@ -100,6 +100,9 @@ pub struct Settings {
     pub workers: u32,
     /// Microseconds a worker spins without work before it parks.
     pub spin_us: u32,
+    /// Messages up to this size have their chunks moved by NCCL's proxy thread itself while
+    /// the stream has nothing queued with the engine (`comm.rs`, direct chunks).
+    pub direct_bytes: u32,
 }
 
 impl Settings {
@@ -108,6 +111,7 @@ impl Settings {
             mode: c.io,
             workers: c.io_workers,
             spin_us: c.io_spin_us,
+            direct_bytes: c.direct_bytes,
         }
     }
 
@@ -197,6 +201,10 @@ pub struct StreamCtx {
     /// Stamps the connection's last progress after each chunk (the comm stops its data path
     /// before its hooks, which hold the record, are dropped).
     pub progress: Option<ProgressMark<'static>>,
+    /// Chunks handed to this stream's server and not yet counted down: while it is 0 nothing
+    /// but the comm's own thread touches the socket, which may then move chunks itself
+    /// (`comm.rs`, direct chunks).
+    pub queued: Arc<AtomicU32>,
 }
 
 impl StreamCtx {
@@ -215,6 +223,7 @@ impl StreamCtx {
         self.slots[idx as usize]
             .pending_chunks
             .fetch_sub(1, Ordering::AcqRel);
+        self.queued.fetch_sub(1, Ordering::Release);
     }
 
     /// Chunk of request `idx` not moved (the stream failed, or its comm closed).
@@ -222,6 +231,7 @@ impl StreamCtx {
         let slot = &self.slots[idx as usize];
         slot.failed.store(true, Ordering::Release);
         slot.pending_chunks.fetch_sub(1, Ordering::AcqRel);
+        self.queued.fetch_sub(1, Ordering::Release);
     }
 
     /// The stream failed: its byte sequence is out of step from here on. Shut it down (so the

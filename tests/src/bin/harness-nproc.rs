@@ -2,10 +2,10 @@
 //! pid limit: a helper thread the OS refuses must fail the comm cleanly, never hang or leak.
 //!
 //! ```text
-//! harness-nproc <uid> <extra-threads> send    isend of 1 MiB; the sender's helpers are refused
-//! harness-nproc <uid> <extra-threads> recv    1 MiB transfer; the receiver's helpers are refused
-//! harness-nproc <uid> 0 pool                   isend of 1 MiB; no I/O engine worker can start
-//! harness-nproc <uid> 1 pool-partial           1 MiB transfers on the one engine worker that
+//! harness-nproc <uid> <extra-threads> send    isend of 4 MiB; the sender's helpers are refused
+//! harness-nproc <uid> <extra-threads> recv    4 MiB transfer; the receiver's helpers are refused
+//! harness-nproc <uid> 0 pool                   isend of 4 MiB; no I/O engine worker can start
+//! harness-nproc <uid> 1 pool-partial           4 MiB transfers on the one engine worker that
 //!                                               could start
 //! ```
 //!
@@ -26,7 +26,8 @@ use std::time::{Duration, Instant};
 /// Requests per comm in the plugin (`comm::SLOTS`): a leaked slot per failure would make
 /// NCCL's retries see "busy" (a NULL request) after this many calls.
 const SLOTS: usize = 64;
-const BIG: usize = 1 << 20;
+/// Over the direct limit (1 MiB: medium messages are moved by the caller, with no thread).
+const BIG: usize = 4 << 20;
 const SKIP: i32 = 77;
 
 fn skip(why: &str) -> ! {
@@ -175,7 +176,7 @@ fn main() {
             // SAFETY: data outlives every request (the comms are closed before it is dropped).
             let e = unsafe { n.isend(s, data.as_ptr(), BIG) }
                 .map(|q| q.is_some())
-                .expect_err("isend of 1 MiB with no thread to spare succeeded");
+                .expect_err("isend of 4 MiB with no thread to spare succeeded");
             want(e, "isend");
             threads_back_to(before);
             // NCCL would go on calling. A slot kept per failure would turn these into "busy"
@@ -199,7 +200,7 @@ fn main() {
             let _sq = unsafe { n.isend(s, data.as_ptr(), BIG) }
                 .expect("the sender's helpers fit under the limit")
                 .expect("send slot");
-            let e = settle(&n, rq).expect_err("receive of 1 MiB with no thread to spare completed");
+            let e = settle(&n, rq).expect_err("receive of 4 MiB with no thread to spare completed");
             want(e, "test of the receive");
             for k in 0..2 * SLOTS {
                 // SAFETY: as above.
@@ -213,7 +214,7 @@ fn main() {
             // SAFETY: data outlives every request (the comms are closed before it is dropped).
             let e = unsafe { n.isend(s, data.as_ptr(), BIG) }
                 .map(|q| q.is_some())
-                .expect_err("isend of 1 MiB with no engine worker succeeded");
+                .expect_err("isend of 4 MiB with no engine worker succeeded");
             want(e, "isend");
             threads_back_to(before);
             for k in 0..2 * SLOTS {
