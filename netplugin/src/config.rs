@@ -59,8 +59,13 @@ impl Default for Config {
             control: true,
             io: crate::engine::IoMode::Auto,
             io_workers: 0,
-            io_spin_us: 50,
-            direct_bytes: 1 << 20,
+            // Both chosen on the GPU machine (bench/results/gpu-2026-12-01-io-sweep.md): spinning
+            // 50 µs cost 6-18% of all_reduce bandwidth at 4 ranks and gained no decode time;
+            // direct chunks up to 1 MiB cut bandwidth at 64 MiB by 3x (NCCL's messages are its
+            // steps, at most ~1 MiB, so the proxy thread alone moved everything) and gained
+            // nothing measurable at 256 KiB.
+            io_spin_us: 0,
+            direct_bytes: 0,
         }
     }
 }

@@ -17,8 +17,8 @@
 //! Workers ([`pool`]) are bounded by the machine, not by the number of comms
 //! (`NCCL_BPF_IO_WORKERS`, default min(4, cores)); stream `k` of every connection goes to
 //! worker `k mod W`, so one message's chunks move in parallel. A worker that runs out of work
-//! spins for `NCCL_BPF_IO_SPIN_US` (default 50 µs) before it parks in the kernel; a parked
-//! worker costs no CPU and is woken by an eventfd only when it was parked.
+//! spins for `NCCL_BPF_IO_SPIN_US` (default 0) before it parks in the kernel; a parked worker
+//! costs no CPU and is woken by an eventfd only when it was parked.
 //!
 //! Whatever the path, a chunk's request slot is counted down exactly once (done, or failed),
 //! and a comm that closes waits until no worker touches its buffers or sockets any more
