@@ -520,7 +520,7 @@ impl Agreement {
     }
 
     /// Writes the agreement words of the context's record (state `s`, the epoch in use, the
-    /// last posted, K and D).
+    /// current one, K and D).
     fn publish(&self, s: &ShownState) {
         let Some(out) = &self.out else { return };
         use crate::sequence::agreement_state as st;
@@ -543,7 +543,7 @@ impl Agreement {
                 Status::Agreed(e) => e,
                 _ => NO_EPOCH,
             },
-            posted: self.posted.checked_sub(1).unwrap_or(NO_EPOCH),
+            current: self.posted,
             waiting_for,
             waiting_since_ns: since,
             epoch: self.params.epoch,
@@ -660,7 +660,7 @@ impl Agreement {
         self.post(b - 1, digest);
         self.posted = b;
         if b < self.params.delay || matches!(self.status, Status::Differs(_)) {
-            // The last epoch posted moved on; the state did not.
+            // The current epoch moved on; the state did not.
             self.publish(&self.shown_state());
             return Boundary::Nothing;
         }

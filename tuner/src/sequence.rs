@@ -31,7 +31,7 @@
 //! | 40 | agreement words' version: `2 × changes`, odd while the owner rewrites words 41-47 |
 //! | 41 | agreement state: 0 none (the context runs no agreement), 1 starting (no epoch applied yet: no opinion), 2 deciding, 3 waiting (for every rank's record of an epoch), 4 stopped (the ranks differ, or a wait timed out) |
 //! | 42 | the epoch the decisions use (the last applied while deciding; `u64::MAX`: none) |
-//! | 43 | the last epoch posted (this rank's record sent; `u64::MAX`: none yet) |
+//! | 43 | the current epoch: the one whose collectives are being decided (every epoch before it posted: this rank's record sent); 0 at the start |
 //! | 44 | the epoch waited for while waiting (`u64::MAX` otherwise) |
 //! | 45 | since when it waits, Unix nanoseconds (0 when not waiting) |
 //! | 46, 47 | the agreement's K (collectives per epoch) and D (epochs between posting one and deciding from it); 0 without an agreement |
@@ -253,8 +253,8 @@ pub struct AgreementWords {
     pub state: u64,
     /// The epoch the decisions use ([`NO_EPOCH`]: none).
     pub used: u64,
-    /// The last epoch posted ([`NO_EPOCH`]: none).
-    pub posted: u64,
+    /// The current epoch (the one being counted; the ones before it were posted).
+    pub current: u64,
     /// The epoch waited for ([`NO_EPOCH`]: not waiting).
     pub waiting_for: u64,
     /// Since when, Unix ns (0: not waiting).
@@ -268,7 +268,7 @@ impl AgreementWords {
     pub const NONE: AgreementWords = AgreementWords {
         state: agreement_state::NONE,
         used: NO_EPOCH,
-        posted: NO_EPOCH,
+        current: 0,
         waiting_for: NO_EPOCH,
         waiting_since_ns: 0,
         epoch: 0,
@@ -283,7 +283,7 @@ impl AgreementWords {
         [
             self.state,
             self.used,
-            self.posted,
+            self.current,
             self.waiting_for,
             self.waiting_since_ns,
             self.epoch,
@@ -295,7 +295,7 @@ impl AgreementWords {
         AgreementWords {
             state: w[0],
             used: w[1],
-            posted: w[2],
+            current: w[2],
             waiting_for: w[3],
             waiting_since_ns: w[4],
             epoch: w[5],
@@ -918,7 +918,7 @@ mod tests {
         let w = AgreementWords {
             state: agreement_state::WAITING,
             used: 3,
-            posted: 5,
+            current: 5,
             waiting_for: 4,
             waiting_since_ns: 1_700_000_000_000_000_000,
             epoch: 32,

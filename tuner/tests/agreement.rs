@@ -342,7 +342,7 @@ fn words(c: &TunerContext) -> ncclbpf_tuner::sequence::AgreementWords {
 }
 
 /// The published agreement words follow the context through its states: starting (posting,
-/// no epoch applied), deciding from epoch e (e + D behind the last posted), waiting for an
+/// no epoch applied), deciding from epoch e (D behind the current epoch), waiting for an
 /// epoch (since a moment ago, seen from another thread while the decision waits), stopped.
 #[test]
 fn the_agreement_words_follow_the_states() {
@@ -354,8 +354,8 @@ fn the_agreement_words_follow_the_states() {
     let b = TunerContext::for_programs(0x7710, 2, 2, l.slot, &s, history());
     let w = words(&a);
     assert_eq!(
-        (w.state, w.used, w.posted, w.waiting_for, w.epoch, w.delay),
-        (st::STARTING, NO_EPOCH, NO_EPOCH, NO_EPOCH, 4, 2)
+        (w.state, w.used, w.current, w.waiting_for, w.epoch, w.delay),
+        (st::STARTING, NO_EPOCH, 0, NO_EPOCH, 4, 2)
     );
     // Seq 5 posts epoch 0 (seq 1-4); nothing to apply before epoch D = 2 is posted.
     for _ in 1..=5 {
@@ -363,12 +363,12 @@ fn the_agreement_words_follow_the_states() {
         proto(&b);
     }
     let w = words(&a);
-    assert_eq!((w.state, w.used, w.posted), (st::STARTING, NO_EPOCH, 0));
+    assert_eq!((w.state, w.used, w.current), (st::STARTING, NO_EPOCH, 1));
     for _ in 6..=40 {
         proto(&a);
         proto(&b);
     }
-    // Seq 37 posted epoch 8 and applied epoch 7 (as the summary says).
+    // Seq 37 posted epoch 8 (epoch 9 is current) and applied epoch 7 (as the summary says).
     assert!(
         a.agreement_summary()
             .unwrap()
@@ -377,14 +377,16 @@ fn the_agreement_words_follow_the_states() {
     for c in [&a, &b] {
         let w = words(c);
         assert_eq!(
-            (w.state, w.used, w.posted, w.waiting_for, w.waiting_since_ns),
-            (st::DECIDING, 7, 8, NO_EPOCH, 0)
+            (
+                w.state,
+                w.used,
+                w.current,
+                w.waiting_for,
+                w.waiting_since_ns
+            ),
+            (st::DECIDING, 7, 9, NO_EPOCH, 0)
         );
-        assert_eq!(
-            w.posted - w.used,
-            1,
-            "the lag: D - 1 right after a boundary"
-        );
+        assert_eq!(w.current - w.used, 2, "the lag: D");
     }
     // A context whose peer never comes: waiting for epoch 0 at seq 9, then stopped.
     let alone = TunerContext::for_programs(
@@ -415,7 +417,7 @@ fn the_agreement_words_follow_the_states() {
             assert!(std::time::Instant::now() < deadline, "never waiting");
             std::thread::sleep(Duration::from_millis(5));
         };
-        assert_eq!((w.waiting_for, w.posted, w.used), (0, 1, NO_EPOCH));
+        assert_eq!((w.waiting_for, w.current, w.used), (0, 2, NO_EPOCH));
         assert!(
             w.waiting_since_ns >= before - 1_000_000
                 && w.waiting_since_ns <= before + 1_000_000_000,
@@ -427,7 +429,7 @@ fn the_agreement_words_follow_the_states() {
     assert!(alone.failed());
     let w = words(&alone);
     assert_eq!(
-        (w.state, w.waiting_for, w.waiting_since_ns, w.posted),
-        (st::STOPPED, NO_EPOCH, 0, 1)
+        (w.state, w.waiting_for, w.waiting_since_ns, w.current),
+        (st::STOPPED, NO_EPOCH, 0, 2)
     );
 }
