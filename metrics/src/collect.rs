@@ -933,7 +933,14 @@ mod tests {
             10,
             "{text}"
         );
-        assert!(sample(&text, MAP_VALUE, &["key=\"0\"", "word=\"0\""])[0].ends_with(" 1"));
+        assert!(
+            sample(
+                &text,
+                MAP_VALUE,
+                &["map=\"counts\"", "key=\"0\"", "word=\"0\""]
+            )[0]
+            .ends_with(" 1")
+        );
         assert!(sample(&text, MAP_DROPPED, &["map=\"counts\""])[0].ends_with(" 95"));
         assert!(sample(&text, MAP_ENTRIES, &["map=\"counts\""])[0].ends_with(" 100"));
         assert!(text.contains("ncclbpf_exporter_processes{host=\"h\\\"1\",state=\"read\"} 1\n"));
@@ -1013,12 +1020,23 @@ mod tests {
     }
 
     #[test]
-    fn an_empty_registry_lists_every_family() {
+    fn an_empty_registry_lists_the_exporters_own_families() {
         let dir = scratch("empty");
         let text = render(&dir, None, &Options::default());
         promtool(&text);
-        for (n, _, _) in FAMILIES {
-            assert!(text.contains(&format!("# TYPE {n} ")), "{n}: {text}");
+        // Families without samples are not listed (the crate writes metadata with series).
+        for (n, k, _) in FAMILIES {
+            let own = [PROCS, CONN_DROPPED, DURATION].contains(&n);
+            let kind = match k {
+                Kind::Counter => "counter",
+                Kind::Gauge => "gauge",
+                Kind::Histogram => "histogram",
+            };
+            assert_eq!(
+                text.contains(&format!("# TYPE {n} {kind}\n")),
+                own,
+                "{n}: {text}"
+            );
         }
         assert!(text.contains("state=\"read\"} 0\n"));
         // A live process with nothing registered is read (nothing in it); one that is gone is
