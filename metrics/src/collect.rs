@@ -652,6 +652,10 @@ fn decision_metrics(e: &mut Exposition, base: &Labels, v: &MapView) {
             .and_then(|x| words(x))
             .filter(|x| x.len() == DECISIONS_WORDS);
         let Some(later) = later else { continue };
+        // A finalized context's agreement words are its last moment's, not a state.
+        if w[7] & DECISIONS_FLAG_FINALIZED != 0 {
+            continue;
+        }
         let version = w[AGREEMENT_AT];
         if version % 2 == 1 || later[AGREEMENT_AT] != version {
             continue;
@@ -1206,7 +1210,12 @@ mod tests {
         assert_eq!(get(AGREE_STATE, &[c, "state=\"deciding\""]), 1.0);
         assert_eq!((get(AGREE_EPOCH, &[c]), get(AGREE_LAG, &[c])), (7.0, 2.0));
         assert_eq!(get(AGREE_WAITING, &[c]), 0.0);
+        // Finalized: its counts stay, its agreement gauges go.
         drop((s, quiet));
+        let text = render(&dir, None, &Options::default());
+        assert_eq!(sample(&text, DECISIONS, &[c]).len(), 3, "{text}");
+        assert!(sample(&text, AGREE_STATE, &[]).is_empty(), "{text}");
+        assert!(sample(&text, AGREE_WAITING, &[]).is_empty(), "{text}");
 
         // Another process's records, in a map of its own: format 1 (40 words) gives runs and
         // contexts only; an unknown format is counted, not read.

@@ -65,7 +65,9 @@
 //!
 //! # Capacity
 //!
-//! [`MAX_RECORDS`] records per process. A finalized communicator's record stays readable until
+//! [`MAX_RECORDS`] records per process, of [`RECORD_SIZE`] (6,864) bytes: the map's segment is
+//! 3.5 MB of shared memory (512 hash slots of 6,888 B; 176 KB in format 1, before the counts),
+//! touched only where records are written. A finalized communicator's record stays readable until
 //! its slot is needed by a new one; with every slot held by a live communicator the new
 //! context keeps its sequence privately (logged, and still in its finalize line) and is
 //! missing from the map.
