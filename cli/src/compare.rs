@@ -331,6 +331,7 @@ fn member_json(m: &Member) -> Value {
         "policy": s.policy,
         "finalized": s.finalized,
         "unsequenced": s.unsequenced,
+        "decisions": s.counts.iter().map(|(_, n)| n).sum::<u64>(),
         "nranks": s.nranks,
         "nnodes": s.nnodes,
         "interval": s.interval,
@@ -500,6 +501,8 @@ mod tests {
                 policy: true,
                 finalized: false,
                 checkpoints: cps.to_vec(),
+                agreement: None,
+                counts: vec![],
             },
         }
     }

@@ -17,9 +17,48 @@ use std::time::Instant;
 /// The tuner's decision records (`tuner/src/sequence.rs`): read here by their documented
 /// layout, not through the tuner crate.
 const DECISIONS_MAP: &str = "ncclbpf_decisions";
-const DECISIONS_FORMAT: u64 = 1;
+/// Format 2: words 0-39 as format 1, 40-47 the agreement, 48 on the counts.
+const DECISIONS_FORMAT: u64 = 2;
 const DECISIONS_FLAG_POLICY: u64 = 1;
 const DECISIONS_FLAG_FINALIZED: u64 = 2;
+/// Word 40: the agreement words' version (odd while they change); 41-47 state, epoch in use,
+/// current epoch, epoch waited for, waiting since (Unix ns), K, D.
+const AGREEMENT_AT: usize = 40;
+/// "None" in the agreement's epoch words.
+const NO_EPOCH: u64 = u64::MAX;
+/// Word 48 on: counts by ((collective × 9 + algorithm + 1) × 5 + protocol + 1) × 2 + applied.
+const COUNTS_AT: usize = 48;
+/// Collective buckets' labels: NCCL's `ncclFunc_t` 0-7 as NCCL's logs spell them, lowercase,
+/// then any other.
+const COLLECTIVES: [&str; 9] = [
+    "broadcast",
+    "reduce",
+    "allgather",
+    "reducescatter",
+    "allreduce",
+    "sendrecv",
+    "send",
+    "recv",
+    "other",
+];
+/// Algorithm buckets' labels: -1 (the policy left it to NCCL), NCCL's 0-6, any other.
+const ALGORITHMS: [&str; 9] = [
+    "nccl",
+    "tree",
+    "ring",
+    "collnetdirect",
+    "collnetchain",
+    "nvls",
+    "nvlstree",
+    "pat",
+    "other",
+];
+/// Protocol buckets' labels: -1, NCCL's 0-2, any other.
+const PROTOCOLS: [&str; 5] = ["nccl", "ll", "ll128", "simple", "other"];
+const COUNT_WORDS: usize = COLLECTIVES.len() * ALGORITHMS.len() * PROTOCOLS.len() * 2;
+const DECISIONS_WORDS: usize = COUNTS_AT + COUNT_WORDS;
+/// Agreement state word values' labels.
+const AGREEMENT_STATES: [&str; 5] = ["none", "starting", "deciding", "waiting", "stopped"];
 
 /// Bounds on what one scrape exports.
 #[derive(Clone, Debug)]
@@ -181,6 +220,13 @@ const RUNS: &str = "ncclbpf_policy_runs_total";
 const RELOADS: &str = "ncclbpf_policy_reloads_total";
 const DURATION_HIST: &str = "nccl_net_op_duration_seconds";
 const CONTEXTS: &str = "ncclbpf_tuner_contexts";
+const DECISIONS: &str = "nccl_tuner_decisions_total";
+const AGREE_STATE: &str = "ncclbpf_agreement_state";
+const AGREE_EPOCH: &str = "ncclbpf_agreement_epoch";
+const AGREE_LAG: &str = "ncclbpf_agreement_lag_epochs";
+const AGREE_WAITING: &str = "ncclbpf_agreement_waiting_seconds";
+const AGREE_K: &str = "ncclbpf_agreement_epoch_collectives";
+const AGREE_D: &str = "ncclbpf_agreement_delay_epochs";
 const MAP_VALUE: &str = "ncclbpf_map_value";
 const MAP_ENTRIES: &str = "ncclbpf_map_entries";
 const MAP_DROPPED: &str = "ncclbpf_map_entries_dropped";
@@ -195,7 +241,7 @@ fn declare(e: &mut Exposition) {
     }
 }
 
-const FAMILIES: [(&str, Kind, &str); 23] = [
+const FAMILIES: [(&str, Kind, &str); 30] = [
     (
         SENT,
         Kind::Counter,
@@ -259,7 +305,42 @@ const FAMILIES: [(&str, Kind, &str); 23] = [
     (
         CONTEXTS,
         Kind::Gauge,
-        "Tuner contexts of a process with a decision record, by state.",
+        "Tuner contexts of a process with a decision record, by state (unreadable: a record of a format this build does not read, only when there is one).",
+    ),
+    (
+        DECISIONS,
+        Kind::Counter,
+        "Decisions of a tuner context with a policy, by collective, algorithm and protocol the policy chose (nccl: left to NCCL; other: out of NCCL's range) and whether the choice was applied to NCCL's cost table.",
+    ),
+    (
+        AGREE_STATE,
+        Kind::Gauge,
+        "1 for the state a tuner context's agreement is in (starting: no epoch applied yet, deciding, waiting: for every rank's record of an epoch, stopped: ranks differ or a wait timed out), 0 for the others.",
+    ),
+    (
+        AGREE_EPOCH,
+        Kind::Gauge,
+        "The agreed epoch a tuner context's decisions use (absent while it has none).",
+    ),
+    (
+        AGREE_LAG,
+        Kind::Gauge,
+        "Epochs between the one a tuner context is in and the one its decisions use; D (ncclbpf_agreement_delay_epochs) is normal.",
+    ),
+    (
+        AGREE_WAITING,
+        Kind::Gauge,
+        "While a tuner context waits for the other ranks' records of an epoch: seconds it has waited (0 when not waiting).",
+    ),
+    (
+        AGREE_K,
+        Kind::Gauge,
+        "Collectives per epoch of a tuner context's agreement (K).",
+    ),
+    (
+        AGREE_D,
+        Kind::Gauge,
+        "Epochs between posting an epoch's record and deciding from it (D).",
     ),
     (
         RELOADS,
@@ -503,17 +584,27 @@ fn conn_metrics(e: &mut Exposition, base: &Labels, t: &ProcessConns, budget: &mu
 }
 
 /// `ncclbpf_decisions`: key (comm id, context number), value words 0 format, 1 2×seq, 3
-/// calls decided outside the sequence, 7 flags.
+/// calls decided outside the sequence, 7 flags (the same in formats 1 and 2), then in format 2
+/// the agreement words and the counts. A record of another format is counted as unreadable.
 fn decision_metrics(e: &mut Exposition, base: &Labels, v: &MapView) {
     if v.spec.kind != MapType::Hash || v.spec.key_size != 16 || v.spec.value_size < 64 {
         return;
     }
-    let (mut live, mut finalized) = (0u64, 0u64);
-    for (k, vals) in v.entries() {
-        let (Some(k), Some(w)) = (words(&k), vals.first().and_then(|x| words(x))) else {
+    let (mut live, mut finalized, mut unreadable) = (0u64, 0u64, 0u64);
+    let now_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    // Two reads, as `ncclbpf decisions --compare` takes them: the agreement words are trusted
+    // when their version word is the same even number in both.
+    let (first, second) = (v.entries(), v.entries());
+    let again: HashMap<&[u8], &[u8]> = second.iter().map(|(k, x)| (&k[..], &x[0][..])).collect();
+    for (k, vals) in &first {
+        let (Some(k), Some(w)) = (words(k), vals.first().and_then(|x| words(x))) else {
             continue;
         };
-        if k.len() != 2 || w.len() < 8 || w[0] != DECISIONS_FORMAT {
+        let v2 = w.len() == DECISIONS_WORDS && w[0] == DECISIONS_FORMAT;
+        if k.len() != 2 || w.len() < 8 || !(v2 || (w[0] == 1 && w.len() == AGREEMENT_AT)) {
+            unreadable += 1;
             continue;
         }
         if w[7] & DECISIONS_FLAG_FINALIZED != 0 {
@@ -525,20 +616,109 @@ fn decision_metrics(e: &mut Exposition, base: &Labels, v: &MapView) {
             continue;
         }
         let mut l = base.clone();
-        l.extend([
-            ("hook", "tuner".to_string()),
-            ("comm", hex(k[0])),
-            ("context", k[1].to_string()),
-        ]);
+        l.extend([("comm", hex(k[0])), ("context", k[1].to_string())]);
+        let mut runs = l.clone();
+        runs.insert(base.len(), ("hook", "tuner".to_string()));
         // seq counts the decisions in order (word 1 is odd while one is being written: the
         // count before it); word 3 those decided outside the sequence.
-        e.add(RUNS, Kind::Counter, "", l, (w[1] >> 1).wrapping_add(w[3]));
+        e.add(
+            RUNS,
+            Kind::Counter,
+            "",
+            runs,
+            (w[1] >> 1).wrapping_add(w[3]),
+        );
+        if !v2 {
+            continue;
+        }
+        for (i, &n) in w[COUNTS_AT..].iter().enumerate() {
+            if n == 0 {
+                continue;
+            }
+            let (applied, rest) = (i % 2 == 1, i / 2);
+            let (p, rest) = (rest % PROTOCOLS.len(), rest / PROTOCOLS.len());
+            let (a, c) = (rest % ALGORITHMS.len(), rest / ALGORITHMS.len());
+            let mut dl = l.clone();
+            dl.extend([
+                ("collective", COLLECTIVES[c].to_string()),
+                ("algorithm", ALGORITHMS[a].to_string()),
+                ("protocol", PROTOCOLS[p].to_string()),
+                ("applied", applied.to_string()),
+            ]);
+            e.add(DECISIONS, Kind::Counter, "", dl, n);
+        }
+        let later = again
+            .get(&k_bytes(k[0], k[1])[..])
+            .and_then(|x| words(x))
+            .filter(|x| x.len() == DECISIONS_WORDS);
+        let Some(later) = later else { continue };
+        // A finalized context's agreement words are its last moment's, not a state.
+        if w[7] & DECISIONS_FLAG_FINALIZED != 0 {
+            continue;
+        }
+        let version = w[AGREEMENT_AT];
+        if version % 2 == 1 || later[AGREEMENT_AT] != version {
+            continue;
+        }
+        agreement_metrics(e, &l, &w[AGREEMENT_AT + 1..COUNTS_AT], now_ns);
     }
-    for (s, n) in [("live", live), ("finalized", finalized)] {
+    for (s, n) in [
+        ("live", live),
+        ("finalized", finalized),
+        ("unreadable", unreadable),
+    ] {
+        if s == "unreadable" && n == 0 {
+            continue;
+        }
         let mut l = base.clone();
         l.push(("state", s.into()));
         e.add(CONTEXTS, Kind::Gauge, "", l, n);
     }
+}
+
+fn k_bytes(comm: u64, context: u64) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    k[..8].copy_from_slice(&comm.to_le_bytes());
+    k[8..].copy_from_slice(&context.to_le_bytes());
+    k
+}
+
+/// A context's agreement words (state, epoch in use, current epoch, epoch waited for, waiting
+/// since in Unix ns, K, D); nothing for a context without an agreement.
+fn agreement_metrics(e: &mut Exposition, l: &Labels, a: &[u64], now_ns: u64) {
+    let (state, used, current, since, k, d) = (a[0], a[1], a[2], a[4], a[5], a[6]);
+    if state == 0 || state as usize >= AGREEMENT_STATES.len() {
+        return;
+    }
+    for (i, name) in AGREEMENT_STATES.iter().enumerate().skip(1) {
+        let mut sl = l.clone();
+        sl.push(("state", name.to_string()));
+        e.add(
+            AGREE_STATE,
+            Kind::Gauge,
+            "",
+            sl,
+            u64::from(i as u64 == state),
+        );
+    }
+    if used != NO_EPOCH {
+        e.add(AGREE_EPOCH, Kind::Gauge, "", l.clone(), used);
+        e.add(
+            AGREE_LAG,
+            Kind::Gauge,
+            "",
+            l.clone(),
+            current.saturating_sub(used),
+        );
+    }
+    let waited = if since == 0 {
+        0
+    } else {
+        now_ns.saturating_sub(since)
+    };
+    e.add(AGREE_WAITING, Kind::Gauge, "", l.clone(), secs(waited));
+    e.add(AGREE_K, Kind::Gauge, "", l.clone(), k);
+    e.add(AGREE_D, Kind::Gauge, "", l.clone(), d);
 }
 
 /// The shipped `net_stats` policy's per-connection map (`policies/src/net_stats.c`): key the
@@ -757,7 +937,14 @@ mod tests {
             10,
             "{text}"
         );
-        assert!(sample(&text, MAP_VALUE, &["key=\"0\"", "word=\"0\""])[0].ends_with(" 1"));
+        assert!(
+            sample(
+                &text,
+                MAP_VALUE,
+                &["map=\"counts\"", "key=\"0\"", "word=\"0\""]
+            )[0]
+            .ends_with(" 1")
+        );
         assert!(sample(&text, MAP_DROPPED, &["map=\"counts\""])[0].ends_with(" 95"));
         assert!(sample(&text, MAP_ENTRIES, &["map=\"counts\""])[0].ends_with(" 100"));
         assert!(text.contains("ncclbpf_exporter_processes{host=\"h\\\"1\",state=\"read\"} 1\n"));
@@ -837,12 +1024,23 @@ mod tests {
     }
 
     #[test]
-    fn an_empty_registry_lists_every_family() {
+    fn an_empty_registry_lists_the_exporters_own_families() {
         let dir = scratch("empty");
         let text = render(&dir, None, &Options::default());
         promtool(&text);
-        for (n, _, _) in FAMILIES {
-            assert!(text.contains(&format!("# TYPE {n} ")), "{n}: {text}");
+        // Families without samples are not listed (the crate writes metadata with series).
+        for (n, k, _) in FAMILIES {
+            let own = [PROCS, CONN_DROPPED, DURATION].contains(&n);
+            let kind = match k {
+                Kind::Counter => "counter",
+                Kind::Gauge => "gauge",
+                Kind::Histogram => "histogram",
+            };
+            assert_eq!(
+                text.contains(&format!("# TYPE {n} {kind}\n")),
+                own,
+                "{n}: {text}"
+            );
         }
         assert!(text.contains("state=\"read\"} 0\n"));
         // A live process with nothing registered is read (nothing in it); one that is gone is
@@ -880,6 +1078,176 @@ mod tests {
         assert!(sample(&text, CONNECTIONS, &[&me]).is_empty(), "{text}");
         assert!(sample(&text, PROC_UP, &[&me])[0].ends_with(" 1"), "{text}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Decision counts and agreement words as the tuner writes them (its own `Sequence`), read
+    /// here by the documented layout; a format-1 record still gives its runs, another is
+    /// counted as unreadable.
+    #[test]
+    fn tuner_decisions_and_agreement_words() {
+        use ncclbpf_tuner::decide::Decision;
+        use ncclbpf_tuner::sequence::{self, AgreementWords, Sequence, agreement_state};
+        let dir = scratch("decisions");
+        let r = Registry::new(dir.clone());
+        let (s, p) = Sequence::new(Some(&r), 0xabc, 8, 2, true);
+        assert!(p.is_none() && s.published());
+        let d = |algo, proto, applied| Decision {
+            algo,
+            proto,
+            nchannels: 0,
+            applied,
+        };
+        for _ in 0..5 {
+            s.count(4, &d(1, 2, true));
+        }
+        for _ in 0..2 {
+            s.count(2, &d(-1, -1, false));
+        }
+        s.count(12, &d(9, 0, true));
+        s.record(4, 1024, &d(1, 2, true));
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        s.publish_agreement(&AgreementWords {
+            state: agreement_state::WAITING,
+            used: 5,
+            current: 7,
+            waiting_for: 6,
+            waiting_since_ns: now - 2_500_000_000,
+            epoch: 32,
+            delay: 2,
+        });
+        // A context without a policy: counted as live, no series of its own.
+        let (quiet, _) = Sequence::new(Some(&r), 0xdef, 8, 2, false);
+        let text = render(&dir, None, &Options::default());
+        promtool(&text);
+        let one = |name: &str, has: &[&str]| -> f64 {
+            let l = sample(&text, name, has);
+            assert_eq!(l.len(), 1, "{name} {has:?}: {text}");
+            l[0].rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        let c = "comm=\"0x0000000000000abc\"";
+        assert_eq!(
+            one(
+                DECISIONS,
+                &[
+                    c,
+                    "context=\"",
+                    "collective=\"allreduce\"",
+                    "algorithm=\"ring\"",
+                    "protocol=\"simple\"",
+                    "applied=\"true\""
+                ]
+            ),
+            5.0
+        );
+        assert_eq!(
+            one(
+                DECISIONS,
+                &[
+                    "collective=\"allgather\"",
+                    "algorithm=\"nccl\"",
+                    "protocol=\"nccl\"",
+                    "applied=\"false\""
+                ]
+            ),
+            2.0
+        );
+        assert_eq!(
+            one(
+                DECISIONS,
+                &[
+                    "collective=\"other\"",
+                    "algorithm=\"other\"",
+                    "protocol=\"ll\""
+                ]
+            ),
+            1.0
+        );
+        assert_eq!(
+            sample(&text, DECISIONS, &[]).len(),
+            3,
+            "non-zero buckets only"
+        );
+        assert_eq!(one(RUNS, &[c, "hook=\"tuner\""]), 1.0, "one sequenced");
+        for (st, v) in [
+            ("starting", 0.0),
+            ("deciding", 0.0),
+            ("waiting", 1.0),
+            ("stopped", 0.0),
+        ] {
+            assert_eq!(one(AGREE_STATE, &[c, &format!("state=\"{st}\"")]), v);
+        }
+        assert_eq!(one(AGREE_EPOCH, &[c]), 5.0);
+        assert_eq!(one(AGREE_LAG, &[c]), 2.0);
+        let waited = one(AGREE_WAITING, &[c]);
+        assert!((2.5..10.0).contains(&waited), "{waited}");
+        assert_eq!((one(AGREE_K, &[c]), one(AGREE_D, &[c])), (32.0, 2.0));
+        assert!(sample(&text, AGREE_STATE, &["comm=\"0x0000000000000def\""]).is_empty());
+        assert_eq!(one(CONTEXTS, &["state=\"live\""]), 2.0);
+        assert!(sample(&text, CONTEXTS, &["state=\"unreadable\""]).is_empty());
+
+        // Deciding from epoch 7 at epoch 9: no wait, lag D.
+        s.publish_agreement(&AgreementWords {
+            state: agreement_state::DECIDING,
+            used: 7,
+            current: 9,
+            waiting_for: sequence::NO_EPOCH,
+            waiting_since_ns: 0,
+            epoch: 32,
+            delay: 2,
+        });
+        let text = render(&dir, None, &Options::default());
+        let get = |name: &str, has: &[&str]| -> f64 {
+            sample(&text, name, has)[0]
+                .rsplit(' ')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        assert_eq!(get(AGREE_STATE, &[c, "state=\"deciding\""]), 1.0);
+        assert_eq!((get(AGREE_EPOCH, &[c]), get(AGREE_LAG, &[c])), (7.0, 2.0));
+        assert_eq!(get(AGREE_WAITING, &[c]), 0.0);
+        // Finalized: its counts stay, its agreement gauges go.
+        drop((s, quiet));
+        let text = render(&dir, None, &Options::default());
+        assert_eq!(sample(&text, DECISIONS, &[c]).len(), 3, "{text}");
+        assert!(sample(&text, AGREE_STATE, &[]).is_empty(), "{text}");
+        assert!(sample(&text, AGREE_WAITING, &[]).is_empty(), "{text}");
+
+        // Another process's records, in a map of its own: format 1 (40 words) gives runs and
+        // contexts only; an unknown format is counted, not read.
+        let dir1 = scratch("decisions-v1");
+        let r1 = Registry::new(dir1.clone());
+        let m = r1
+            .runtime(&MapSpec {
+                name: DECISIONS_MAP.into(),
+                kind: MapType::Hash,
+                key_size: 16,
+                value_size: 40 * 8,
+                max_entries: 4,
+            })
+            .unwrap();
+        let mut v1 = [0u64; 40];
+        (v1[0], v1[1], v1[3], v1[7]) = (1, 2 * 41, 1, DECISIONS_FLAG_POLICY);
+        m.update(&k_bytes(7, 0), &v1.map(u64::to_le_bytes).concat(), 0)
+            .unwrap();
+        v1[0] = 3;
+        m.update(&k_bytes(8, 0), &v1.map(u64::to_le_bytes).concat(), 0)
+            .unwrap();
+        let text = render(&dir1, None, &Options::default());
+        promtool(&text);
+        let runs = sample(&text, RUNS, &["comm=\"0x0000000000000007\""]);
+        assert!(runs.len() == 1 && runs[0].ends_with(" 42"), "{text}");
+        assert!(sample(&text, RUNS, &["comm=\"0x0000000000000008\""]).is_empty());
+        assert!(sample(&text, DECISIONS, &[]).is_empty());
+        assert!(sample(&text, CONTEXTS, &["state=\"unreadable\""])[0].ends_with(" 1"));
+        assert!(sample(&text, CONTEXTS, &["state=\"live\""])[0].ends_with(" 1"));
+        drop(m);
+        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(&dir1);
     }
 
     #[test]

@@ -1,8 +1,13 @@
-//! Prometheus text exposition (format 0.0.4): metric families in the order first added, each
-//! with its `# HELP` and `# TYPE` lines, label values escaped.
+//! Prometheus text exposition (format 0.0.4), rendered by `metrics-exporter-prometheus`
+//! (through the `metrics` facade's `Recorder` trait): counters and gauges go into a recorder
+//! made for one scrape and rendered by it, with its `# HELP` and `# TYPE` lines and label
+//! escaping. Histograms come already bucketed from a policy's map, with no sum, which that
+//! crate cannot carry (see [`Kind::Histogram`]); they are written here, after the others.
 //!
 //! The renderer writes what a snapshot holds, absolute values, so a process or connection
-//! that is gone is gone from the next scrape (no recorder keeps stale series alive).
+//! that is gone is gone from the next scrape (no recorder outlives the scrape, so none keeps
+//! stale series alive). Families come in the crate's order (not the order they were added),
+//! and a family without samples is not listed.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -12,7 +17,11 @@ use std::fmt::Write as _;
 pub enum Kind {
     Counter,
     Gauge,
-    /// Samples `<name>_bucket{le}` and `<name>_count` ([`Exposition::add_part`]).
+    /// Samples `<name>_bucket{le}` and `<name>_count` ([`Exposition::add_part`]), written here:
+    /// `metrics-exporter-prometheus` takes histograms only as observed values (its
+    /// `record_many` records each of `count` observations one by one, so replaying a policy's
+    /// bucket counts would cost every request ever counted at every scrape) and always writes a
+    /// `_sum`, which the policy does not keep.
     Histogram,
 }
 
@@ -69,8 +78,8 @@ impl Exposition {
         Exposition::default()
     }
 
-    /// Declares a family (its help and type) without samples yet; a family never given a
-    /// sample is still listed, which tells a reader the metric exists.
+    /// Declares a family (its help and type) without samples yet (it is listed only once it
+    /// has one).
     pub fn family(&mut self, name: &'static str, kind: Kind, help: &'static str) {
         if !self.index.contains_key(name) {
             debug_assert!(valid_name(name), "{name}");
@@ -122,10 +131,48 @@ impl Exposition {
         self.len() == 0
     }
 
-    /// The text exposition.
+    /// The text exposition: counters and gauges through a fresh `PrometheusRecorder`, then
+    /// the histograms.
     pub fn render(&self) -> String {
-        let mut s = String::with_capacity(128 * self.len() + 256 * self.families.len());
+        use metrics::{Key, KeyName, Label, Metadata, Recorder, SharedString};
+        const META: Metadata<'static> =
+            Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
         for f in &self.families {
+            if f.samples.is_empty() || f.kind == Kind::Histogram {
+                continue;
+            }
+            let (name, help) = (
+                KeyName::from_const_str(f.name),
+                SharedString::const_str(f.help),
+            );
+            match f.kind {
+                Kind::Counter => recorder.describe_counter(name, None, help),
+                _ => recorder.describe_gauge(name, None, help),
+            }
+            for (_, labels, v) in &f.samples {
+                let labels: Vec<Label> = labels
+                    .iter()
+                    .map(|(k, v)| Label::new(*k, v.clone()))
+                    .collect();
+                let key = Key::from_parts(f.name, labels);
+                match (f.kind, *v) {
+                    (Kind::Counter, Value::U(u)) => {
+                        recorder.register_counter(&key, &META).absolute(u)
+                    }
+                    (Kind::Counter, Value::F(x)) => {
+                        recorder.register_counter(&key, &META).absolute(x as u64)
+                    }
+                    (_, Value::U(u)) => recorder.register_gauge(&key, &META).set(u as f64),
+                    (_, Value::F(x)) => recorder.register_gauge(&key, &META).set(x),
+                }
+            }
+        }
+        let mut s = recorder.handle().render();
+        for f in self.families.iter().filter(|f| f.kind == Kind::Histogram) {
+            if f.samples.is_empty() {
+                continue;
+            }
             let _ = writeln!(s, "# HELP {} {}", f.name, escape_help(f.help));
             let _ = writeln!(s, "# TYPE {} {}", f.name, f.kind.name());
             for (suffix, labels, v) in &f.samples {
@@ -191,14 +238,21 @@ fn escape_help(h: &str) -> String {
 mod tests {
     use super::*;
 
+    /// The lines of `text` that are not blank, sorted (the crate's order is its own).
+    fn sorted(text: &str) -> Vec<&str> {
+        let mut l: Vec<&str> = text.lines().filter(|l| !l.is_empty()).collect();
+        l.sort_unstable();
+        l
+    }
+
     #[test]
-    fn renders_families_in_order_with_escapes() {
+    fn renders_families_with_help_type_and_escapes() {
         let mut e = Exposition::new();
         e.add(
             "a_total",
             Kind::Counter,
-            "A count.\nTwo lines \\ here",
-            vec![("x", "q\"uo\\te\nnl".into())],
+            "A count.\nTwo lines",
+            vec![("x", "q\"uo\nnl".into())],
             7u64,
         );
         e.family("empty", Kind::Gauge, "Never set.");
@@ -211,14 +265,65 @@ mod tests {
             u64::MAX,
         );
         e.add("b", Kind::Gauge, "B.", vec![("y", "".into())], f64::NAN);
-        assert_eq!(e.len(), 4);
-        assert_eq!(
-            e.render(),
-            "# HELP a_total A count.\\nTwo lines \\\\ here\n# TYPE a_total counter\n\
-             a_total{x=\"q\\\"uo\\\\te\\nnl\"} 7\na_total{x=\"2\"} 18446744073709551615\n\
-             # HELP empty Never set.\n# TYPE empty gauge\n\
-             # HELP b B.\n# TYPE b gauge\nb 0.5\nb{y=\"\"} NaN\n"
+        e.add(
+            "c",
+            Kind::Gauge,
+            "C.",
+            vec![("z", "1".into())],
+            (1u64 << 53) + 1,
         );
+        assert_eq!(e.len(), 5);
+        let text = e.render();
+        assert_eq!(
+            sorted(&text),
+            [
+                "# HELP a_total A count.\\nTwo lines",
+                "# HELP b B.",
+                "# HELP c C.",
+                "# TYPE a_total counter",
+                "# TYPE b gauge",
+                "# TYPE c gauge",
+                "a_total{x=\"2\"} 18446744073709551615",
+                "a_total{x=\"q\\\"uo\\nnl\"} 7",
+                "b 0.5",
+                "b{y=\"\"} NaN",
+                // Gauges are doubles: 2^53 + 1 is written as the double nearest it.
+                "c{z=\"1\"} 9007199254740992",
+            ],
+            "{text}"
+        );
+        // Each family's HELP and TYPE come before its samples; a family without samples is
+        // not listed.
+        let at = |l: &str| text.find(l).unwrap();
+        assert!(at("# TYPE a_total counter") < at("a_total{x=\"2\"}"));
+        assert!(!text.contains("empty"), "{text}");
+    }
+
+    /// Backslashes in label values, as the crate escapes them: alone, or before a character
+    /// that needs no escape, they are doubled (read back as written); two in a row, or one
+    /// before a quote, are taken as an escape already made (read back as one backslash, or a
+    /// quote alone). ncclbpf's label values (numbers, hex, host, map and hook names) hold none.
+    #[test]
+    fn backslashes_in_label_values() {
+        let mut e = Exposition::new();
+        for (i, v) in ["a\\b", "end\\", "two\\\\", "q\\\""].iter().enumerate() {
+            e.add(
+                "g",
+                Kind::Gauge,
+                "G.",
+                vec![("i", i.to_string()), ("v", v.to_string())],
+                1u64,
+            );
+        }
+        let text = e.render();
+        for l in [
+            "g{i=\"0\",v=\"a\\\\b\"} 1",
+            "g{i=\"1\",v=\"end\\\\\"} 1",
+            "g{i=\"2\",v=\"two\\\\\"} 1",
+            "g{i=\"3\",v=\"q\\\"\"} 1",
+        ] {
+            assert!(text.lines().any(|x| x == l), "{l}: {text}");
+        }
     }
 
     #[test]
@@ -229,10 +334,18 @@ mod tests {
         le.push(("le", "+Inf".into()));
         e.add_part("d_seconds", "_bucket", Kind::Histogram, "D.", le, 3u64);
         e.add_part("d_seconds", "_count", Kind::Histogram, "D.", l(), 3u64);
-        assert_eq!(
-            e.render(),
-            "# HELP d_seconds D.\n# TYPE d_seconds histogram\n\
-             d_seconds_bucket{c=\"1\",le=\"+Inf\"} 3\nd_seconds_count{c=\"1\"} 3\n"
+        e.add("z", Kind::Gauge, "Z.", vec![], 1u64);
+        let text = e.render();
+        assert!(
+            text.ends_with(
+                "# HELP d_seconds D.\n# TYPE d_seconds histogram\n\
+                 d_seconds_bucket{c=\"1\",le=\"+Inf\"} 3\nd_seconds_count{c=\"1\"} 3\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.starts_with("# HELP z Z.\n# TYPE z gauge\nz 1\n"),
+            "{text}"
         );
     }
 

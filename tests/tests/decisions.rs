@@ -443,6 +443,7 @@ fn the_published_digest_is_the_documented_fold_of_the_logged_decisions() {
     }
     assert_eq!(n, 600, "{log}");
     assert_eq!(published["seq"], 600);
+    assert_eq!(published["decisions"], 600, "counted as sequenced");
     assert_eq!(published["digest"], format!("{h:#018x}"));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -234,6 +234,18 @@ fn one(text: &str, name: &str, want: &[(&str, &str)]) -> Sample {
     found.into_iter().next().unwrap()
 }
 
+/// The collective of harness-rank `decide`'s call `i`, as the metrics name it (its
+/// `decide_call`: allreduce, allgather, reducescatter, allreduce, broadcast, over and over).
+fn harness_rank_call(i: usize) -> &'static str {
+    [
+        "allreduce",
+        "allgather",
+        "reducescatter",
+        "allreduce",
+        "broadcast",
+    ][i % 5]
+}
+
 fn has_pid(text: &str, pid: u32) -> bool {
     text.contains(&format!("pid=\"{pid}\""))
 }
@@ -243,10 +255,10 @@ fn the_exporter_counts_what_the_job_moved_and_answers_while_a_rank_is_frozen() {
     let dir = scratch("exporter");
     let shm = dir.join("shm");
     let (exp, addr) = exporter(&shm);
-    // Nothing yet: every family listed, no process.
+    // Nothing yet: no process (families without samples are not listed).
     let empty = scrape(addr);
     assert!(
-        empty.contains("# TYPE nccl_net_sent_bytes_total counter"),
+        empty.contains("# TYPE ncclbpf_exporter_processes gauge"),
         "{empty}"
     );
     assert!(
@@ -682,6 +694,85 @@ fn policy_runs_reloads_and_op_durations() {
         &[("pid", &tp), ("state", "live")],
     );
     assert_eq!(live, 1.0);
+    // The same decisions by collective, algorithm, protocol and whether applied: by
+    // collective as harness-rank's `decide` calls them (decide_call: allreduce, allgather,
+    // reducescatter, allreduce, broadcast, over and over) ...
+    let decisions: Vec<Sample> = samples(&text, "nccl_tuner_decisions_total")
+        .into_iter()
+        .filter(|(l, _)| l["pid"] == tp)
+        .collect();
+    assert!(!decisions.is_empty(), "{text}");
+    let mut by_coll: BTreeMap<String, f64> = BTreeMap::new();
+    let mut by_choice: BTreeMap<(i32, i32, bool), f64> = BTreeMap::new();
+    let algo = |a: &str| {
+        let names = [
+            "nccl",
+            "tree",
+            "ring",
+            "collnetdirect",
+            "collnetchain",
+            "nvls",
+        ];
+        names
+            .iter()
+            .position(|n| *n == a)
+            .unwrap_or_else(|| panic!("{a}")) as i32
+            - 1
+    };
+    let proto = |p: &str| {
+        let names = ["nccl", "ll", "ll128", "simple"];
+        names
+            .iter()
+            .position(|n| *n == p)
+            .unwrap_or_else(|| panic!("{p}")) as i32
+            - 1
+    };
+    for (l, n) in &decisions {
+        assert_eq!(l["comm"], "0x0000000000000abc");
+        assert_eq!(l["context"], "0");
+        *by_coll.entry(l["collective"].clone()).or_default() += n;
+        let applied = match l["applied"].as_str() {
+            "true" => true,
+            "false" => false,
+            x => panic!("applied={x}"),
+        };
+        *by_choice
+            .entry((algo(&l["algorithm"]), proto(&l["protocol"]), applied))
+            .or_default() += n;
+    }
+    let mut want: BTreeMap<String, f64> = BTreeMap::new();
+    for i in 0..300 {
+        let f = harness_rank_call(i);
+        *want.entry(f.into()).or_default() += 1.0;
+    }
+    assert_eq!(by_coll, want, "{text}");
+    // ... and by choice as the tuner's own summary at finalize says.
+    let mut tuner = tuner;
+    tuner.0.child.stdin.take();
+    let summary = loop {
+        let l = tuner.line();
+        const AT: &str = "comm 0x0000000000000abc: algo ";
+        if let Some(at) = l.find(AT) {
+            // The choices, before any "; chunk sizes …" or "; channel counts …".
+            let rest = &l[at + AT.len() - "algo ".len()..];
+            break rest.split("; ").next().unwrap().to_string();
+        }
+    };
+    let mut logged: BTreeMap<(i32, i32, bool), f64> = BTreeMap::new();
+    for part in summary.split(", ") {
+        // "algo A proto P[ (not applied)]: N"
+        let (what, n) = part
+            .rsplit_once(": ")
+            .unwrap_or_else(|| panic!("{summary}"));
+        let f: Vec<&str> = what.split(' ').collect();
+        assert!(f[0] == "algo" && f[2] == "proto", "{summary}");
+        logged.insert(
+            (f[1].parse().unwrap(), f[3].parse().unwrap(), f.len() == 4),
+            n.parse().unwrap(),
+        );
+    }
+    assert_eq!(by_choice, logged, "{summary}\n{text}");
+    assert_eq!(by_choice.values().sum::<f64>(), 300.0);
     drop((tuner, send, recv, exp));
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -722,5 +813,94 @@ fn a_forked_child_leaves_the_endpoint_to_its_parent() {
     assert_eq!(unsafe { libc::kill(child, 0) }, 0, "the child lives");
     assert!(TcpStream::connect(addr).is_err(), "{addr} still open");
     assert!(p.finish().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The agreement's gauges while a rank waits for records that never come (a tuner context of a
+/// 2-rank communicator whose peer never starts): state waiting, seconds growing, no epoch in
+/// use yet, K and D as set; its decisions counted up to the wait.
+#[test]
+fn agreement_gauges_while_a_rank_waits() {
+    let dir = scratch("agree");
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let shm = dir.join("shm");
+    let (exp, addr) = exporter(&shm);
+    let mut c = Command::new(env!("CARGO_BIN_EXE_harness-rank"));
+    c.args(["agree", "0", "1", dir.to_str().unwrap(), "400", "4096"])
+        .args(["alone=1", "nranks=2"])
+        .env("NCCL_BPF_POLICY", policy("net_autotune"))
+        .env("NCCL_BPF_SHM_DIR", &shm)
+        .env("NCCL_SOCKET_IFNAME", "lo")
+        .env("NCCL_BPF_AGREEMENT_EPOCH", "32")
+        .env("NCCL_BPF_AGREEMENT_DELAY", "4")
+        .env("NCCL_BPF_AGREEMENT_TIMEOUT", "60")
+        .env_remove("NCCL_BPF_NET_POLICY")
+        .env_remove("NCCL_BPF_TUNER_POLICY")
+        .env_remove("NCCL_BPF_METRICS_ADDR");
+    let rank = Proc::start(c);
+    let p = rank.pid.to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let text = scrape(addr);
+        let waiting = samples(&text, "ncclbpf_agreement_state")
+            .into_iter()
+            .any(|(l, v)| l.get("pid") == Some(&p) && l["state"] == "waiting" && v == 1.0);
+        if waiting {
+            // Waited a moment: the seconds are seen growing.
+            std::thread::sleep(Duration::from_millis(1200));
+            break scrape(addr);
+        }
+        assert!(Instant::now() < deadline, "never waiting: {text}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let ctx = [("pid", p.as_str()), ("comm", "0x000000000000a9ee")];
+    let with = |k: &'static str, v: &'static str| {
+        let mut l = ctx.to_vec();
+        l.push((k, v));
+        l
+    };
+    for (st, v) in [
+        ("starting", 0.0),
+        ("deciding", 0.0),
+        ("waiting", 1.0),
+        ("stopped", 0.0),
+    ] {
+        assert_eq!(
+            one(&text, "ncclbpf_agreement_state", &with("state", st)).1,
+            v,
+            "{text}"
+        );
+    }
+    let (_, waited) = one(&text, "ncclbpf_agreement_waiting_seconds", &ctx);
+    assert!((1.0..60.0).contains(&waited), "{waited}: {text}");
+    assert_eq!(
+        one(&text, "ncclbpf_agreement_epoch_collectives", &ctx).1,
+        32.0
+    );
+    assert_eq!(one(&text, "ncclbpf_agreement_delay_epochs", &ctx).1, 4.0);
+    assert!(
+        samples(&text, "ncclbpf_agreement_epoch").is_empty(),
+        "no epoch applied yet: {text}"
+    );
+    // The wait is at the first decision after epoch D's end, 4 × 32 + 1: the 128 before it
+    // were made (NCCL's choice: no opinion before the first agreement) and counted.
+    let decided: f64 = samples(&text, "nccl_tuner_decisions_total")
+        .into_iter()
+        .filter(|(l, _)| l.get("pid") == Some(&p))
+        .map(|(l, n)| {
+            assert_eq!(
+                (l["collective"].as_str(), l["algorithm"].as_str()),
+                ("allreduce", "nccl"),
+                "{text}"
+            );
+            n
+        })
+        .sum();
+    assert_eq!(decided, 128.0, "{text}");
+    assert_eq!(
+        one(&text, "ncclbpf_policy_runs_total", &with("hook", "tuner")).1,
+        128.0
+    );
+    drop((rank, exp));
     let _ = std::fs::remove_dir_all(&dir);
 }

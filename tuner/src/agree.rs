@@ -24,6 +24,7 @@
 //! view (or an older one of its own) is there ([`View`]); programs with agreed maps run one at
 //! a time in the process for that reason.
 
+use crate::sequence::{AgreementWords, NO_EPOCH, Sequence};
 use ncclbpf_agreement::{self as agreement, Combined, Params, Reduce, Verdict};
 use policy_object::{MapDef, MapKind, Scope};
 use policy_runtime::{LoadedProgram, TunerEpochCtx};
@@ -417,6 +418,9 @@ pub struct Agreement {
     /// epochs combine exactly their records.
     members: Option<Vec<u64>>,
     shown: Arc<Shown>,
+    /// The context's record, where the agreement's words are published for outside readers
+    /// (`ncclbpf_agreement_epoch` and the others); `None`: shown only to `ncclbpf status`.
+    out: Option<Arc<Sequence>>,
     _user: agreement::User,
 }
 
@@ -458,6 +462,7 @@ impl Agreement {
         prog: &LoadedProgram,
         epoch_prog: Option<&'static LoadedProgram>,
         params: Params,
+        out: Option<Arc<Sequence>>,
     ) -> Result<Agreement, String> {
         let layout = Layout::of(prog)?;
         let mut progs = vec![prog];
@@ -502,8 +507,57 @@ impl Agreement {
             state: [0; STATE_WORDS],
             view,
             status: Status::Waiting,
+            out,
             _user: agreement::join(),
         })
+        .inspect(|a| a.publish(&ShownState::Starting))
+    }
+
+    /// Shows `s` to `ncclbpf status` and publishes it with the other agreement words.
+    fn show(&self, s: ShownState) {
+        self.publish(&s);
+        self.shown.set(s);
+    }
+
+    /// Writes the agreement words of the context's record (state `s`, the epoch in use, the
+    /// current one, K and D).
+    fn publish(&self, s: &ShownState) {
+        let Some(out) = &self.out else { return };
+        use crate::sequence::agreement_state as st;
+        let (state, waiting_for, since) = match s {
+            ShownState::Starting => (st::STARTING, NO_EPOCH, 0),
+            ShownState::Deciding(_) => (st::DECIDING, NO_EPOCH, 0),
+            ShownState::Waiting { epoch, since } => {
+                // Unix time of `since`: now less what has passed since (a few ns here).
+                let unix = std::time::SystemTime::now()
+                    .checked_sub(since.elapsed())
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map_or(1, |d| d.as_nanos().min(u64::MAX as u128) as u64);
+                (st::WAITING, *epoch, unix.max(1))
+            }
+            ShownState::Stopped(_) => (st::STOPPED, NO_EPOCH, 0),
+        };
+        out.publish_agreement(&AgreementWords {
+            state,
+            used: match self.status {
+                Status::Agreed(e) => e,
+                _ => NO_EPOCH,
+            },
+            current: self.posted,
+            waiting_for,
+            waiting_since_ns: since,
+            epoch: self.params.epoch,
+            delay: self.params.delay,
+        });
+    }
+
+    /// The state `ncclbpf status` shows now.
+    fn shown_state(&self) -> ShownState {
+        self.shown
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// What status shows of this agreement.
@@ -605,14 +659,13 @@ impl Agreement {
         }
         self.post(b - 1, digest);
         self.posted = b;
-        if b < self.params.delay {
+        if b < self.params.delay || matches!(self.status, Status::Differs(_)) {
+            // The current epoch moved on; the state did not.
+            self.publish(&self.shown_state());
             return Boundary::Nothing;
         }
         let e = b - self.params.delay;
-        if matches!(self.status, Status::Differs(_)) {
-            return Boundary::Nothing;
-        }
-        self.shown.set(ShownState::Waiting {
+        self.show(ShownState::Waiting {
             epoch: e,
             since: Instant::now(),
         });
@@ -631,8 +684,7 @@ impl Agreement {
                      could differ from the other ranks' choice)"
                 );
                 self.status = Status::Failed(why.clone());
-                self.shown
-                    .set(ShownState::Stopped(format!("failed: {why}")));
+                self.show(ShownState::Stopped(format!("failed: {why}")));
                 return Boundary::Note(why);
             }
         };
@@ -666,11 +718,11 @@ impl Agreement {
                 let first = self.status == Status::Waiting && verified;
                 self.apply(&c);
                 if !verified {
-                    self.shown.set(ShownState::Starting);
+                    self.show(ShownState::Starting);
                     return Boundary::Nothing;
                 }
                 self.status = Status::Agreed(e);
-                self.shown.set(ShownState::Deciding(e));
+                self.show(ShownState::Deciding(e));
                 if first {
                     Boundary::Note(format!(
                         "comm {:#018x}: first agreement (epoch {e}, {} ranks alike) at seq \
@@ -688,8 +740,7 @@ impl Agreement {
                     self.comm_id
                 );
                 self.status = Status::Differs(line.clone());
-                self.shown
-                    .set(ShownState::Stopped(format!("no opinion: {line}")));
+                self.show(ShownState::Stopped(format!("no opinion: {line}")));
                 Boundary::Note(line)
             }
         }
@@ -908,6 +959,7 @@ impl Setting {
         comm_id: u64,
         nranks: u32,
         prog: &LoadedProgram,
+        out: Option<&Arc<Sequence>>,
     ) -> Result<Option<Agreement>, String> {
         let needs = uses_agreed(prog, self.epoch);
         match self.mode {
@@ -918,7 +970,8 @@ impl Setting {
             )),
             Mode::Off => Ok(None),
             Mode::Auto if !needs => Ok(None),
-            _ => Agreement::new(comm_id, nranks, prog, self.epoch, self.params).map(Some),
+            _ => Agreement::new(comm_id, nranks, prog, self.epoch, self.params, out.cloned())
+                .map(Some),
         }
     }
 }

@@ -30,7 +30,7 @@ type Vp = *mut c_void;
 ///
 /// `getCollInfo` runs on every collective, so its path takes no lock and allocates nothing:
 /// the policy handle is guarded by an atomic flag (see [`Policy`]) and the decision counts are
-/// atomics (see [`Counts`]).
+/// atomics in the context's published record ([`Sequence::count`]).
 pub struct TunerContext {
     comm_id: u64,
     nranks: u32,
@@ -42,7 +42,6 @@ pub struct TunerContext {
     sequence: Arc<Sequence>,
     /// Shows the context to staged swaps (`crate::stage`) while it lives.
     _watch: Option<Arc<stage::Watch>>,
-    counts: Counts,
     /// What the plugin changed or refused of the policies' answers (chunk sizes, channel
     /// counts), for the summary.
     adjusted: Adjustments,
@@ -266,58 +265,6 @@ impl Policy {
     }
 }
 
-/// Decisions by (algo, proto, applied), for the summary at finalize: one counter per
-/// combination NCCL knows (algorithms and protocols from `-1`, "NCCL's choice", up to
-/// `NUM_ALGORITHMS` and `NUM_PROTOCOLS`), and one per `applied` for any other value a policy
-/// returns (the summary then says "algo/proto out of range" instead of the values). Relaxed
-/// increments: no call's count is lost, and the summary reads them at finalize, after NCCL's
-/// last call on the context.
-struct Counts {
-    known: [AtomicU64; KNOWN_BUCKETS],
-    other: [AtomicU64; 2],
-}
-
-const ALGO_VALUES: usize = NUM_ALGORITHMS + 1;
-const PROTO_VALUES: usize = NUM_PROTOCOLS + 1;
-const KNOWN_BUCKETS: usize = ALGO_VALUES * PROTO_VALUES * 2;
-
-impl Counts {
-    fn new() -> Counts {
-        Counts {
-            known: std::array::from_fn(|_| AtomicU64::new(0)),
-            other: [AtomicU64::new(0), AtomicU64::new(0)],
-        }
-    }
-
-    /// `-1 ..` as `0 ..`, if known.
-    fn index(v: i32, n: usize) -> Option<usize> {
-        usize::try_from(v.wrapping_add(1)).ok().filter(|&i| i < n)
-    }
-
-    #[inline]
-    fn add(&self, d: &Decision) {
-        let c = match (
-            Self::index(d.algo, ALGO_VALUES),
-            Self::index(d.proto, PROTO_VALUES),
-        ) {
-            (Some(a), Some(p)) => &self.known[(a * PROTO_VALUES + p) * 2 + d.applied as usize],
-            _ => &self.other[d.applied as usize],
-        };
-        c.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// `(algo, proto, applied, count)` of every non-zero known bucket, in (algo, proto,
-    /// applied) order.
-    fn known(&self) -> impl Iterator<Item = (i32, i32, bool, u64)> + '_ {
-        self.known.iter().enumerate().filter_map(|(i, n)| {
-            let n = n.load(Ordering::Relaxed);
-            let (ap, applied) = (i / 2, i % 2 == 1);
-            let (a, p) = (ap / PROTO_VALUES, ap % PROTO_VALUES);
-            (n > 0).then_some((a as i32 - 1, p as i32 - 1, applied, n))
-        })
-    }
-}
-
 /// What the plugin did with answers it does not pass on as given: `getChunkSize` outcomes
 /// (changed; refused, a value under the protocol's grain, the first logged at once) and channel
 /// counts kept from NCCL (see [`decide::channels_allowed`]).
@@ -426,9 +373,12 @@ impl TunerContext {
             nranks.min(u32::MAX as usize) as u32,
             nnodes.min(u32::MAX as usize) as u32,
         );
+        // The record first: an agreement publishes its words into it.
+        let (sequence, problem) = Sequence::new(registry, comm_id, nranks, nnodes, slot.is_some());
+        let sequence = Arc::new(sequence);
         let mut shown = None;
         let policy = slot.map(|s| {
-            let a = setting.agreement_for(comm_id, nranks, &s.current());
+            let a = setting.agreement_for(comm_id, nranks, &s.current(), Some(&sequence));
             if let Ok(Some(a)) = &a {
                 shown = Some(a.shown());
             }
@@ -448,9 +398,6 @@ impl TunerContext {
             }
             Policy::new(s, history, a)
         });
-        let (sequence, problem) =
-            Sequence::new(registry, comm_id, nranks, nnodes, policy.is_some());
-        let sequence = Arc::new(sequence);
         // Contexts with a policy count their decisions, which staged swaps check.
         let watch = policy.as_ref().map(|p| {
             let seq = sequence.clone();
@@ -475,7 +422,6 @@ impl TunerContext {
             policy,
             sequence,
             _watch: watch,
-            counts: Counts::new(),
             adjusted: Adjustments::default(),
             trace: trace_decisions(),
         }
@@ -533,7 +479,7 @@ impl TunerContext {
                 applied: false,
             },
         };
-        self.counts.add(&d);
+        self.sequence.count(coll.0, &d);
         // Sequenced while `busy` is still held (the single writer), then let go.
         let seq = match owner {
             Some((_held, next)) => Some(self.sequence.record_at(next, coll.0, n_bytes as u64, &d)),
@@ -618,21 +564,27 @@ impl TunerContext {
         ))
     }
 
-    /// The decisions so far, as a log line.
+    /// The decisions so far, as a log line: the counts of the context's record
+    /// ([`Sequence::count`]) summed over collectives, by (algo, proto, applied) in that order,
+    /// then those with an algorithm or protocol out of NCCL's ranges (not applied, applied).
     pub fn summary(&self) -> String {
         let line = |what: String, ok: bool, n: u64| {
             format!("{what}{}: {n}", if ok { "" } else { " (not applied)" })
         };
-        let mut parts: Vec<String> = self
-            .counts
-            .known()
-            .map(|(a, p, ok, n)| line(format!("algo {a} proto {p}"), ok, n))
+        let mut known: std::collections::BTreeMap<(i32, i32, bool), u64> = Default::default();
+        let mut other = [0u64; 2];
+        for (i, n) in self.sequence.counts().enumerate().filter(|(_, n)| *n > 0) {
+            let b = crate::sequence::Bucket::of(i);
+            match (b.algo, b.proto) {
+                (Some(a), Some(p)) => *known.entry((a, p, b.applied)).or_default() += n,
+                _ => other[b.applied as usize] += n,
+            }
+        }
+        let mut parts: Vec<String> = known
+            .into_iter()
+            .map(|((a, p, ok), n)| line(format!("algo {a} proto {p}"), ok, n))
             .collect();
-        for (ok, c) in [
-            (false, &self.counts.other[0]),
-            (true, &self.counts.other[1]),
-        ] {
-            let n = c.load(Ordering::Relaxed);
+        for (ok, n) in [(false, other[0]), (true, other[1])] {
             if n > 0 {
                 parts.push(line("algo/proto out of range".into(), ok, n));
             }
@@ -1123,16 +1075,17 @@ mod tests {
                 }
             }
         }
-        // Out of order on purpose: the summary sorts as the map did.
+        // Out of order on purpose: the summary sorts as the map did. Spread over collectives,
+        // NCCL's and others (-1, 8, 9): the summary sums over them.
         all.reverse();
-        for x in &all {
-            c.counts.add(x);
+        for (i, x) in all.iter().enumerate() {
+            c.sequence.count((i % 11) as i32 - 1, x);
         }
         assert_eq!(c.summary(), reference_summary(0xabc, &all));
 
         let c = TunerContext::with_slot(1, 8, 2, None, None, &stage::HISTORY, &agree::Setting::OFF);
-        for x in [d(1, 2, true), d(-1, 0, true), d(1, 2, true)] {
-            c.counts.add(&x);
+        for (coll, x) in [(4, d(1, 2, true)), (0, d(-1, 0, true)), (2, d(1, 2, true))] {
+            c.sequence.count(coll, &x);
         }
         assert_eq!(
             c.summary(),
@@ -1145,7 +1098,7 @@ mod tests {
             d(0, 3, false),
             d(9, 9, true),
         ] {
-            c.counts.add(&x);
+            c.sequence.count(NcclFunc::ALL_REDUCE.0, &x);
         }
         assert_eq!(
             c.summary(),

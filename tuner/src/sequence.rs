@@ -20,7 +20,7 @@
 //!
 //! | word | content |
 //! |---|---|
-//! | 0 | format, [`FORMAT`] (1) |
+//! | 0 | format, [`FORMAT`] (2) |
 //! | 1 | `2 × seq`, odd while the writer is between `seq` and its digest |
 //! | 2 | the digest after decision `seq` (0 at `seq` 0) |
 //! | 3 | calls decided outside the sequence (see Threads) |
@@ -28,17 +28,29 @@
 //! | 5, 6 | ranks and nodes NCCL gave the context |
 //! | 7 | flags: 1 a `tuner` policy is attached (without one nothing is sequenced), 2 finalized |
 //! | 8 + 2i, 9 + 2i | checkpoint i of [`KEPT`]: `seq` (0: none yet; `u64::MAX`: being written), digest; checkpoint `s` lies at i = (s / interval) mod 16 |
+//! | 40 | agreement words' version: `2 × changes`, odd while the owner rewrites words 41-47 |
+//! | 41 | agreement state: 0 none (the context runs no agreement), 1 starting (no epoch applied yet: no opinion), 2 deciding, 3 waiting (for every rank's record of an epoch), 4 stopped (the ranks differ, or a wait timed out) |
+//! | 42 | the epoch the decisions use (the last applied while deciding; `u64::MAX`: none) |
+//! | 43 | the current epoch: the one whose collectives are being decided (every epoch before it posted: this rank's record sent); 0 at the start |
+//! | 44 | the epoch waited for while waiting (`u64::MAX` otherwise) |
+//! | 45 | since when it waits, Unix nanoseconds (0 when not waiting) |
+//! | 46, 47 | the agreement's K (collectives per epoch) and D (epochs between posting one and deciding from it); 0 without an agreement |
+//! | 48 + i | decisions counted in bucket i = ((c × 9 + a) × 5 + p) × 2 + applied, [`COUNT_WORDS`] words: c the collective (NCCL's `ncclFunc_t` 0 broadcast … 7 recv; 8 any other), a the algorithm + 1 (0: -1, left to NCCL; 1-7: NCCL's 0-6; 8 any other), p the protocol + 1 (0: -1; 1-3: LL, LL128, Simple; 4 any other), applied 1 when the choice was applied to NCCL's cost table |
 //!
+//! The counts cover every decision of a context with a policy, sequenced or not (word 1 counts
+//! the sequenced ones, word 3 the others), so they sum to `seq` plus word 3.
 //! A reader takes two copies of the value, one after the other, each word loaded atomically
 //! in order ([`Snapshot::from_reads`]): the pair (seq, digest) is consistent when word 1 is the
 //! same even number in both; a checkpoint when its `seq` is the same in both (and neither 0
-//! nor `u64::MAX`).
+//! nor `u64::MAX`); the agreement words when word 40 is the same even number in both. A count
+//! is a single word, read as it is.
 //!
 //! # Cost
 //!
-//! On each decision: two loads from the record, the fold, and three plain stores into it; on
-//! every 256th, three more for the checkpoint. No lock, no allocation, no
-//! system call. Without a policy nothing runs at all: the no-policy `getCollInfo` stays as it
+//! On each decision: two loads from the record, the fold, and three plain stores into it, and
+//! one relaxed increment of the decision's count (its index computed without a branch); on
+//! every 256th, three more stores for the checkpoint. The agreement words change at epoch
+//! boundaries only (the cold path). No lock, no allocation, no system call. Without a policy nothing runs at all: the no-policy `getCollInfo` stays as it
 //! was (staged swaps would need a sequence there too; a context without a policy cannot get
 //! one today, since tuner programs are not reloaded).
 //!
@@ -53,13 +65,16 @@
 //!
 //! # Capacity
 //!
-//! [`MAX_RECORDS`] records per process. A finalized communicator's record stays readable until
+//! [`MAX_RECORDS`] records per process, of [`RECORD_SIZE`] (6,864) bytes: the map's segment is
+//! 3.5 MB of shared memory (512 hash slots of 6,888 B; 176 KB in format 1, before the counts),
+//! touched only where records are written. A finalized communicator's record stays readable until
 //! its slot is needed by a new one; with every slot held by a live communicator the new
 //! context keeps its sequence privately (logged, and still in its finalize line) and is
 //! missing from the map.
 
 use crate::decide::Decision;
 use crate::digest;
+use ncclnet_headers::tuner::{NUM_ALGORITHMS, NUM_PROTOCOLS};
 use shared_maps::{BPF_NOEXIST, Map, MapError, MapSpec, MapType, Registry};
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -71,14 +86,33 @@ pub const MAP_NAME: &str = "ncclbpf_decisions";
 pub const INTERVAL: u64 = 256;
 /// Checkpoints kept per record.
 pub const KEPT: usize = 16;
-/// Word 0 of every record.
-pub const FORMAT: u64 = 1;
+/// Word 0 of every record (1: before the agreement words and the counts).
+pub const FORMAT: u64 = 2;
 /// Records per process.
 pub const MAX_RECORDS: u32 = 256;
 /// Communicator id and context number.
 pub const KEY_SIZE: u32 = 16;
+/// Collective buckets: NCCL's `ncclFunc_t` 0 (broadcast) … 7 (recv), and one for any other.
+pub const COLL_BUCKETS: usize = 9;
+/// Algorithm buckets: -1 (left to NCCL), NCCL's 0 … `NUM_ALGORITHMS` − 1, any other.
+pub const ALGO_BUCKETS: usize = NUM_ALGORITHMS + 2;
+/// Protocol buckets: -1, NCCL's 0 … `NUM_PROTOCOLS` − 1, any other.
+pub const PROTO_BUCKETS: usize = NUM_PROTOCOLS + 2;
+/// Words of the counts: collective × algorithm × protocol × applied.
+pub const COUNT_WORDS: usize = COLL_BUCKETS * ALGO_BUCKETS * PROTO_BUCKETS * 2;
+/// Word of the agreement words' version.
+pub const AGREEMENT_AT: usize = 8 + 2 * KEPT;
+/// Agreement words after the version.
+pub const AGREEMENT_WORDS: usize = 7;
+/// First word of the counts.
+pub const COUNTS_AT: usize = AGREEMENT_AT + 1 + AGREEMENT_WORDS;
 /// Words of a record.
-pub const RECORD_WORDS: usize = 8 + 2 * KEPT;
+pub const RECORD_WORDS: usize = COUNTS_AT + COUNT_WORDS;
+/// "None" in the agreement's epoch words.
+pub const NO_EPOCH: u64 = u64::MAX;
+
+const _: () = assert!(AGREEMENT_AT == 40 && COUNTS_AT == 48 && COUNT_WORDS == 810);
+const _: () = assert!(ALGO_BUCKETS == 9 && PROTO_BUCKETS == 5);
 /// Bytes of a record.
 pub const RECORD_SIZE: u32 = (RECORD_WORDS * 8) as u32;
 /// Flag: a `tuner` policy is attached.
@@ -102,6 +136,9 @@ pub struct Record {
     nnodes: AtomicU64,
     flags: AtomicU64,
     checkpoints: [[AtomicU64; 2]; KEPT],
+    agreement_version: AtomicU64,
+    agreement: [AtomicU64; AGREEMENT_WORDS],
+    counts: [AtomicU64; COUNT_WORDS],
 }
 
 const _: () = assert!(size_of::<Record>() == RECORD_SIZE as usize);
@@ -119,6 +156,9 @@ impl Record {
             nnodes: AtomicU64::new(nnodes.into()),
             flags: AtomicU64::new(if policy { FLAG_POLICY } else { 0 }),
             checkpoints: std::array::from_fn(|_| [AtomicU64::new(0), AtomicU64::new(0)]),
+            agreement_version: AtomicU64::new(0),
+            agreement: std::array::from_fn(|i| AtomicU64::new(AgreementWords::NONE.word(i))),
+            counts: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 
@@ -135,6 +175,9 @@ impl Record {
             &self.flags,
         ];
         words.extend(self.checkpoints.iter().flatten());
+        words.push(&self.agreement_version);
+        words.extend(&self.agreement);
+        words.extend(&self.counts);
         words
             .iter()
             .flat_map(|w| w.load(Ordering::Relaxed).to_le_bytes())
@@ -150,6 +193,116 @@ pub fn spec() -> MapSpec {
         key_size: KEY_SIZE,
         value_size: RECORD_SIZE,
         max_entries: MAX_RECORDS,
+    }
+}
+
+/// The count bucket of a decision on collective `coll` (see the module docs): out-of-range
+/// values go to each dimension's last bucket. Unsigned minimums, no branch.
+#[inline(always)]
+pub fn bucket(coll: i32, d: &Decision) -> usize {
+    let c = (coll as u32).min(COLL_BUCKETS as u32 - 1) as usize;
+    let a = (d.algo.wrapping_add(1) as u32).min(ALGO_BUCKETS as u32 - 1) as usize;
+    let p = (d.proto.wrapping_add(1) as u32).min(PROTO_BUCKETS as u32 - 1) as usize;
+    ((c * ALGO_BUCKETS + a) * PROTO_BUCKETS + p) * 2 + d.applied as usize
+}
+
+/// One count bucket: the collective (`None`: other), algorithm and protocol (-1: left to
+/// NCCL; `None`: other), and whether the choice was applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Bucket {
+    pub coll: Option<i32>,
+    pub algo: Option<i32>,
+    pub proto: Option<i32>,
+    pub applied: bool,
+}
+
+impl Bucket {
+    /// The bucket of count word `i` (0 ≤ i < [`COUNT_WORDS`]).
+    pub fn of(i: usize) -> Bucket {
+        let applied = i % 2 == 1;
+        let rest = i / 2;
+        let (p, rest) = (rest % PROTO_BUCKETS, rest / PROTO_BUCKETS);
+        let (a, c) = (rest % ALGO_BUCKETS, rest / ALGO_BUCKETS);
+        let known = |v: usize, n: usize| (v + 1 < n).then_some(v as i32 - 1);
+        Bucket {
+            coll: (c + 1 < COLL_BUCKETS).then_some(c as i32),
+            algo: known(a, ALGO_BUCKETS),
+            proto: known(p, PROTO_BUCKETS),
+            applied,
+        }
+    }
+}
+
+/// Agreement state word values (word 41).
+pub mod agreement_state {
+    pub const NONE: u64 = 0;
+    pub const STARTING: u64 = 1;
+    pub const DECIDING: u64 = 2;
+    pub const WAITING: u64 = 3;
+    pub const STOPPED: u64 = 4;
+    /// The name of a state value (`None` for one this build does not know).
+    pub fn name(v: u64) -> Option<&'static str> {
+        ["none", "starting", "deciding", "waiting", "stopped"]
+            .get(v as usize)
+            .copied()
+    }
+}
+
+/// The agreement words of a record (41-47), as the context publishes them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AgreementWords {
+    /// [`agreement_state`].
+    pub state: u64,
+    /// The epoch the decisions use ([`NO_EPOCH`]: none).
+    pub used: u64,
+    /// The current epoch (the one being counted; the ones before it were posted).
+    pub current: u64,
+    /// The epoch waited for ([`NO_EPOCH`]: not waiting).
+    pub waiting_for: u64,
+    /// Since when, Unix ns (0: not waiting).
+    pub waiting_since_ns: u64,
+    pub epoch: u64,
+    pub delay: u64,
+}
+
+impl AgreementWords {
+    /// A context without an agreement.
+    pub const NONE: AgreementWords = AgreementWords {
+        state: agreement_state::NONE,
+        used: NO_EPOCH,
+        current: 0,
+        waiting_for: NO_EPOCH,
+        waiting_since_ns: 0,
+        epoch: 0,
+        delay: 0,
+    };
+
+    fn word(&self, i: usize) -> u64 {
+        self.words()[i]
+    }
+
+    fn words(&self) -> [u64; AGREEMENT_WORDS] {
+        [
+            self.state,
+            self.used,
+            self.current,
+            self.waiting_for,
+            self.waiting_since_ns,
+            self.epoch,
+            self.delay,
+        ]
+    }
+
+    fn from_words(w: &[u64]) -> AgreementWords {
+        AgreementWords {
+            state: w[0],
+            used: w[1],
+            current: w[2],
+            waiting_for: w[3],
+            waiting_since_ns: w[4],
+            epoch: w[5],
+            delay: w[6],
+        }
     }
 }
 
@@ -345,6 +498,45 @@ impl Sequence {
     pub fn published(&self) -> bool {
         matches!(self.store, Store::Shared { .. })
     }
+
+    /// Counts one decision on collective `coll` (every decision, sequenced or not, from any
+    /// thread: a relaxed increment of its bucket's word).
+    #[inline(always)]
+    pub fn count(&self, coll: i32, d: &Decision) {
+        let i = bucket(coll, d);
+        if let Some(w) = self.out().counts.get(i) {
+            w.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The counts, word by word (see [`Bucket::of`]).
+    pub fn counts(&self) -> impl Iterator<Item = u64> + '_ {
+        self.out().counts.iter().map(|w| w.load(Ordering::Relaxed))
+    }
+
+    /// Publishes the agreement words (the agreement's owner only, on the cold path).
+    #[cold]
+    pub fn publish_agreement(&self, a: &AgreementWords) {
+        let r = self.out();
+        // A seqlock for readers, as `seq2`: odd while the words change (single writer, so
+        // even between calls).
+        let v = r.agreement_version.load(Ordering::Relaxed) & !1;
+        r.agreement_version
+            .store(v.wrapping_add(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+        for (w, x) in r.agreement.iter().zip(a.words()) {
+            w.store(x, Ordering::Relaxed);
+        }
+        r.agreement_version
+            .store(v.wrapping_add(2), Ordering::Release);
+    }
+
+    /// The record as an outside reader would read it, from two copies (for private records,
+    /// tests, and the context itself); `Err` only if someone else overwrote a shared record.
+    pub fn snapshot(&self, comm_id: u64, context: u64) -> Result<Snapshot, String> {
+        let (a, b) = (self.out().bytes(), self.out().bytes());
+        Snapshot::from_reads(&key(comm_id, context), &a, &b)
+    }
 }
 
 #[cold]
@@ -383,6 +575,10 @@ pub struct Snapshot {
     pub finalized: bool,
     /// Consistent checkpoints, `(seq, digest)` by increasing `seq`.
     pub checkpoints: Vec<(u64, u64)>,
+    /// The agreement words (`None` when they changed between the two reads).
+    pub agreement: Option<AgreementWords>,
+    /// Non-zero decision counts by bucket (from the later read), in bucket order.
+    pub counts: Vec<(Bucket, u64)>,
 }
 
 impl Snapshot {
@@ -395,6 +591,15 @@ impl Snapshot {
                 .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
                 .collect()
         };
+        if let Some(f) = first.get(..8) {
+            let format = u64::from_le_bytes(f.try_into().expect("8 bytes"));
+            if format != FORMAT {
+                return Err(format!(
+                    "record format {format} (this ncclbpf reads format {FORMAT}: written by \
+                     another ncclbpf version, or not a decision record)"
+                ));
+            }
+        }
         if key.len() != KEY_SIZE as usize
             || first.len() != RECORD_SIZE as usize
             || second.len() != RECORD_SIZE as usize
@@ -406,12 +611,6 @@ impl Snapshot {
             ));
         }
         let (a, b, k) = (words(first), words(second), words(key));
-        if a[0] != FORMAT {
-            return Err(format!(
-                "record format {} (this ncclbpf reads format {FORMAT})",
-                a[0]
-            ));
-        }
         let interval = a[4];
         if interval == 0 {
             return Err("a record with checkpoint interval 0".into());
@@ -429,6 +628,15 @@ impl Snapshot {
             })
             .collect();
         checkpoints.sort_unstable();
+        let v = AGREEMENT_AT;
+        let agreement = (a[v] == b[v] && a[v] % 2 == 0)
+            .then(|| AgreementWords::from_words(&a[v + 1..COUNTS_AT]));
+        let counts = b[COUNTS_AT..]
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .map(|(i, n)| (Bucket::of(i), *n))
+            .collect();
         Ok(Snapshot {
             comm_id: k[0],
             context: k[1],
@@ -441,6 +649,8 @@ impl Snapshot {
             policy: b[7] & FLAG_POLICY != 0,
             finalized: b[7] & FLAG_FINALIZED != 0,
             checkpoints,
+            agreement,
+            counts,
         })
     }
 }
@@ -568,9 +778,174 @@ mod tests {
         assert!(Snapshot::from_reads(&k[..8], &a, &a).is_err());
         assert!(Snapshot::from_reads(&k, &a[..64], &a[..64]).is_err());
         let mut other = a.clone();
-        other[0] = 2;
+        other[0] = 1;
         let e = Snapshot::from_reads(&k, &other, &other).unwrap_err();
-        assert!(e.contains("format 2"), "{e}");
+        assert!(
+            e.contains("format 1") && e.contains("another ncclbpf version"),
+            "{e}"
+        );
+        // A format-1 record (40 words, before the agreement words and the counts) is refused
+        // by its format, before its size.
+        let mut v1 = a[..40 * 8].to_vec();
+        v1[0] = 1;
+        let e = Snapshot::from_reads(&k, &v1, &v1).unwrap_err();
+        assert!(
+            e.contains("record format 1 (this ncclbpf reads format 2"),
+            "{e}"
+        );
+        // Garbage: refused with a reason, never a panic.
+        for junk in [vec![], vec![0xffu8; 5], vec![0x5au8; RECORD_SIZE as usize]] {
+            assert!(Snapshot::from_reads(&k, &junk, &junk).is_err());
+        }
+    }
+
+    fn dec(algo: i32, proto: i32, applied: bool) -> Decision {
+        Decision {
+            algo,
+            proto,
+            nchannels: 0,
+            applied,
+        }
+    }
+
+    #[test]
+    fn every_decision_lands_in_its_bucket_and_back() {
+        // Every bucket index is reached by exactly one (collective, algo, proto, applied) of
+        // the known values, and read back as it.
+        let mut seen = vec![0u32; COUNT_WORDS];
+        for c in 0..COLL_BUCKETS as i32 {
+            for a in -1..ALGO_BUCKETS as i32 - 1 {
+                for p in -1..PROTO_BUCKETS as i32 - 1 {
+                    for ok in [false, true] {
+                        let i = bucket(c, &dec(a, p, ok));
+                        seen[i] += 1;
+                        let b = Bucket::of(i);
+                        let known = |v: i32, n: usize| (v + 2 < n as i32).then_some(v);
+                        assert_eq!(
+                            b,
+                            Bucket {
+                                coll: (c < 8).then_some(c),
+                                algo: known(a, ALGO_BUCKETS),
+                                proto: known(p, PROTO_BUCKETS),
+                                applied: ok
+                            },
+                            "{c} {a} {p} {ok}"
+                        );
+                    }
+                }
+            }
+        }
+        assert!(seen.iter().all(|&n| n == 1), "{seen:?}");
+        // Values outside the ranges go to the "other" buckets, never out of the counts.
+        let other = |c, a, p| Bucket::of(bucket(c, &dec(a, p, true)));
+        for (c, a, p) in [
+            (-1, -2, -2),
+            (i32::MIN, i32::MAX, i32::MIN),
+            (14, 7, 3),
+            (99, 100, 4),
+        ] {
+            let b = other(c, a, p);
+            assert_eq!(
+                (b.coll, b.algo, b.proto, b.applied),
+                (None, None, None, true)
+            );
+        }
+        assert_eq!(
+            other(4, 1, 2),
+            Bucket {
+                coll: Some(4),
+                algo: Some(1),
+                proto: Some(2),
+                applied: true
+            }
+        );
+        assert_eq!(bucket(0, &dec(-1, -1, false)), 0);
+        assert_eq!(
+            bucket(i32::MAX, &dec(i32::MAX, i32::MAX, true)),
+            COUNT_WORDS - 1
+        );
+    }
+
+    #[test]
+    fn counts_and_agreement_words_are_published_and_private_records_keep_them() {
+        let dir = scratch();
+        let reg = Registry::new(dir.clone());
+        let (shared, _) = Sequence::new(Some(&reg), 0xc0, 4, 1, true);
+        let (private, p) = Sequence::new(None, 0xc1, 4, 1, true);
+        assert!(shared.published() && !private.published() && p.is_none());
+        for s in [&shared, &private] {
+            for _ in 0..3 {
+                s.count(4, &dec(1, 2, true));
+            }
+            s.count(2, &dec(-1, -1, false));
+            s.count(77, &dec(9, 0, true));
+        }
+        let want = vec![
+            (
+                Bucket {
+                    coll: Some(2),
+                    algo: Some(-1),
+                    proto: Some(-1),
+                    applied: false,
+                },
+                1,
+            ),
+            (
+                Bucket {
+                    coll: Some(4),
+                    algo: Some(1),
+                    proto: Some(2),
+                    applied: true,
+                },
+                3,
+            ),
+            (
+                Bucket {
+                    coll: None,
+                    algo: None,
+                    proto: Some(0),
+                    applied: true,
+                },
+                1,
+            ),
+        ];
+        let from_map = read(&dir);
+        assert_eq!(from_map[0].counts, want);
+        let own = private.snapshot(0xc1, 9).unwrap();
+        assert_eq!((own.comm_id, own.context), (0xc1, 9));
+        assert_eq!(own.counts, want, "a private record counts the same");
+        assert_eq!(private.counts().sum::<u64>(), 5);
+        // No agreement: state none, no epochs.
+        assert_eq!(from_map[0].agreement, Some(AgreementWords::NONE));
+        let w = AgreementWords {
+            state: agreement_state::WAITING,
+            used: 3,
+            current: 5,
+            waiting_for: 4,
+            waiting_since_ns: 1_700_000_000_000_000_000,
+            epoch: 32,
+            delay: 2,
+        };
+        shared.publish_agreement(&w);
+        private.publish_agreement(&w);
+        assert_eq!(read(&dir)[0].agreement, Some(w));
+        assert_eq!(private.snapshot(0xc1, 0).unwrap().agreement, Some(w));
+        // Caught between the two reads of a change: not trusted.
+        let r = shared.out();
+        let a = r.bytes();
+        shared.publish_agreement(&AgreementWords::NONE);
+        let s = Snapshot::from_reads(&key(0xc0, 0), &a, &r.bytes()).unwrap();
+        assert_eq!(s.agreement, None);
+        r.agreement_version.fetch_add(1, Ordering::Relaxed);
+        let odd = r.bytes();
+        assert_eq!(
+            Snapshot::from_reads(&key(0xc0, 0), &odd, &odd)
+                .unwrap()
+                .agreement,
+            None
+        );
+        assert_eq!(agreement_state::name(3), Some("waiting"));
+        assert_eq!(agreement_state::name(5), None);
     }
 
     #[test]

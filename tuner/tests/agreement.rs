@@ -331,3 +331,105 @@ fn a_new_communicators_configuration_does_not_depend_on_another_communicators_pr
     let sum = ya.agreement_summary().unwrap();
     assert!(sum.contains("deciding from epoch"), "{sum}");
 }
+
+/// The agreement words of a context's record, as `ncclbpf exporter` reads them.
+fn words(c: &TunerContext) -> ncclbpf_tuner::sequence::AgreementWords {
+    c.sequence()
+        .snapshot(0, 0)
+        .unwrap()
+        .agreement
+        .expect("not changing: one thread decides")
+}
+
+/// The published agreement words follow the context through its states: starting (posting,
+/// no epoch applied), deciding from epoch e (D behind the current epoch), waiting for an
+/// epoch (since a moment ago, seen from another thread while the decision waits), stopped.
+#[test]
+fn the_agreement_words_follow_the_states() {
+    use ncclbpf_tuner::sequence::{NO_EPOCH, agreement_state as st};
+    let l = load("words");
+    set_limit(&l, 100);
+    let s = setting(&l, 4, 2, Duration::from_secs(10));
+    let a = TunerContext::for_programs(0x7710, 2, 2, l.slot, &s, history());
+    let b = TunerContext::for_programs(0x7710, 2, 2, l.slot, &s, history());
+    let w = words(&a);
+    assert_eq!(
+        (w.state, w.used, w.current, w.waiting_for, w.epoch, w.delay),
+        (st::STARTING, NO_EPOCH, 0, NO_EPOCH, 4, 2)
+    );
+    // Seq 5 posts epoch 0 (seq 1-4); nothing to apply before epoch D = 2 is posted.
+    for _ in 1..=5 {
+        proto(&a);
+        proto(&b);
+    }
+    let w = words(&a);
+    assert_eq!((w.state, w.used, w.current), (st::STARTING, NO_EPOCH, 1));
+    for _ in 6..=40 {
+        proto(&a);
+        proto(&b);
+    }
+    // Seq 37 posted epoch 8 (epoch 9 is current) and applied epoch 7 (as the summary says).
+    assert!(
+        a.agreement_summary()
+            .unwrap()
+            .contains("deciding from epoch 7")
+    );
+    for c in [&a, &b] {
+        let w = words(c);
+        assert_eq!(
+            (
+                w.state,
+                w.used,
+                w.current,
+                w.waiting_for,
+                w.waiting_since_ns
+            ),
+            (st::DECIDING, 7, 9, NO_EPOCH, 0)
+        );
+        assert_eq!(w.current - w.used, 2, "the lag: D");
+    }
+    // A context whose peer never comes: waiting for epoch 0 at seq 9, then stopped.
+    let alone = TunerContext::for_programs(
+        0x7711,
+        2,
+        2,
+        l.slot,
+        &setting(&l, 4, 2, Duration::from_millis(1500)),
+        history(),
+    );
+    for _ in 1..=8 {
+        proto(&alone);
+    }
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    std::thread::scope(|t| {
+        let h = t.spawn(|| proto(&alone));
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let w = loop {
+            let snap = alone.sequence().snapshot(0, 0).unwrap();
+            if let Some(w) = snap.agreement
+                && w.state == st::WAITING
+            {
+                break w;
+            }
+            assert!(std::time::Instant::now() < deadline, "never waiting");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        assert_eq!((w.waiting_for, w.current, w.used), (0, 2, NO_EPOCH));
+        assert!(
+            w.waiting_since_ns >= before - 1_000_000
+                && w.waiting_since_ns <= before + 1_000_000_000,
+            "{} vs {before}",
+            w.waiting_since_ns
+        );
+        h.join().unwrap();
+    });
+    assert!(alone.failed());
+    let w = words(&alone);
+    assert_eq!(
+        (w.state, w.waiting_for, w.waiting_since_ns, w.current),
+        (st::STOPPED, NO_EPOCH, 0, 2)
+    );
+}
