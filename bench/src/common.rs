@@ -172,6 +172,21 @@ pub fn machine() -> String {
     format!("{cores} cores (nproc), kernel {kernel}, {y:04}-{m:02}-{d:02}")
 }
 
+/// A progress line on stderr, rewritten in place; only when stderr is a terminal. `None` ends
+/// it (clears the line).
+pub fn progress(msg: Option<std::fmt::Arguments>) {
+    use std::io::{IsTerminal, Write};
+    let mut e = std::io::stderr();
+    if !e.is_terminal() {
+        return;
+    }
+    let _ = match msg {
+        Some(m) => write!(e, "\r\x1b[K{m}"),
+        None => write!(e, "\r\x1b[K"),
+    };
+    let _ = e.flush();
+}
+
 /// The 1-minute load average (`/proc/loadavg`), to tell a quiet machine from a busy one.
 pub fn load() -> String {
     std::fs::read_to_string("/proc/loadavg")

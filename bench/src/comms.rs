@@ -155,7 +155,7 @@ pub fn run(a: &Args) -> Result<(), String> {
     let mut rows = vec![];
     let load0 = common::load();
     for &count in &a.counts {
-        eprint!("\rcomms: {count} ...        ");
+        common::progress(Some(format_args!("comms: {count} ...")));
         let args: Vec<String> = [
             "comms-child".to_string(),
             "--count".into(),
@@ -167,7 +167,7 @@ pub fn run(a: &Args) -> Result<(), String> {
         let timeout = Duration::from_secs(60 + count as u64 / 5);
         rows.push((count, common::child(&args, &env, timeout)));
     }
-    eprintln!("\r{:40}", "");
+    common::progress(None);
     let cores = common::cores();
     println!(
         "ncclbpf-bench comms: {}; plugin {}; {} data stream(s) per connection; one {} and one \

@@ -129,7 +129,7 @@ pub fn run(a: &Args) -> Result<(), String> {
     let mut tput64 = [vec![], vec![]];
     let mut errors = vec![];
     for round in 0..rounds {
-        eprint!("\rhooks: round {}/{rounds} ", round + 1);
+        common::progress(Some(format_args!("hooks: round {}/{rounds}", round + 1)));
         for k in 0..2 {
             // Alternate which arm goes first.
             let i = (k + round) % 2;
@@ -155,7 +155,7 @@ pub fn run(a: &Args) -> Result<(), String> {
             ));
         }
     }
-    eprintln!("\rdone in {:.0} s{:20}", t0.elapsed().as_secs_f64(), "");
+    common::progress(None);
     println!(
         "ncclbpf-bench hooks: {}; plugin {}; {} vs no policy; {rounds} round(s), median \
          (min–max) over rounds; {:.0} s, load average {load0} at start, {} at end",

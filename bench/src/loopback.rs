@@ -38,7 +38,7 @@ const QUICK_TPUT: [usize; 2] = [64 << 10, 4 << 20];
 #[derive(clap::Args, Clone, Debug)]
 pub struct Args {
     /// Rounds of every measurement (each arm once per round); the table shows the median and
-    /// the min–max over rounds. Default 3, or 1 with --quick.
+    /// the min–max over rounds. Default 5, or 1 with --quick.
     #[arg(long)]
     pub rounds: Option<usize>,
     /// A smoke run of a few seconds: 2 latency and 2 throughput sizes, short measurements.
@@ -178,7 +178,7 @@ pub fn run_child(
 }
 
 pub fn run(a: &Args) -> Result<(), String> {
-    let rounds = a.rounds.unwrap_or(if a.quick { 1 } else { 3 }).max(1);
+    let rounds = a.rounds.unwrap_or(if a.quick { 1 } else { 5 }).max(1);
     let total = a.total_mib.unwrap_or(if a.quick { 16 } else { 512 }) << 20;
     let budget = a.budget_ms.unwrap_or(if a.quick { 20 } else { 300 });
     let (lat, tput): (&[usize], &[usize]) = if a.quick {
@@ -202,8 +202,8 @@ pub fn run(a: &Args) -> Result<(), String> {
         .collect();
     for round in 0..rounds {
         for (i, &(test, size)) in tests.iter().enumerate() {
-            eprint!(
-                "\rround {}/{rounds}: {} {:>8} ",
+            common::progress(Some(format_args!(
+                "round {}/{rounds}: {} {}",
                 round + 1,
                 if test == Test::Lat {
                     "latency"
@@ -211,7 +211,7 @@ pub fn run(a: &Args) -> Result<(), String> {
                     "throughput"
                 },
                 human(size)
-            );
+            )));
             for k in 0..Arm::ALL.len() {
                 let arm = Arm::ALL[(k + i + round) % Arm::ALL.len()];
                 let v = run_child(arm, test, size, budget, total, &env_of(arm), &mut errors);
@@ -223,7 +223,7 @@ pub fn run(a: &Args) -> Result<(), String> {
             }
         }
     }
-    eprintln!("\rdone in {:.0} s{:30}", t0.elapsed().as_secs_f64(), "");
+    common::progress(None);
 
     println!(
         "ncclbpf-bench loopback: {}; plugin {}; {} data stream(s), inline ≤ {}, min chunk {}; \
