@@ -110,14 +110,19 @@ pub fn spread(v: &[f64]) -> (f64, f64, f64) {
 
 /// `median (min–max)` with `prec` decimals; one value alone when there is one round.
 pub fn cell(v: &[f64], prec: usize) -> String {
+    cell_unit(v, prec, "")
+}
+
+/// [`cell`] with `unit` after the median: `0.92× (0.85–0.97)`.
+pub fn cell_unit(v: &[f64], prec: usize, unit: &str) -> String {
     if v.is_empty() {
         return "–".into();
     }
     let (m, lo, hi) = spread(v);
     if v.len() == 1 {
-        format!("{m:.prec$}")
+        format!("{m:.prec$}{unit}")
     } else {
-        format!("{m:.prec$} ({lo:.prec$}–{hi:.prec$})")
+        format!("{m:.prec$}{unit} ({lo:.prec$}–{hi:.prec$})")
     }
 }
 

@@ -336,7 +336,7 @@ fn table(figs: &Figures, test: Test, sizes: &[usize], prec: usize) {
             } else {
                 "blocking"
             };
-            format!("{}× ({name})", cell(&r, 2))
+            format!("{} {name}", common::cell_unit(&r, 2, "×"))
         });
         let cost = paired(&get(Arm::Off), &|h, o| {
             100.0 * if tput { o / h - 1.0 } else { h / o - 1.0 }

@@ -9,7 +9,9 @@
 //!   same rule (`max(size / streams, min_chunk)` per piece). Throughput: one thread per stream
 //!   and side; latency: one thread per side, pieces written and then read in order;
 //! * raw TCP, busy-polling: the same streams non-blocking, one thread per side driving all of
-//!   them, spinning on `read`/`write` without ever yielding.
+//!   them, spinning on `read`/`write`; like the plugin's driver and NCCL's proxy thread it
+//!   calls `sched_yield` after a pass that moved nothing (on 2 shared cores a thread that
+//!   never yields loses whole scheduler slices to its peer: milliseconds per message).
 //!
 //! The raw arms receive into one reused buffer per stream and carry no per-message bookkeeping:
 //! they are the optimistic bound the plugin is held to.
@@ -134,8 +136,19 @@ pub fn depth_for(size: usize) -> usize {
 /// Round trips timed after `WARM` untimed ones; `budget` decides how many.
 const WARM: usize = 20;
 
+/// Timed parts of one measurement: a measurement reports the median of its parts, so that a
+/// moment the shared machine took the cores away (milliseconds, for a spinning thread) costs
+/// one part, not the figure.
+const PARTS: usize = 10;
+
+/// The median of `v` (not empty).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 /// One-way latency in µs: `init` sends a message and waits for the echo, `echo` receives one
-/// and sends it back (on its own thread).
+/// and sends it back (on its own thread). The median over `PARTS` batches of round trips.
 fn pingpong(budget: Duration, mut init: impl FnMut(), mut echo: impl FnMut() + Send) -> f64 {
     let rounds = AtomicUsize::new(0);
     std::thread::scope(|sc| {
@@ -158,13 +171,18 @@ fn pingpong(budget: Duration, mut init: impl FnMut(), mut echo: impl FnMut() + S
             init();
         }
         let per = t.elapsed().as_nanos() / WARM as u128;
-        let k = (budget.as_nanos() / per.max(1)).clamp(20, 5_000_000) as usize;
-        rounds.store(k, Ordering::Release);
-        let t0 = Instant::now();
-        for _ in 0..k {
-            init();
-        }
-        t0.elapsed().as_secs_f64() * 1e6 / k as f64 / 2.0
+        let batch = (budget.as_nanos() / per.max(1) / PARTS as u128).clamp(2, 500_000) as usize;
+        rounds.store(batch * PARTS, Ordering::Release);
+        let parts = (0..PARTS)
+            .map(|_| {
+                let t0 = Instant::now();
+                for _ in 0..batch {
+                    init();
+                }
+                t0.elapsed().as_secs_f64() * 1e6 / batch as f64 / 2.0
+            })
+            .collect();
+        median(parts)
     })
 }
 
@@ -252,12 +270,15 @@ fn window(
 }
 
 /// Plugin: throughput (GB/s) of `count` messages of `size` with `depth` posted at a time, after
-/// `depth` untimed ones (which also start the helper threads).
+/// `depth` untimed ones (which also start the helper threads); the median over parts (each
+/// ends when both sides are done with it, so the pipeline drains between parts alike for
+/// every arm).
 pub fn plugin_throughput(n: &Net, size: usize, depth: usize, count: usize) -> Result<f64, String> {
     let e = |e| format!("plugin: {e:?}");
     let (s, r) = n.connect_pair(0).map_err(e)?;
+    let (parts, per) = parts_of(count, depth);
     let go = &Barrier::new(3);
-    let secs = std::thread::scope(|sc| {
+    let times = std::thread::scope(|sc| {
         sc.spawn(move || {
             let mut bufs: Vec<Vec<u8>> = (0..depth).map(|_| vec![0u8; size.max(1)]).collect();
             let ptrs: Vec<usize> = bufs.iter_mut().map(|b| b.as_mut_ptr() as usize).collect();
@@ -265,7 +286,10 @@ pub fn plugin_throughput(n: &Net, size: usize, depth: usize, count: usize) -> Re
             let post = |k: usize| unsafe { n.irecv(r, ptrs[k] as *mut u8, size, false) }.unwrap();
             window(n, depth, depth, true, post);
             go.wait();
-            window(n, depth, count, true, post);
+            for _ in 0..parts {
+                window(n, depth, per, true, post);
+                go.wait();
+            }
             drop(bufs);
         });
         sc.spawn(move || {
@@ -274,16 +298,46 @@ pub fn plugin_throughput(n: &Net, size: usize, depth: usize, count: usize) -> Re
             let post = |_| unsafe { n.isend(s, buf.as_ptr(), size) }.unwrap();
             window(n, depth, depth, false, post);
             go.wait();
-            window(n, depth, count, false, post);
+            for _ in 0..parts {
+                window(n, depth, per, false, post);
+                go.wait();
+            }
         });
-        go.wait();
-        Instant::now()
-    })
-    .elapsed()
-    .as_secs_f64();
+        clock(go, parts)
+    });
     n.close_send(s).map_err(e)?;
     n.close_recv(r).map_err(e)?;
-    Ok((count * size) as f64 / secs / 1e9)
+    Ok(rate(&times, per * size))
+}
+
+/// How a measurement of `count` messages with `depth` in flight is cut into parts: at most
+/// `PARTS`, each of at least one window. Returns (parts, messages per part).
+fn parts_of(count: usize, depth: usize) -> (usize, usize) {
+    let parts = (count / depth.max(1)).clamp(1, PARTS);
+    (parts, count / parts)
+}
+
+/// On the timing thread: the start (every mover past its warm-up) and the end of each part (every
+/// mover done with it).
+fn clock(go: &Barrier, parts: usize) -> Vec<Instant> {
+    let mut t = vec![];
+    go.wait();
+    t.push(Instant::now());
+    for _ in 0..parts {
+        go.wait();
+        t.push(Instant::now());
+    }
+    t
+}
+
+/// GB/s: the median over parts of `bytes` per part.
+fn rate(times: &[Instant], bytes: usize) -> f64 {
+    median(
+        times
+            .windows(2)
+            .map(|w| bytes as f64 / (w[1] - w[0]).as_secs_f64() / 1e9)
+            .collect(),
+    )
 }
 
 /// Raw TCP: the control stream (index 0) and `streams` data streams, both ends.
@@ -308,6 +362,7 @@ fn spin_write(socks: &[&TcpStream], bufs: &[&[u8]]) {
     let mut off = vec![0; bufs.len()];
     let mut left = bufs.len();
     while left > 0 {
+        let mut moved = false;
         for i in 0..bufs.len() {
             if off[i] == bufs[i].len() {
                 continue;
@@ -316,12 +371,17 @@ fn spin_write(socks: &[&TcpStream], bufs: &[&[u8]]) {
             match s.write(&bufs[i][off[i]..]) {
                 Ok(0) => panic!("write: peer closed"),
                 Ok(m) => {
+                    moved = true;
                     off[i] += m;
                     left -= (off[i] == bufs[i].len()) as usize;
                 }
                 Err(e) if retry(&e) => {}
                 Err(e) => panic!("write: {e}"),
             }
+        }
+        if !moved {
+            // As the plugin's driver (and NCCL's proxy thread) does after an idle pass.
+            std::thread::yield_now();
         }
     }
 }
@@ -331,6 +391,7 @@ fn spin_read(socks: &[&TcpStream], bufs: &mut [&mut [u8]]) {
     let mut off = vec![0; bufs.len()];
     let mut left = bufs.len();
     while left > 0 {
+        let mut moved = false;
         for i in 0..bufs.len() {
             if off[i] == bufs[i].len() {
                 continue;
@@ -339,12 +400,17 @@ fn spin_read(socks: &[&TcpStream], bufs: &mut [&mut [u8]]) {
             match s.read(&mut bufs[i][off[i]..]) {
                 Ok(0) => panic!("read: peer closed"),
                 Ok(m) => {
+                    moved = true;
                     off[i] += m;
                     left -= (off[i] == bufs[i].len()) as usize;
                 }
                 Err(e) if retry(&e) => {}
                 Err(e) => panic!("read: {e}"),
             }
+        }
+        if !moved {
+            // As the plugin's driver (and NCCL's proxy thread) does after an idle pass.
+            std::thread::yield_now();
         }
     }
 }
@@ -361,6 +427,7 @@ fn spin_stream(socks: &[TcpStream], totals: &[usize], buf: &mut [u8], write: boo
     let mut rem = totals.to_vec();
     let mut left = rem.iter().filter(|&&r| r > 0).count();
     while left > 0 {
+        let mut moved = false;
         for (i, s) in socks.iter().enumerate() {
             if rem[i] == 0 {
                 continue;
@@ -374,12 +441,17 @@ fn spin_stream(socks: &[TcpStream], totals: &[usize], buf: &mut [u8], write: boo
             match r {
                 Ok(0) => panic!("peer closed"),
                 Ok(m) => {
+                    moved = true;
                     rem[i] -= m;
                     left -= (rem[i] == 0) as usize;
                 }
                 Err(e) if retry(&e) => {}
                 Err(e) => panic!("{e}"),
             }
+        }
+        if !moved {
+            // As the plugin's driver (and NCCL's proxy thread) does after an idle pass.
+            std::thread::yield_now();
         }
     }
 }
@@ -470,7 +542,8 @@ pub fn tcp_latency(shape: Shape, size: usize, poll: bool, budget: Duration) -> R
     ))
 }
 
-/// Raw TCP: throughput (GB/s) of `count` messages of `size`, after `warm` untimed ones.
+/// Raw TCP: throughput (GB/s) of `count` messages of `size`, after `warm` untimed ones; the
+/// median over parts, as for the plugin.
 pub fn tcp_throughput(
     shape: Shape,
     size: usize,
@@ -479,53 +552,58 @@ pub fn tcp_throughput(
     count: usize,
 ) -> Result<f64, String> {
     let (a, b) = raw_set(shape.streams, poll).map_err(|e| format!("raw TCP setup: {e}"))?;
+    let (parts, per) = parts_of(count, warm);
     let mut next = 0;
     let warm_t = shape.totals(size, warm, &mut next);
-    let timed_t = shape.totals(size, count, &mut next);
+    let part_t: Vec<Vec<usize>> = (0..parts)
+        .map(|_| shape.totals(size, per, &mut next))
+        .collect();
     let piece = if shape.is_inline(size) {
         size + 8
     } else {
         shape.chunk(size)
     };
-    let secs = if poll {
+    let times = if poll {
         let go = Barrier::new(3);
         std::thread::scope(|sc| {
             for (socks, write) in [(&a, true), (&b, false)] {
-                let (go, warm_t, timed_t) = (&go, &warm_t, &timed_t);
+                let (go, warm_t, part_t) = (&go, &warm_t, &part_t);
                 sc.spawn(move || {
                     let mut buf = vec![7u8; piece];
                     spin_stream(socks, warm_t, &mut buf, write);
                     go.wait();
-                    spin_stream(socks, timed_t, &mut buf, write);
+                    for t in part_t {
+                        spin_stream(socks, t, &mut buf, write);
+                        go.wait();
+                    }
                 });
             }
-            go.wait();
-            Instant::now()
+            clock(&go, parts)
         })
     } else {
         let used: Vec<usize> = (0..=shape.streams)
-            .filter(|&i| warm_t[i] + timed_t[i] > 0)
+            .filter(|&i| warm_t[i] > 0 || part_t.iter().any(|t| t[i] > 0))
             .collect();
         let go = Barrier::new(2 * used.len() + 1);
         std::thread::scope(|sc| {
             for &i in &used {
                 for (socks, write) in [(&a, true), (&b, false)] {
-                    let (go, w, t) = (&go, warm_t[i], timed_t[i]);
+                    let (go, w, part_t) = (&go, warm_t[i], &part_t);
                     sc.spawn(move || {
                         let mut buf = vec![7u8; piece];
                         block_stream(&socks[i], w, &mut buf, write);
                         go.wait();
-                        block_stream(&socks[i], t, &mut buf, write);
+                        for t in part_t {
+                            block_stream(&socks[i], t[i], &mut buf, write);
+                            go.wait();
+                        }
                     });
                 }
             }
-            go.wait();
-            Instant::now()
+            clock(&go, parts)
         })
-    }
-    .elapsed()
-    .as_secs_f64();
-    Ok((count * size) as f64 / secs / 1e9)
+    };
+    Ok(rate(&times, per * size))
 }
 
 /// The count of timed messages for `total` bytes of `size`: at least two windows.
