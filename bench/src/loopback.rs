@@ -240,13 +240,15 @@ pub fn run(a: &Args) -> Result<(), String> {
     println!(
         "arms: `hooks` = plugin with {} attached (NCCL_BPF_POLICY), `off` = plugin with no \
          policy (per-connection counters still on: no setting turns them off), raw TCP over \
-         the same streams blocking and busy-polling (one spinning thread per side)",
+         the same streams blocking and busy-polling (one polling thread per side, yielding \
+         after an idle pass as NCCL's proxy does)",
         policy.display()
     );
     if common::cores() <= 4 {
         println!(
-            "note: {} cores: the busy-polling arm spins one thread per side, which takes every \
-             core here; the plugin's helper threads share them with its proxy-like threads",
+            "note: {} cores, shared with other work (see the load average): every arm keeps a \
+             sender and a receiver thread busy (the plugin's also hand large messages to helper \
+             threads), so each arm needs both cores and figures vary between rounds",
             common::cores()
         );
     }
@@ -266,9 +268,10 @@ pub fn run(a: &Args) -> Result<(), String> {
         table(&figs, Test::Tput, tput, 2);
     }
     println!(
-        "\nspeed and hook cost are per round (arms of one size run back to back), median \
-         (min–max) over rounds; hook cost = extra time of `hooks` over `off` (latency: hooks / \
-         off − 1; throughput: off / hooks − 1)"
+        "\nspeed and hook cost: of the medians, and in brackets the least and greatest of one \
+         round's pair (the arms of one size run back to back); hook cost = extra time of \
+         `hooks` over `off` (latency: hooks / off − 1; throughput: off / hooks − 1); each figure \
+         is the median of 10 timed parts of its measurement"
     );
     if !errors.is_empty() {
         println!("\nfailed measurements ({}):", errors.len());
@@ -322,35 +325,45 @@ fn table(figs: &Figures, test: Test, sizes: &[usize], prec: usize) {
             }
         }
         let hooks = get(Arm::Hooks);
-        let paired = |other: &[Option<f64>], f: &dyn Fn(f64, f64) -> f64| -> Vec<f64> {
-            hooks
-                .iter()
-                .zip(other)
-                .filter_map(|(h, o)| Some(f((*h)?, (*o)?)))
-                .collect()
-        };
         let speed = best.map(|(a, _)| {
-            let r = paired(&get(a), &|h, t| if tput { h / t } else { t / h });
             let name = if a == Arm::TcpPoll {
                 "busy-poll"
             } else {
                 "blocking"
             };
-            format!("{} {name}", common::cell_unit(&r, 2, "×"))
-        });
-        let cost = paired(&get(Arm::Off), &|h, o| {
-            100.0 * if tput { o / h - 1.0 } else { h / o - 1.0 }
-        });
-        let cost = if cost.is_empty() {
-            "–".to_string()
-        } else {
-            let (m, lo, hi) = spread(&cost);
-            if cost.len() == 1 {
-                format!("{m:+.1}%")
-            } else {
-                format!("{m:+.1}% ({lo:+.1}…{hi:+.1})")
+            let f = |h: f64, t: f64| if tput { h / t } else { t / h };
+            match ratio(&hooks, &get(a), &f) {
+                Some((m, lo, hi)) => format!("{m:.2}× ({lo:.2}–{hi:.2}) {name}"),
+                None => "–".into(),
             }
+        });
+        let f = |h: f64, o: f64| 100.0 * if tput { o / h - 1.0 } else { h / o - 1.0 };
+        let cost = match ratio(&hooks, &get(Arm::Off), &f) {
+            Some((m, lo, hi)) => format!("{m:+.1}% ({lo:+.1}…{hi:+.1})"),
+            None => "–".into(),
         };
         println!(" {} | {cost} |", speed.unwrap_or_else(|| "–".into()));
     }
+}
+
+/// `f` of the medians of `a` and `b`, and the least and greatest `f` of one round's pair.
+pub fn ratio(
+    a: &[Option<f64>],
+    b: &[Option<f64>],
+    f: &dyn Fn(f64, f64) -> f64,
+) -> Option<(f64, f64, f64)> {
+    let pairs: Vec<f64> = a
+        .iter()
+        .zip(b)
+        .filter_map(|(x, y)| Some(f((*x)?, (*y)?)))
+        .collect();
+    let (xs, ys): (Vec<f64>, Vec<f64>) = (
+        a.iter().flatten().copied().collect(),
+        b.iter().flatten().copied().collect(),
+    );
+    if pairs.is_empty() {
+        return None;
+    }
+    let (_, lo, hi) = spread(&pairs);
+    Some((f(spread(&xs).0, spread(&ys).0), lo, hi))
 }
