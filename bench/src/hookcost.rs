@@ -156,7 +156,9 @@ pub fn run(a: &Args) -> Result<(), String> {
                 .map_err(|e| errors.push(e))
                 .ok();
             direct[i].push(d.map(|d| d.0));
-            clock.extend(d.map(|d| d.1));
+            if arm == Arm::Hooks {
+                clock.extend(d.map(|d| d.1));
+            }
             // ns per message from the throughput of `ops` 8 B messages.
             let v = run_child(arm, Test::Tput, 8, budget, 8 * ops, &env, &mut errors);
             stream8[i].push(v.map(|gbs| 8.0 / gbs));
@@ -223,14 +225,22 @@ pub fn run(a: &Args) -> Result<(), String> {
             "–".into()
         } else {
             let (m, lo, hi) = spread(&rel);
-            format!("{m:+.1}% ({lo:+.1}…{hi:+.1})")
+            if rel.len() == 1 {
+                format!("{m:+.1}%")
+            } else {
+                format!("{m:+.1}% ({lo:+.1}…{hi:+.1})")
+            }
         };
         let d = if diff.is_empty() {
             "–".into()
         } else {
             let (m, lo, hi) = spread(&diff);
             let p = prec.max(1);
-            format!("{m:+.p$} ({lo:+.p$}…{hi:+.p$}) {unit}")
+            if diff.len() == 1 {
+                format!("{m:+.p$} {unit}")
+            } else {
+                format!("{m:+.p$} ({lo:+.p$}…{hi:+.p$}) {unit}")
+            }
         };
         println!(
             "| {title} | {} | {} | {d} | {pct} |",
