@@ -72,11 +72,28 @@ fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "panic".into())
 }
 
+/// This process's open descriptors and what each one is (`readlink /proc/self/fd/N`).
+fn fd_targets() -> std::collections::BTreeMap<String, String> {
+    std::fs::read_dir("/proc/self/fd")
+        .map(|d| {
+            d.flatten()
+                .map(|e| {
+                    let t = std::fs::read_link(e.path())
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_else(|_| "?".into());
+                    (e.file_name().to_string_lossy().into_owned(), t)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 pub fn child_main(a: &ChildArgs) -> Result<(), String> {
     let limit = raise_nofile();
     common::emit("nofile", limit);
     let n = Net::ready(None);
     let (fd0, th0) = fds_and_threads();
+    let fds_before = fd_targets();
     common::emit("fds0", fd0);
     common::emit("threads0", th0);
     let mut pairs = vec![];
@@ -142,6 +159,16 @@ pub fn child_main(a: &ChildArgs) -> Result<(), String> {
         (fd2, th2) = fds_and_threads();
     }
     common::emit("fds2", fd2);
+    // Descriptors the plugin opened on the way and kept (anything not there before, but the
+    // listing of /proc/self/fd itself).
+    let kept: Vec<String> = fd_targets()
+        .into_iter()
+        .filter(|(fd, t)| fds_before.get(fd) != Some(t) && !t.starts_with("/proc/"))
+        .map(|(_, t)| t)
+        .collect();
+    if !kept.is_empty() {
+        common::emit("fds_kept", kept.join(", "));
+    }
     common::emit("threads2", th2);
     if let Some(f) = fail {
         common::emit("fail", f);
@@ -212,6 +239,10 @@ pub fn run(a: &Args) -> Result<(), String> {
                 format!("stopped: {f}")
             }
             None => "ok".into(),
+        };
+        let result = match r.get("fds_kept") {
+            Some(k) => format!("{result}; kept open after close: {k}"),
+            None => result,
         };
         println!(
             "| {count} | {} | {} / {} / {} | {helpers} | {} / {} / {} | {per} | {:.1} | {:.2} | \

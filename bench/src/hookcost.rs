@@ -15,8 +15,8 @@
 //! The tuner's path (getCollInfo with and without a policy) has its own benchmark, a C caller:
 //! `scripts/tuner-bench.sh` (`bench/c/tuner_bench.c`), in BENCHMARKS.md "Tuner getCollInfo".
 
-use crate::common::{self, cell, spread};
-use crate::loopback::{arm_env, run_child};
+use crate::common::{self, cell};
+use crate::loopback::{arm_env, ratio, run_child};
 use crate::transport::{Arm, Test};
 use nccl_net_bpf::hooks::{ConnHooks, ConnInfo};
 use shared_maps::ConnDirection;
@@ -185,9 +185,7 @@ pub fn run(a: &Args) -> Result<(), String> {
         common::load()
     );
     println!();
-    println!(
-        "| per operation | no policy | conn_counter | conn_counter − none (per round) | extra time (per round) |"
-    );
+    println!("| per operation | no policy | conn_counter | conn_counter − none | extra time |");
     println!("|---|---:|---:|---:|---:|");
     // (title, figures, decimals, unit of the difference, higher is better)
     let rows: [Row; 4] = [
@@ -210,38 +208,30 @@ pub fn run(a: &Args) -> Result<(), String> {
     ];
     for (k, (title, f, prec, unit, higher)) in rows.into_iter().enumerate() {
         let ok = |v: &Vec<Option<f64>>| v.iter().flatten().copied().collect::<Vec<f64>>();
-        let pairs: Vec<(f64, f64)> = f[0]
+        let one = f[0]
             .iter()
             .zip(&f[1])
-            .filter_map(|(o, h)| Some(((*o)?, (*h)?)))
-            .collect();
-        let diff: Vec<f64> = pairs.iter().map(|(o, h)| h - o).collect();
-        // Extra time with the policy, in percent.
-        let rel: Vec<f64> = pairs
-            .iter()
-            .map(|(o, h)| 100.0 * if higher { o / h - 1.0 } else { h / o - 1.0 })
-            .collect();
-        let pct = if rel.is_empty() {
-            "–".into()
-        } else {
-            let (m, lo, hi) = spread(&rel);
-            if rel.len() == 1 {
-                format!("{m:+.1}%")
-            } else {
-                format!("{m:+.1}% ({lo:+.1}…{hi:+.1})")
-            }
+            .filter(|(o, h)| o.is_some() && h.is_some())
+            .count()
+            == 1;
+        let show = |r: Option<(f64, f64, f64)>, p: usize, unit: &str| match r {
+            None => "–".to_string(),
+            Some((m, _, _)) if one => format!("{m:+.p$}{unit}"),
+            Some((m, lo, hi)) => format!("{m:+.p$}{unit} ({lo:+.p$}…{hi:+.p$})"),
         };
-        let d = if diff.is_empty() {
-            "–".into()
-        } else {
-            let (m, lo, hi) = spread(&diff);
-            let p = prec.max(1);
-            if diff.len() == 1 {
-                format!("{m:+.p$} {unit}")
-            } else {
-                format!("{m:+.p$} ({lo:+.p$}…{hi:+.p$}) {unit}")
-            }
-        };
+        // conn_counter − none; extra time with the policy, in percent.
+        let d = show(
+            ratio(&f[1], &f[0], &|h, o| h - o),
+            prec.max(1),
+            &format!(" {unit}"),
+        );
+        let pct = show(
+            ratio(&f[1], &f[0], &|h, o| {
+                100.0 * if higher { o / h - 1.0 } else { h / o - 1.0 }
+            }),
+            1,
+            "%",
+        );
         println!(
             "| {title} | {} | {} | {d} | {pct} |",
             cell(&ok(&f[0]), prec),
@@ -256,9 +246,10 @@ pub fn run(a: &Args) -> Result<(), String> {
         }
     }
     println!(
-        "\nin-process: the clock read a completion program's latency needs, `on_post` and \
-         `on_complete` (counters, then the program) through the plugin crate's `ConnHooks`, \
-         best of 7 timings per child; end to end: through the library's C ABI, as `loopback`. \
+        "\ndifference and extra time: of the medians, and in brackets the least and greatest of \
+         one round's pair; in-process: the clock read a completion program's latency needs, \
+         `on_post` and `on_complete` (counters, then the program) through the plugin crate's \
+         `ConnHooks`, best of 7 timings per child; end to end: through the library's C ABI, as `loopback`. \
          getCollInfo (the tuner's path) with and without a policy: `scripts/tuner-bench.sh` \
          (bench/c/tuner_bench.c), BENCHMARKS.md \"Tuner getCollInfo\"."
     );

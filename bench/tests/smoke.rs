@@ -55,5 +55,5 @@ fn comms_opens_and_closes_ten() {
         .lines()
         .find(|l| l.starts_with("| 10 |"))
         .unwrap_or_else(|| panic!("no row in\n{t}"));
-    assert!(row.ends_with("| ok |"), "{row}");
+    assert!(row.contains("| ok"), "{row}");
 }
