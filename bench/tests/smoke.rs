@@ -1,0 +1,59 @@
+//! CI smoke of the benchmarks: each subcommand runs (the quick form, a few seconds in all) and
+//! prints its table. No figure is checked: performance goals are read from the full runs
+//! (BENCHMARKS.md), not asserted by tests that would flake on a shared machine.
+
+use std::process::Command;
+
+fn bench(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_ncclbpf-bench"))
+        .args(args)
+        .output()
+        .expect("run ncclbpf-bench");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "ncclbpf-bench {args:?}: {}\n{text}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+#[test]
+fn help_of_every_subcommand() {
+    for sub in ["loopback", "comms", "hooks"] {
+        assert!(bench(&[sub, "--help"]).contains("Usage:"), "{sub} --help");
+    }
+    // The old invocation (no subcommand) is loopback.
+    assert!(bench(&["--help"]).contains("--streams"));
+}
+
+#[test]
+fn loopback_quick_prints_both_tables() {
+    let t = bench(&["loopback", "--quick"]);
+    for want in [
+        "#### Latency",
+        "#### Throughput",
+        "| 8 B |",
+        "| 64 KiB | 8 |",
+    ] {
+        assert!(t.contains(want), "no {want:?} in\n{t}");
+    }
+}
+
+#[test]
+fn hooks_quick_prints_its_table() {
+    let t = bench(&["hooks", "--quick"]);
+    assert!(t.contains("| hook calls of one request"), "{t}");
+    assert!(t.contains("tuner-bench.sh"), "{t}");
+}
+
+#[test]
+fn comms_opens_and_closes_ten() {
+    let t = bench(&["comms", "--counts", "10"]);
+    let row = t
+        .lines()
+        .find(|l| l.starts_with("| 10 |"))
+        .unwrap_or_else(|| panic!("no row in\n{t}"));
+    assert!(row.contains("| ok"), "{row}");
+}
