@@ -81,6 +81,8 @@ struct Req {
     ctrl_done: bool,
     /// When it was posted, if a policy wants latencies.
     posted: Option<Instant>,
+    /// Its chunks were handed out ([`Comm::dispatch`]), counted in `State::chunked`.
+    chunked: bool,
 }
 
 const IDLE: Req = Req {
@@ -91,6 +93,7 @@ const IDLE: Req = Req {
     header_done: false,
     ctrl_done: false,
     posted: None,
+    chunked: false,
 };
 
 /// A chunk the comm's caller (NCCL's proxy thread, inside `isend`/`irecv`/`test`) moves
@@ -112,6 +115,8 @@ struct State {
     queued: Vec<Arc<AtomicU32>>,
     /// Data streams that failed under a direct chunk: later chunks for them fail at once.
     direct_broken: Vec<bool>,
+    /// Requests whose chunks were handed out and that are not released yet.
+    chunked: u32,
     reqs: Vec<Req>,
     free: Vec<u32>,
     /// Posted requests whose control-stream part is not finished, oldest first.
@@ -260,6 +265,7 @@ impl Comm {
                 direct: data.iter().map(|_| VecDeque::new()).collect(),
                 queued: data.iter().map(|_| Arc::new(AtomicU32::new(0))).collect(),
                 direct_broken: vec![false; data.len()],
+                chunked: 0,
                 data: data.into_iter().map(Arc::new).collect(),
                 workers: None,
                 reqs: vec![IDLE; SLOTS],
@@ -328,6 +334,7 @@ impl Comm {
             header_done: true,
             ctrl_done: false,
             posted,
+            chunked: false,
         };
         if !inline {
             self.dispatch(&mut st, idx, buf);
@@ -356,6 +363,7 @@ impl Comm {
             header_done: false,
             ctrl_done: false,
             posted,
+            chunked: false,
         };
         st.fifo.push_back(idx);
         st.hooks.on_post(buf.len());
@@ -419,16 +427,22 @@ impl Comm {
     }
 
     fn release(&self, st: &mut State, idx: usize) {
+        if st.reqs[idx].chunked {
+            st.chunked -= 1;
+        }
         st.reqs[idx] = IDLE;
         self.slots[idx].failed.store(false, Ordering::Relaxed);
         st.free.push(idx as u32);
     }
 
     /// Whether a message of `size` (over the inline limit) may have a chunk for the data path:
-    /// it is over the direct limit, or a stream has chunks queued there (see
-    /// [`Self::dispatch`]). Medium messages alone never start it.
+    /// it is over the direct limit, another chunked request is in flight, or a stream has
+    /// chunks queued there (see [`Self::dispatch`]). Medium messages one at a time never
+    /// start it.
     fn needs_data_path(&self, st: &State, size: usize) -> bool {
-        size > self.direct_limit || st.queued.iter().any(|q| q.load(Ordering::Acquire) > 0)
+        size > self.direct_limit
+            || st.chunked > 0
+            || st.queued.iter().any(|q| q.load(Ordering::Acquire) > 0)
     }
 
     /// Starts the data path on the comm's first message that needs it.
@@ -486,8 +500,8 @@ impl Comm {
     /// [`Self::ensure_workers`]), or keeps them to move itself. Never fails: a chunk nothing
     /// can take fails its request.
     ///
-    /// A chunk of a message up to `direct_limit` whose stream has nothing queued with the
-    /// data path is *direct*: moved by the caller, inside this and later `isend`/`irecv`/
+    /// A chunk of a message up to `direct_limit`, posted while no other chunked request of the
+    /// comm is in flight, whose stream has nothing queued with the data path is *direct*: moved by the caller, inside this and later `isend`/`irecv`/
     /// `test` calls, with non-blocking calls, so medium messages wait for no thread hand-off
     /// (a send usually leaves inside `isend`; a receive is read as soon as its header is).
     /// While a stream has direct chunks, every later chunk of that stream is direct too, and
@@ -504,7 +518,12 @@ impl Comm {
         let slot = &self.slots[idx as usize];
         slot.pending_chunks
             .store(pieces.len() as u32, Ordering::Release);
-        let small = buf.len() <= self.direct_limit;
+        // Direct only while no other chunked request is in flight: a lone message (latency)
+        // gains from no hand-off, but under load (NCCL keeps several steps in flight) the
+        // caller alone would be the one thread copying every byte.
+        let small = buf.len() <= self.direct_limit && st.chunked == 0;
+        st.reqs[idx as usize].chunked = true;
+        st.chunked += 1;
         for (piece, stream) in pieces {
             let k = stream as usize;
             if st.direct_broken.get(k).copied().unwrap_or(true) {
@@ -1506,6 +1525,37 @@ mod tests {
         for _ in 0..2 * SLOTS {
             assert!(r.irecv(buf(&mut into)).is_err());
         }
+        s.close();
+        r.close();
+    }
+
+    /// Under load (a second medium message while the first is in flight) chunks go to the data
+    /// path: the caller alone would otherwise copy every byte of a busy connection.
+    #[test]
+    fn medium_messages_under_load_go_to_the_data_path() {
+        let way = Way {
+            path: engine::Path::Threads,
+            direct: BIG,
+        };
+        let (s, r) = pair_on(way, 0xd1ec_0011, 0xd1ec_0012);
+        let mut a: Vec<u8> = (0..300_000).map(|b| b as u8).collect();
+        let mut b: Vec<u8> = (0..300_000).map(|b| (b * 3) as u8).collect();
+        let (mut ia, mut ib) = (vec![0u8; 300_000], vec![0u8; 300_000]);
+        // Nobody receives yet: the first stays in flight, direct.
+        let sa = s.isend(buf(&mut a)).unwrap().unwrap();
+        assert!(lock(&s.state).workers.is_none());
+        let sb = s.isend(buf(&mut b)).unwrap().unwrap();
+        assert!(
+            lock(&s.state).workers.is_some(),
+            "the second went to the data path"
+        );
+        let ra = r.irecv(buf(&mut ia)).unwrap().unwrap();
+        let rb = r.irecv(buf(&mut ib)).unwrap().unwrap();
+        for (c, q) in [(&s, sa), (&s, sb), (&r, ra), (&r, rb)] {
+            assert_eq!(wait(c, q).unwrap(), 300_000);
+        }
+        assert!(ia == a && ib == b);
+        assert_eq!(lock(&s.state).chunked, 0, "released requests are uncounted");
         s.close();
         r.close();
     }

@@ -93,6 +93,10 @@ pub struct Attached {
     /// A hash of its section and instructions as in the object (before map binding): the same
     /// program has the same tag, whatever process loaded it.
     pub tag: u64,
+    /// Whether some load of the program may read `latency_ns` (the verifier's
+    /// `Stats::reads_ctx`): only then are requests timed,
+    /// two clock reads per request that a program like `conn_counter` never looks at.
+    pub reads_latency: bool,
 }
 
 impl Attached {
@@ -107,11 +111,16 @@ impl Attached {
             .map_or(0, |p| program_tag(&p.section, &p.insns));
         let mut prog = prog;
         prog.tag = generation;
+        let reads_latency = prog.stats.reads_ctx(
+            std::mem::offset_of!(NetCtx, latency_ns) as u32,
+            size_of::<u64>() as u32,
+        );
         Attached {
             prog,
             source: source.to_string(),
             generation,
             tag,
+            reads_latency,
         }
     }
 }
@@ -286,10 +295,12 @@ impl ConnHooks {
         self.slot.as_ref().map(ConnSlotGuard::progress_mark)
     }
 
-    /// Whether completions need post times (a completion program may read latencies).
+    /// Whether completions need post times (the completion program may read latencies).
     #[inline]
     pub fn wants_time(&mut self) -> bool {
-        self.net.get().by_hook[NetHook::Complete as usize].is_some()
+        self.net.get().by_hook[NetHook::Complete as usize]
+            .as_ref()
+            .is_some_and(|a| a.reads_latency)
     }
 
     #[inline]
@@ -380,5 +391,42 @@ impl ConnHooks {
             );
         }
         self.run(NetHook::Close, OP_CLOSE, 0, 0, 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loaded(name: &str) -> NetSet {
+        let path = ncclbpf_policies::object(&format!("src/{name}.o")).unwrap();
+        let reg = Registry::new(
+            std::env::temp_dir().join(format!("ncclbpf-hooks-test-{}-{name}", std::process::id())),
+        );
+        let src = Source {
+            path: path.display().to_string(),
+            var: "NCCL_BPF_POLICY",
+            scope: Scope::All,
+        };
+        let (set, problems) = NetSet::load(&[src], &reg);
+        assert!(problems.is_empty(), "{problems:?}");
+        set
+    }
+
+    /// Requests are timed only for a completion program that reads `latency_ns`: `net_stats`
+    /// (its latency histogram) does, `conn_counter` does not.
+    #[test]
+    fn requests_are_timed_only_for_programs_that_read_latencies() {
+        let complete = NetHook::Complete as usize;
+        let stats = loaded("net_stats");
+        let counter = loaded("conn_counter");
+        let a = stats.by_hook[complete]
+            .as_ref()
+            .expect("net_stats has net/complete");
+        let b = counter.by_hook[complete]
+            .as_ref()
+            .expect("conn_counter has net/complete");
+        assert!(a.reads_latency, "net_stats reads latency_ns");
+        assert!(!b.reads_latency, "conn_counter does not");
     }
 }
