@@ -64,7 +64,10 @@ pub fn direct_main(a: &DirectArgs) -> Result<(), String> {
         open(ConnDirection::Send, 0xbe_0001),
         open(ConnDirection::Recv, 0xbe_0002),
     ];
-    common::emit("policy", ends[0].wants_time());
+    common::emit("policy", ends[0].has_programs());
+    // Requests are timed only for a completion program that reads latency_ns.
+    let timed = ends[0].wants_time();
+    common::emit("timed", timed);
     let mut best = f64::MAX;
     for _ in 0..7 {
         let t = Instant::now();
@@ -97,12 +100,13 @@ pub fn direct_main(a: &DirectArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// (ns per operation, ns of the two clock reads) of one `hook-direct` child.
+/// (ns per operation, ns of the two clock reads if its requests are timed) of one
+/// `hook-direct` child.
 fn direct_child(
     arm: Arm,
     env: &[(&'static str, Option<String>)],
     quick: bool,
-) -> Result<(f64, f64), String> {
+) -> Result<(f64, Option<f64>), String> {
     let calls = if quick { 200_000 } else { 2_000_000 };
     let args = vec![
         "hook-direct".to_string(),
@@ -122,7 +126,11 @@ fn direct_child(
             .and_then(|v| v.parse().ok())
             .ok_or_else(|| format!("hook-direct: no {k}"))
     };
-    Ok((get("value")?, get("clock")?))
+    let timed = r.get("timed").map(String::as_str) == Some("true");
+    Ok((
+        get("value")?,
+        if timed { Some(get("clock")?) } else { None },
+    ))
 }
 
 /// A row of the table: title, figures of (no policy, conn_counter) per round, decimals, unit of
@@ -157,7 +165,7 @@ pub fn run(a: &Args) -> Result<(), String> {
                 .ok();
             direct[i].push(d.map(|d| d.0));
             if arm == Arm::Hooks {
-                clock.extend(d.map(|d| d.1));
+                clock.extend(d.and_then(|d| d.1));
             }
             // ns per message from the throughput of `ops` 8 B messages.
             let v = run_child(arm, Test::Tput, 8, budget, 8 * ops, &env, &mut errors);
@@ -238,10 +246,14 @@ pub fn run(a: &Args) -> Result<(), String> {
             cell(&ok(&f[1]), prec)
         );
         if k == 0 {
+            let timed = if clock.is_empty() {
+                "not read (the program does not read latency_ns)".to_string()
+            } else {
+                cell(&clock, 1)
+            };
             println!(
                 "| of which: the two clock reads of a timed request (post, completion; ns) \
-                 | not read | {} | | |",
-                cell(&clock, 1)
+                 | not read | {timed} | | |"
             );
         }
     }

@@ -295,6 +295,11 @@ impl ConnHooks {
         self.slot.as_ref().map(ConnSlotGuard::progress_mark)
     }
 
+    /// Whether any net program is attached (the whole set, as this connection sees it now).
+    pub fn has_programs(&mut self) -> bool {
+        !self.net.get().is_empty()
+    }
+
     /// Whether completions need post times (the completion program may read latencies).
     #[inline]
     pub fn wants_time(&mut self) -> bool {
