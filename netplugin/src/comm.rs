@@ -1560,6 +1560,53 @@ mod tests {
         r.close();
     }
 
+    /// A sender that announces a message, delivers part of it and closes (or resets) fails the
+    /// pending receive with a remote error on every path, direct chunks or not.
+    #[test]
+    fn a_message_cut_short_fails_the_receive_on_every_way() {
+        for (i, way) in ways().into_iter().enumerate() {
+            for reset in [false, true] {
+                let l = TcpListener::bind("127.0.0.1:0").unwrap();
+                let addr = l.local_addr().unwrap();
+                let (mut raw, mut ends) = (Vec::new(), Vec::new());
+                for _ in 0..=STREAMS {
+                    raw.push(TcpStream::connect(addr).unwrap());
+                    ends.push(l.accept().unwrap().0);
+                }
+                let shape = Shape {
+                    nstreams: STREAMS,
+                    inline_bytes: 64 * 1024,
+                    min_chunk: 64 * 1024,
+                };
+                let ctl = ends.remove(0);
+                let id = 0xc075_0000 + 0x10 * i as u64 + u64::from(reset);
+                let ep = Endpoint { dev: 0, comm_id: 0 };
+                let mut r =
+                    Comm::on_path(ConnDirection::Recv, id, ep, shape, ctl, ends, way.path).unwrap();
+                r.direct_limit = way.direct;
+                let mut into = vec![0u8; 800_000];
+                let rq = r.irecv(buf(&mut into)).unwrap().unwrap();
+                raw[0].write_all(&800_000u64.to_le_bytes()).unwrap();
+                // Half of the first stream's 200,000-byte chunk, then the end.
+                raw[1].write_all(&[7u8; 100_000]).unwrap();
+                std::thread::sleep(Duration::from_millis(20));
+                for s in &raw {
+                    if reset {
+                        let _ = socket2::SockRef::from(s).set_linger(Some(Duration::ZERO));
+                    }
+                }
+                drop(raw);
+                let e = wait(&r, rq).unwrap_err();
+                assert_eq!(
+                    e.code(),
+                    NcclResult::REMOTE_ERROR,
+                    "{way}, reset {reset}: {e}"
+                );
+                r.close();
+            }
+        }
+    }
+
     /// Threads of this process whose name starts with `prefix`.
     fn threads_named(prefix: &str) -> usize {
         std::fs::read_dir("/proc/self/task")
@@ -1606,7 +1653,16 @@ mod tests {
                     reqs.push((k, j, sq, rq));
                 }
             }
-            assert_eq!(threads_named("ncclbpf S") + threads_named("ncclbpf R"), 0);
+            for (s, r) in &pairs {
+                for c in [s, r] {
+                    let on_pool = matches!(lock(&c.state).workers, Some(DataPath::Pool(_)));
+                    // A comm that has sent only direct chunks has no data path yet.
+                    assert!(
+                        on_pool || lock(&c.state).workers.is_none(),
+                        "{path}: not on the pool"
+                    );
+                }
+            }
             for (k, j, sq, rq) in reqs {
                 let (s, r) = &pairs[k];
                 assert_eq!(wait(s, sq).unwrap(), sizes[j]);

@@ -187,7 +187,13 @@ impl Worker {
             }
             Cmd::Task { key, task } => {
                 let Some(e) = self.streams.get_mut(&key) else {
-                    // Not ours: the comm asked after removing it (a bug); nothing to move.
+                    debug_assert!(false, "a chunk for stream {key}, which is not served here");
+                    crate::nlog!(
+                        WARN,
+                        NET,
+                        "epoll I/O: a chunk of request {} for unknown stream {key} (a bug)",
+                        task.idx
+                    );
                     return;
                 };
                 if e.broken {
@@ -277,7 +283,14 @@ pub fn run(rx: Receiver<Cmd>, waker: Arc<Waker>, spin: Duration, ready: Sender<i
             match rx.try_recv() {
                 Ok(cmd) => {
                     busy = true;
-                    w.command(cmd);
+                    let key = cmd.key();
+                    if let Err(p) = catch_unwind(AssertUnwindSafe(|| w.command(cmd))) {
+                        // A bug, caught: the stream fails and the worker carries on.
+                        if let Some(e) = w.streams.get_mut(&key) {
+                            let why = e.ctx.panic_error(&*p);
+                            e.fail(why);
+                        }
+                    }
                 }
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => return,

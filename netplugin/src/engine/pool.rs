@@ -29,6 +29,15 @@ pub enum Cmd {
     Remove { key: u64, done: Sender<()> },
 }
 
+impl Cmd {
+    /// The stream the command is about.
+    pub fn key(&self) -> u64 {
+        match self {
+            Cmd::Add { key, .. } | Cmd::Task { key, .. } | Cmd::Remove { key, .. } => *key,
+        }
+    }
+}
+
 /// Wakes a parked worker: an eventfd the worker waits on while parked, written only when it
 /// is parked (the flag), so a busy worker costs its comms no system call.
 pub struct Waker {
@@ -106,6 +115,9 @@ impl Worker {
 
 pub struct Pool {
     path: Path,
+    /// The process that started it: a forked child has the pool's state but not its threads,
+    /// and starts its own.
+    pid: u32,
     workers: Vec<Worker>,
     /// Where the next comm's stream 0 goes (so comms of one stream spread too).
     next: AtomicUsize,
@@ -123,7 +135,9 @@ fn pool(path: Path) -> Result<Arc<Pool>, String> {
         Path::Threads => unreachable!("the threads path has no pool"),
     };
     let mut g = super::lock(cell);
-    if let Some(p) = &*g {
+    if let Some(p) = &*g
+        && p.pid == std::process::id()
+    {
         return Ok(Arc::clone(p));
     }
     let p = Arc::new(Pool::start(path, &super::process_settings())?);
@@ -148,8 +162,14 @@ impl Pool {
         }
         match (workers.len(), refused) {
             (0, Some(e)) => Err(format!(
-                "cannot start any of the {want} {path} I/O worker(s) for the data streams: {e}; \
-                 raise the pid/thread limit (ulimit -u, the container's pids.max)"
+                "cannot start any of the {want} {path} I/O worker(s) for the data streams: {e}{}",
+                if e.raw_os_error() == Some(libc::EAGAIN) {
+                    "; raise the pid/thread limit (ulimit -u, the container's pids.max)"
+                } else if e.raw_os_error() == Some(libc::EMFILE) {
+                    "; raise the open file limit (ulimit -n)"
+                } else {
+                    ""
+                }
             )),
             (got, Some(e)) => {
                 crate::nlog!(
@@ -160,12 +180,14 @@ impl Pool {
                 );
                 Ok(Pool {
                     path,
+                    pid: std::process::id(),
                     workers,
                     next: AtomicUsize::new(0),
                 })
             }
             _ => Ok(Pool {
                 path,
+                pid: std::process::id(),
                 workers,
                 next: AtomicUsize::new(0),
             }),
@@ -204,13 +226,27 @@ pub struct Streams {
     at: Vec<(usize, u64)>,
 }
 
-/// How long a closing comm waits for a worker to let go of its streams. A worker never blocks
-/// in I/O (the streams are shut down before), so this is a bound for bugs, not a wait.
+/// How often a closing comm says it is still waiting for a worker to let go of its streams. A
+/// worker never blocks in I/O (the streams are shut down before), so only a bug makes it wait
+/// at all; and it keeps waiting: returning while the worker (or the kernel, for a request in
+/// flight) may still write into NCCL's buffer would let NCCL free memory that is then written.
 const REMOVE_WAIT: Duration = Duration::from_secs(30);
 
 impl Streams {
     pub fn start(path: Path, streams: Vec<StreamCtx>) -> Result<Streams, String> {
-        let pool = pool(path)?;
+        let pool = match pool(path) {
+            Ok(p) => p,
+            // io_uring passed the probe but its rings cannot be had now (locked memory on
+            // kernels before 5.12, say): epoll serves the same streams.
+            Err(why) if path == Path::Uring => {
+                static SAID: std::sync::Once = std::sync::Once::new();
+                SAID.call_once(|| {
+                    crate::nlog!(WARN, NET, "{why}; data streams use epoll instead");
+                });
+                pool(Path::Epoll)?
+            }
+            Err(why) => return Err(why),
+        };
         let n = pool.workers.len();
         let base = pool.next.fetch_add(streams.len().max(1), Ordering::Relaxed);
         let mut at = Vec::with_capacity(streams.len());
@@ -248,15 +284,24 @@ impl Streams {
             }
         }
         for (w, ack) in acks {
-            if ack.recv_timeout(REMOVE_WAIT).is_err() {
-                crate::nlog!(
-                    WARN,
-                    NET,
-                    "{} I/O worker {w} did not let go of a closing connection's stream within \
-                     {} s",
-                    self.pool.path,
-                    REMOVE_WAIT.as_secs()
-                );
+            let mut waited = 0u64;
+            loop {
+                match ack.recv_timeout(REMOVE_WAIT) {
+                    // Acknowledged, or the worker is gone: a worker thread that ends has
+                    // failed and let go of every stream first (`epoll::run`, `uring::run`).
+                    Ok(()) | Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                        waited += REMOVE_WAIT.as_secs();
+                        crate::nlog!(
+                            WARN,
+                            NET,
+                            "{} I/O worker {w} has not let go of a closing connection's stream \
+                             after {waited} s; still waiting (NCCL's buffer may not be freed \
+                             before)",
+                            self.pool.path
+                        );
+                    }
+                }
             }
         }
     }

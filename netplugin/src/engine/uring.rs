@@ -29,9 +29,12 @@ use std::time::{Duration, Instant};
 /// Completion keys that are not streams (stream keys start at 1 and stay far below these).
 const WAKE: u64 = 0;
 const CANCEL: u64 = u64::MAX;
-/// Submission queue entries per worker ring (the completion queue is twice that; the kernel
-/// keeps overflowing completions rather than dropping them, `IORING_FEAT_NODROP`).
+/// Submission queue entries per worker ring.
 const ENTRIES: u32 = 256;
+/// Completion queue entries: one request per stream can be in flight, and 1,000 comms of 4
+/// streams on 4 workers put 2,000 streams on a ring. Beyond this the kernel keeps completions on
+/// an overflow list (`IORING_FEAT_NODROP`), allocated as they come, which can fail.
+const CQ_ENTRIES: u32 = 8192;
 /// Bytes asked of one request at most (a request's length is 32-bit).
 const MAX_REQUEST: usize = 1 << 30;
 
@@ -41,7 +44,12 @@ pub fn probe() -> Result<(), String> {
     static RESULT: OnceLock<Result<(), String>> = OnceLock::new();
     RESULT
         .get_or_init(|| {
-            let ring = IoUring::new(8).map_err(|e| format!("io_uring_setup: {e}"))?;
+            // The size the workers use: on kernels before 5.12 ring memory is locked memory,
+            // which a small probe ring could pass where theirs would not.
+            let ring: IoUring = IoUring::builder()
+                .setup_cqsize(CQ_ENTRIES)
+                .build(ENTRIES)
+                .map_err(|e| format!("io_uring_setup: {e}"))?;
             let mut p = io_uring::Probe::new();
             ring.submitter()
                 .register_probe(&mut p)
@@ -91,6 +99,8 @@ impl Entry {
 struct Worker {
     ring: IoUring,
     streams: HashMap<u64, Entry>,
+    /// Streams whose next request could not be queued.
+    deferred: Vec<u64>,
 }
 
 impl Worker {
@@ -153,11 +163,13 @@ impl Worker {
             .user_data(key);
         };
         e.inflight = true;
-        if let Err(err) = self.push(&sqe) {
-            let e = self.streams.get_mut(&key).expect("looked up above");
-            e.inflight = false;
-            let why = e.ctx.io_error(err);
-            e.fail(why);
+        if self.push(&sqe).is_err() {
+            // The kernel took nothing (a full queue it cannot flush now): try again after the
+            // next completions, the chunk still queued.
+            if let Some(e) = self.streams.get_mut(&key) {
+                e.inflight = false;
+            }
+            self.deferred.push(key);
         }
     }
 
@@ -178,6 +190,13 @@ impl Worker {
             }
             Cmd::Task { key, task } => {
                 let Some(e) = self.streams.get_mut(&key) else {
+                    debug_assert!(false, "a chunk for stream {key}, which is not served here");
+                    crate::nlog!(
+                        WARN,
+                        NET,
+                        "uring I/O: a chunk of request {} for unknown stream {key} (a bug)",
+                        task.idx
+                    );
                     return;
                 };
                 if e.broken || e.removing.is_some() {
@@ -199,6 +218,8 @@ impl Worker {
                     let _ = self.push(&cancel);
                 } else if let Some(mut e) = self.streams.remove(&key) {
                     e.abandon_all();
+                    // The socket's last reference goes before the comm hears it is let go.
+                    drop(e);
                     let _ = done.send(());
                 }
             }
@@ -230,14 +251,44 @@ impl Worker {
             e.fail(why);
         }
         if e.removing.is_some() {
-            let mut e = self.streams.remove(&key).expect("looked up above");
-            e.abandon_all();
-            if let Some(done) = e.removing.take() {
-                let _ = done.send(());
-            }
+            self.finish_removal(key);
             return;
         }
         self.start(key);
+    }
+
+    /// Forgets stream `key`, whose removal waited for its request: abandons what is queued,
+    /// drops it (the socket's last reference), then tells the comm.
+    fn finish_removal(&mut self, key: u64) {
+        let Some(mut e) = self.streams.remove(&key) else {
+            return;
+        };
+        e.abandon_all();
+        let done = e.removing.take();
+        drop(e);
+        if let Some(done) = done {
+            let _ = done.send(());
+        }
+    }
+
+    /// Handling stream `key`'s command or completion panicked (a bug, caught): the stream
+    /// fails, so its requests fail instead of waiting, and the worker carries on.
+    fn panicked(&mut self, key: u64, payload: &(dyn std::any::Any + Send)) {
+        let Some(e) = self.streams.get_mut(&key) else {
+            return;
+        };
+        let why = e.ctx.panic_error(payload);
+        e.fail(why);
+        if e.removing.is_some() && !e.inflight {
+            self.finish_removal(key);
+        }
+    }
+
+    /// Starts the requests that could not be queued before (the submission queue was full).
+    fn start_deferred(&mut self) {
+        for key in std::mem::take(&mut self.deferred) {
+            self.start(key);
+        }
     }
 
     fn arm_wake(&mut self, fd: i32) -> io::Result<()> {
@@ -250,7 +301,7 @@ impl Worker {
 
 /// The worker thread: serves its streams until the process ends.
 pub fn run(rx: Receiver<Cmd>, waker: Arc<Waker>, spin: Duration, ready: Sender<io::Result<()>>) {
-    let ring = match IoUring::new(ENTRIES) {
+    let ring = match IoUring::builder().setup_cqsize(CQ_ENTRIES).build(ENTRIES) {
         Ok(r) => r,
         Err(e) => {
             let _ = ready.send(Err(e));
@@ -260,6 +311,7 @@ pub fn run(rx: Receiver<Cmd>, waker: Arc<Waker>, spin: Duration, ready: Sender<i
     let mut w = Worker {
         ring,
         streams: HashMap::new(),
+        deferred: Vec::new(),
     };
     if let Err(e) = w
         .arm_wake(waker.fd())
@@ -278,7 +330,10 @@ pub fn run(rx: Receiver<Cmd>, waker: Arc<Waker>, spin: Duration, ready: Sender<i
             match rx.try_recv() {
                 Ok(cmd) => {
                     busy = true;
-                    w.command(cmd);
+                    let key = cmd.key();
+                    if let Err(p) = catch_unwind(AssertUnwindSafe(|| w.command(cmd))) {
+                        w.panicked(key, &*p);
+                    }
                 }
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => return,
@@ -297,8 +352,15 @@ pub fn run(rx: Receiver<Cmd>, waker: Arc<Waker>, spin: Duration, ready: Sender<i
                     wake_armed = w.arm_wake(waker.fd()).is_ok();
                 }
                 CANCEL => {}
-                key => w.completed(key, res),
+                key => {
+                    if let Err(p) = catch_unwind(AssertUnwindSafe(|| w.completed(key, res))) {
+                        w.panicked(key, &*p);
+                    }
+                }
             }
+        }
+        if !w.deferred.is_empty() {
+            w.start_deferred();
         }
         if busy {
             idle_since = Instant::now();
@@ -308,8 +370,9 @@ pub fn run(rx: Receiver<Cmd>, waker: Arc<Waker>, spin: Duration, ready: Sender<i
             std::hint::spin_loop();
             continue;
         }
-        if !wake_armed {
-            // Without its wake a parked worker would miss commands: look again soon instead.
+        if !wake_armed || !w.deferred.is_empty() {
+            // Without its wake a parked worker would miss commands, and a deferred request
+            // may have nothing in flight to wake it: look again soon instead.
             std::thread::sleep(Duration::from_millis(1));
             wake_armed = w.arm_wake(waker.fd()).is_ok();
             continue;
