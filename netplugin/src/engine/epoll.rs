@@ -7,8 +7,8 @@
 //! does not hold the others back. A stream that fails (error, end of stream, or a panic in its
 //! I/O, caught) is shut down, its chunks are abandoned, and the comm reports the error.
 
+use super::Queue;
 use super::pool::{Cmd, Waker};
-use super::{StreamCtx, Task};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use shared_maps::ConnDirection;
 use std::collections::{HashMap, VecDeque};
@@ -75,15 +75,11 @@ impl Epoll {
 }
 
 struct Entry {
-    ctx: StreamCtx,
-    queue: VecDeque<Task>,
-    /// Bytes of the queue's head moved so far.
-    head_done: usize,
+    q: Queue,
     /// Not known to return EAGAIN.
     ready: bool,
     /// On the active list.
     active: bool,
-    broken: bool,
 }
 
 enum Visit {
@@ -99,23 +95,23 @@ enum Visit {
 impl Entry {
     /// Moves queued chunks until one of [`Visit`]'s outcomes.
     fn visit(&mut self) -> Visit {
-        let fd = self.ctx.stream.as_raw_fd();
+        let fd = self.q.ctx.stream.as_raw_fd();
         let mut budget = VISIT_BYTES;
-        while let Some(t) = self.queue.front() {
-            self.ctx.injected_panic();
+        while let Some(t) = self.q.tasks.front() {
+            self.q.ctx.injected_panic();
             let len = t.buf.len();
-            if self.head_done < len {
-                let want = (len - self.head_done).min(budget);
-                let r = match self.ctx.direction {
+            if self.q.head_done < len {
+                let want = (len - self.q.head_done).min(budget);
+                let r = match self.q.ctx.direction {
                     // SAFETY: this chunk of the lent buffer is ours alone until it is counted
                     // down (`finished`/`abandon`), and `head_done + want <= len`.
                     ConnDirection::Send => unsafe {
-                        let p = t.buf.bytes().as_ptr().add(self.head_done);
+                        let p = t.buf.bytes().as_ptr().add(self.q.head_done);
                         libc::send(fd, p.cast(), want, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
                     },
                     // SAFETY: as above, for writing into the receive buffer.
                     ConnDirection::Recv => unsafe {
-                        let p = t.buf.bytes_mut().as_mut_ptr().add(self.head_done);
+                        let p = t.buf.bytes_mut().as_mut_ptr().add(self.q.head_done);
                         libc::recv(fd, p.cast(), want, libc::MSG_DONTWAIT)
                     },
                 };
@@ -130,28 +126,17 @@ impl Entry {
                 if r == 0 {
                     return Visit::Failed(io::ErrorKind::UnexpectedEof.into());
                 }
-                self.head_done += r as usize;
                 budget -= r as usize;
-            }
-            if self.head_done == len {
-                let t = self.queue.pop_front().expect("the head");
-                self.head_done = 0;
-                self.ctx.finished(t.idx);
+                self.q.advance(r as usize);
+            } else {
+                // An empty chunk: nothing to move.
+                self.q.advance(0);
             }
             if budget == 0 {
                 return Visit::More;
             }
         }
         Visit::Drained
-    }
-
-    fn fail(&mut self, e: super::super::error::NetError) {
-        self.broken = true;
-        self.ctx.fail_stream(e);
-        self.head_done = 0;
-        for t in self.queue.drain(..) {
-            self.ctx.abandon(t.idx);
-        }
     }
 }
 
@@ -172,16 +157,13 @@ impl Worker {
                     | libc::EPOLLET;
                 let added = self.ep.add(ctx.stream.as_raw_fd(), interest as u32, key);
                 let mut e = Entry {
-                    ctx,
-                    queue: VecDeque::new(),
-                    head_done: 0,
+                    q: Queue::new(ctx),
                     ready: true,
                     active: false,
-                    broken: false,
                 };
                 if let Err(err) = added {
-                    let why = e.ctx.io_error(err);
-                    e.fail(why);
+                    let why = e.q.ctx.io_error(err);
+                    e.q.fail(why);
                 }
                 self.streams.insert(key, e);
             }
@@ -196,11 +178,11 @@ impl Worker {
                     );
                     return;
                 };
-                if e.broken {
-                    e.ctx.abandon(task.idx);
+                if e.q.broken {
+                    e.q.ctx.abandon(task.idx);
                     return;
                 }
-                e.queue.push_back(task);
+                e.q.tasks.push_back(task);
                 if e.ready && !e.active {
                     e.active = true;
                     self.active.push_back(key);
@@ -208,9 +190,9 @@ impl Worker {
             }
             Cmd::Remove { key, done } => {
                 if let Some(mut e) = self.streams.remove(&key) {
-                    self.ep.remove(e.ctx.stream.as_raw_fd());
-                    for t in e.queue.drain(..) {
-                        e.ctx.abandon(t.idx);
+                    self.ep.remove(e.q.ctx.stream.as_raw_fd());
+                    for t in e.q.tasks.drain(..) {
+                        e.q.ctx.abandon(t.idx);
                     }
                 }
                 let _ = done.send(());
@@ -221,7 +203,7 @@ impl Worker {
     fn ready(&mut self, key: u64) {
         if let Some(e) = self.streams.get_mut(&key) {
             e.ready = true;
-            if !e.queue.is_empty() && !e.active {
+            if !e.q.tasks.is_empty() && !e.active {
                 e.active = true;
                 self.active.push_back(key);
             }
@@ -247,12 +229,12 @@ impl Worker {
                     self.active.push_back(key);
                 }
                 Ok(Visit::Failed(err)) => {
-                    let why = e.ctx.io_error(err);
-                    e.fail(why);
+                    let why = e.q.ctx.io_error(err);
+                    e.q.fail(why);
                 }
                 Err(payload) => {
-                    let why = e.ctx.panic_error(&*payload);
-                    e.fail(why);
+                    let why = e.q.ctx.panic_error(&*payload);
+                    e.q.fail(why);
                 }
             }
         }
@@ -287,8 +269,8 @@ pub fn run(rx: Receiver<Cmd>, waker: Arc<Waker>, spin: Duration, ready: Sender<i
                     if let Err(p) = catch_unwind(AssertUnwindSafe(|| w.command(cmd))) {
                         // A bug, caught: the stream fails and the worker carries on.
                         if let Some(e) = w.streams.get_mut(&key) {
-                            let why = e.ctx.panic_error(&*p);
-                            e.fail(why);
+                            let why = e.q.ctx.panic_error(&*p);
+                            e.q.fail(why);
                         }
                     }
                 }

@@ -268,6 +268,55 @@ impl StreamCtx {
     }
 }
 
+/// A stream's chunks as a pool worker keeps them (`epoll`, `uring`): moved in order, the head
+/// `head_done` bytes in.
+pub struct Queue {
+    pub ctx: StreamCtx,
+    pub tasks: std::collections::VecDeque<Task>,
+    pub head_done: usize,
+    /// The stream failed: chunks that come later are abandoned at once.
+    pub broken: bool,
+}
+
+impl Queue {
+    pub fn new(ctx: StreamCtx) -> Queue {
+        Queue {
+            ctx,
+            tasks: std::collections::VecDeque::new(),
+            head_done: 0,
+            broken: false,
+        }
+    }
+
+    /// The stream failed with `e`: shut down, recorded, every queued chunk abandoned.
+    pub fn fail(&mut self, e: NetError) {
+        self.broken = true;
+        self.ctx.fail_stream(e);
+        self.abandon_all();
+    }
+
+    pub fn abandon_all(&mut self) {
+        self.head_done = 0;
+        for t in self.tasks.drain(..) {
+            self.ctx.abandon(t.idx);
+        }
+    }
+
+    /// Moves the head on by `n` bytes, counting it down once all of it is moved.
+    pub fn advance(&mut self, n: usize) {
+        self.head_done += n;
+        if self
+            .tasks
+            .front()
+            .is_some_and(|t| self.head_done >= t.buf.len())
+            && let Some(t) = self.tasks.pop_front()
+        {
+            self.head_done = 0;
+            self.ctx.finished(t.idx);
+        }
+    }
+}
+
 /// The data streams of one comm, on the process's path.
 pub enum DataPath {
     Threads(threads::Workers),

@@ -13,13 +13,12 @@
 //! removed with a request in flight gets that request cancelled and is forgotten only when its
 //! completion has arrived: until then the kernel may still write into NCCL's buffer.
 
+use super::Queue;
 use super::pool::{Cmd, Waker};
-use super::{StreamCtx, Task};
-use crate::error::NetError;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use io_uring::{IoUring, opcode, types};
 use shared_maps::ConnDirection;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -70,30 +69,11 @@ pub fn probe() -> Result<(), String> {
 }
 
 struct Entry {
-    ctx: StreamCtx,
-    queue: VecDeque<Task>,
-    /// Bytes of the queue's head moved so far.
-    head_done: usize,
+    q: Queue,
     /// A request for the head is with the kernel.
     inflight: bool,
-    broken: bool,
     /// Removal asked while a request was in flight: acknowledged once it completes.
     removing: Option<Sender<()>>,
-}
-
-impl Entry {
-    fn fail(&mut self, e: NetError) {
-        self.broken = true;
-        self.ctx.fail_stream(e);
-        self.abandon_all();
-    }
-
-    fn abandon_all(&mut self) {
-        self.head_done = 0;
-        for t in self.queue.drain(..) {
-            self.ctx.abandon(t.idx);
-        }
-    }
 }
 
 struct Worker {
@@ -123,40 +103,40 @@ impl Worker {
         let Some(e) = self.streams.get_mut(&key) else {
             return;
         };
-        if e.inflight || e.broken || e.removing.is_some() {
+        if e.inflight || e.q.broken || e.removing.is_some() {
             return;
         }
         let sqe = loop {
-            let Some(t) = e.queue.front() else {
+            let Some(t) = e.q.tasks.front() else {
                 return;
             };
             let len = t.buf.len();
-            if e.head_done >= len {
+            if e.q.head_done >= len {
                 // An empty chunk: nothing to move.
-                let t = e.queue.pop_front().expect("the head");
-                e.head_done = 0;
-                e.ctx.finished(t.idx);
+                let t = e.q.tasks.pop_front().expect("the head");
+                e.q.head_done = 0;
+                e.q.ctx.finished(t.idx);
                 continue;
             }
-            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| e.ctx.injected_panic())) {
-                let why = e.ctx.panic_error(&*payload);
-                e.fail(why);
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| e.q.ctx.injected_panic())) {
+                let why = e.q.ctx.panic_error(&*payload);
+                e.q.fail(why);
                 return;
             }
-            let want = (len - e.head_done).min(MAX_REQUEST) as u32;
-            let fd = types::Fd(e.ctx.stream.as_raw_fd());
-            break match e.ctx.direction {
+            let want = (len - e.q.head_done).min(MAX_REQUEST) as u32;
+            let fd = types::Fd(e.q.ctx.stream.as_raw_fd());
+            break match e.q.ctx.direction {
                 // SAFETY: `head_done < len`: the pointer stays inside this chunk of the lent
                 // buffer, which is ours alone until the chunk is counted down.
                 ConnDirection::Send => unsafe {
-                    let p = t.buf.bytes().as_ptr().add(e.head_done);
+                    let p = t.buf.bytes().as_ptr().add(e.q.head_done);
                     opcode::Send::new(fd, p, want)
                         .flags(libc::MSG_NOSIGNAL)
                         .build()
                 },
                 // SAFETY: as above, written by the kernel until the completion arrives.
                 ConnDirection::Recv => unsafe {
-                    let p = t.buf.bytes_mut().as_mut_ptr().add(e.head_done);
+                    let p = t.buf.bytes_mut().as_mut_ptr().add(e.q.head_done);
                     opcode::Recv::new(fd, p, want).build()
                 },
             }
@@ -179,11 +159,8 @@ impl Worker {
                 self.streams.insert(
                     key,
                     Entry {
-                        ctx,
-                        queue: VecDeque::new(),
-                        head_done: 0,
+                        q: Queue::new(ctx),
                         inflight: false,
-                        broken: false,
                         removing: None,
                     },
                 );
@@ -199,11 +176,11 @@ impl Worker {
                     );
                     return;
                 };
-                if e.broken || e.removing.is_some() {
-                    e.ctx.abandon(task.idx);
+                if e.q.broken || e.removing.is_some() {
+                    e.q.ctx.abandon(task.idx);
                     return;
                 }
-                e.queue.push_back(task);
+                e.q.tasks.push_back(task);
                 self.start(key);
             }
             Cmd::Remove { key, done } => {
@@ -217,7 +194,7 @@ impl Worker {
                     // Without the cancel the request still ends: the comm shut the stream down.
                     let _ = self.push(&cancel);
                 } else if let Some(mut e) = self.streams.remove(&key) {
-                    e.abandon_all();
+                    e.q.abandon_all();
                     // The socket's last reference goes before the comm hears it is let go.
                     drop(e);
                     let _ = done.send(());
@@ -233,22 +210,15 @@ impl Worker {
         };
         e.inflight = false;
         if res > 0 {
-            e.head_done += res as usize;
-            let len = e.queue.front().map_or(0, |t| t.buf.len());
-            if e.head_done >= len
-                && let Some(t) = e.queue.pop_front()
-            {
-                e.head_done = 0;
-                e.ctx.finished(t.idx);
-            }
+            e.q.advance(res as usize);
         } else if e.removing.is_none() {
             let err = if res == 0 {
                 io::ErrorKind::UnexpectedEof.into()
             } else {
                 io::Error::from_raw_os_error(-res)
             };
-            let why = e.ctx.io_error(err);
-            e.fail(why);
+            let why = e.q.ctx.io_error(err);
+            e.q.fail(why);
         }
         if e.removing.is_some() {
             self.finish_removal(key);
@@ -263,7 +233,7 @@ impl Worker {
         let Some(mut e) = self.streams.remove(&key) else {
             return;
         };
-        e.abandon_all();
+        e.q.abandon_all();
         let done = e.removing.take();
         drop(e);
         if let Some(done) = done {
@@ -277,8 +247,8 @@ impl Worker {
         let Some(e) = self.streams.get_mut(&key) else {
             return;
         };
-        let why = e.ctx.panic_error(payload);
-        e.fail(why);
+        let why = e.q.ctx.panic_error(payload);
+        e.q.fail(why);
         if e.removing.is_some() && !e.inflight {
             self.finish_removal(key);
         }
