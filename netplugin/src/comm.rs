@@ -56,6 +56,19 @@ pub struct ReqSlot {
 }
 
 impl ReqSlot {
+    /// `n` free slots, not yet tied to a comm.
+    pub(crate) fn fresh(n: usize) -> Arc<[ReqSlot]> {
+        (0..n as u32)
+            .map(|idx| ReqSlot {
+                magic: SLOT_MAGIC,
+                comm: AtomicPtr::new(std::ptr::null_mut()),
+                idx,
+                pending_chunks: AtomicU32::new(0),
+                failed: AtomicBool::new(false),
+            })
+            .collect()
+    }
+
     /// The comm this request belongs to, if `self` really is one of our request slots.
     pub fn comm(&self) -> NetResult<(&Comm, usize)> {
         let comm = self.comm.load(Ordering::Acquire);
@@ -243,15 +256,7 @@ impl Comm {
             s.set_nonblocking(false)
                 .map_err(|e| NetError::io("set_nonblocking", e))?;
         }
-        let slots: Arc<[ReqSlot]> = (0..SLOTS as u32)
-            .map(|idx| ReqSlot {
-                magic: SLOT_MAGIC,
-                comm: AtomicPtr::new(std::ptr::null_mut()),
-                idx,
-                pending_chunks: AtomicU32::new(0),
-                failed: AtomicBool::new(false),
-            })
-            .collect();
+        let slots = ReqSlot::fresh(SLOTS);
         let comm = Box::new(Comm {
             direction,
             conn_id,

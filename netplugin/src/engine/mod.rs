@@ -369,6 +369,57 @@ pub fn panic_message(payload: &(dyn Any + Send)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
+    use std::net::TcpListener;
+    use std::time::Duration;
+
+    /// A stream removed while its receive is with the kernel (the socket *not* shut down, so
+    /// only the engine's own cancel can end the request) is let go only once nothing can write
+    /// into its buffer any more: bytes that arrive after `stop` returned never land there, and
+    /// the chunk was counted down exactly once, as failed.
+    #[test]
+    fn a_stopped_stream_leaves_its_buffer_alone() {
+        let mut paths = vec![Path::Epoll];
+        if uring::probe().is_ok() {
+            paths.push(Path::Uring);
+        }
+        for path in paths {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let mut peer = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            let ours = l.accept().unwrap().0;
+            let slots = ReqSlot::fresh(1);
+            let queued = Arc::new(AtomicU32::new(1));
+            let ctx = StreamCtx {
+                direction: ConnDirection::Recv,
+                name: "ncclbpf R0".into(),
+                conn_id: 0x5709_0001,
+                index: 0,
+                stream: Arc::new(ours),
+                slots: Arc::clone(&slots),
+                error: Arc::new(Mutex::new(None)),
+                progress: None,
+                queued: Arc::clone(&queued),
+            };
+            let streams = pool::Streams::start(path, vec![ctx]).unwrap();
+            let mut into = vec![0u8; 4096];
+            // SAFETY: `into` outlives the stream's service (stopped below, before it drops).
+            let buf = unsafe { Buf::new(into.as_mut_ptr(), into.len()) };
+            slots[0].pending_chunks.store(1, Ordering::Release);
+            assert!(streams.submit(0, Task { idx: 0, buf }).is_ok());
+            // The receive is now waiting in the kernel (uring) or for readiness (epoll).
+            std::thread::sleep(Duration::from_millis(50));
+            streams.stop();
+            peer.write_all(&[0xab; 4096]).unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(into.iter().all(|&b| b == 0), "{path}: written after stop");
+            assert_eq!(slots[0].pending_chunks.load(Ordering::Acquire), 0, "{path}");
+            assert!(
+                slots[0].failed.load(Ordering::Acquire),
+                "{path}: abandoned, not done"
+            );
+            assert_eq!(queued.load(Ordering::Acquire), 0, "{path}");
+        }
+    }
 
     #[test]
     fn modes_parse() {
