@@ -979,32 +979,12 @@ impl Drop for Comm {
 fn move_some(dir: ConnDirection, s: &TcpStream, d: &mut Direct) -> io::Result<bool> {
     let fd = std::os::fd::AsRawFd::as_raw_fd(s);
     while d.done < d.buf.len() {
-        let want = d.buf.len() - d.done;
-        let r = match dir {
-            // SAFETY: `done < len`: inside the chunk of NCCL's lent buffer that this comm owns
-            // until it counts the chunk down; only the thread holding the comm lock touches it.
-            ConnDirection::Send => unsafe {
-                let p = d.buf.bytes().as_ptr().add(d.done);
-                libc::send(fd, p.cast(), want, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
-            },
-            // SAFETY: as above, written into the receive buffer.
-            ConnDirection::Recv => unsafe {
-                let p = d.buf.bytes_mut().as_mut_ptr().add(d.done);
-                libc::recv(fd, p.cast(), want, libc::MSG_DONTWAIT)
-            },
-        };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::WouldBlock => return Ok(false),
-                io::ErrorKind::Interrupted => continue,
-                _ => return Err(e),
-            }
+        // SAFETY: `done < len`; the chunk is this comm's until it counts it down, and only the
+        // thread holding the comm lock touches it.
+        match unsafe { engine::move_once(dir, fd, d.buf, d.done, usize::MAX) }? {
+            Some(n) => d.done += n,
+            None => return Ok(false),
         }
-        if r == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
-        d.done += r as usize;
     }
     Ok(true)
 }

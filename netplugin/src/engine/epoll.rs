@@ -8,8 +8,8 @@
 //! I/O, caught) is shut down, its chunks are abandoned, and the comm reports the error.
 
 use super::Queue;
-use super::pool::{Cmd, Waker};
-use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use super::pool::{Cmd, Serve, Waker, drain};
+use crossbeam_channel::{Receiver, Sender};
 use shared_maps::ConnDirection;
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -101,33 +101,17 @@ impl Entry {
             self.q.ctx.injected_panic();
             let len = t.buf.len();
             if self.q.head_done < len {
-                let want = (len - self.q.head_done).min(budget);
-                let r = match self.q.ctx.direction {
-                    // SAFETY: this chunk of the lent buffer is ours alone until it is counted
-                    // down (`finished`/`abandon`), and `head_done + want <= len`.
-                    ConnDirection::Send => unsafe {
-                        let p = t.buf.bytes().as_ptr().add(self.q.head_done);
-                        libc::send(fd, p.cast(), want, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
-                    },
-                    // SAFETY: as above, for writing into the receive buffer.
-                    ConnDirection::Recv => unsafe {
-                        let p = t.buf.bytes_mut().as_mut_ptr().add(self.q.head_done);
-                        libc::recv(fd, p.cast(), want, libc::MSG_DONTWAIT)
-                    },
+                // SAFETY: `head_done < len`; this chunk of the lent buffer is ours alone
+                // until it is counted down (`finished`/`abandon`).
+                let r = match unsafe {
+                    super::move_once(self.q.ctx.direction, fd, t.buf, self.q.head_done, budget)
+                } {
+                    Ok(Some(n)) => n,
+                    Ok(None) => return Visit::Blocked,
+                    Err(e) => return Visit::Failed(e),
                 };
-                if r < 0 {
-                    let e = io::Error::last_os_error();
-                    match e.kind() {
-                        io::ErrorKind::WouldBlock => return Visit::Blocked,
-                        io::ErrorKind::Interrupted => continue,
-                        _ => return Visit::Failed(e),
-                    }
-                }
-                if r == 0 {
-                    return Visit::Failed(io::ErrorKind::UnexpectedEof.into());
-                }
-                budget -= r as usize;
-                self.q.advance(r as usize);
+                budget -= r;
+                self.q.advance(r);
             } else {
                 // An empty chunk: nothing to move.
                 self.q.advance(0);
@@ -146,8 +130,21 @@ struct Worker {
     active: VecDeque<u64>,
 }
 
-impl Worker {
+impl Serve for Worker {
     fn command(&mut self, cmd: Cmd) {
+        self.on_command(cmd);
+    }
+
+    fn panicked(&mut self, key: u64, payload: &(dyn std::any::Any + Send)) {
+        if let Some(e) = self.streams.get_mut(&key) {
+            let why = e.q.ctx.panic_error(payload);
+            e.q.fail(why);
+        }
+    }
+}
+
+impl Worker {
+    fn on_command(&mut self, cmd: Cmd) {
         match cmd {
             Cmd::Add { key, ctx } => {
                 let interest = match ctx.direction {
@@ -260,24 +257,9 @@ pub fn run(rx: Receiver<Cmd>, waker: Arc<Waker>, spin: Duration, ready: Sender<i
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; EVENTS];
     let mut idle_since = Instant::now();
     loop {
-        let mut busy = false;
-        loop {
-            match rx.try_recv() {
-                Ok(cmd) => {
-                    busy = true;
-                    let key = cmd.key();
-                    if let Err(p) = catch_unwind(AssertUnwindSafe(|| w.command(cmd))) {
-                        // A bug, caught: the stream fails and the worker carries on.
-                        if let Some(e) = w.streams.get_mut(&key) {
-                            let why = e.q.ctx.panic_error(&*p);
-                            e.q.fail(why);
-                        }
-                    }
-                }
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => return,
-            }
-        }
+        let Some(mut busy) = drain(&mut w, &rx) else {
+            return;
+        };
         busy |= w.progress();
         let timeout = if busy {
             idle_since = Instant::now();

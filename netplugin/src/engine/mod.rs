@@ -353,6 +353,51 @@ impl DataPath {
     }
 }
 
+/// One non-blocking `send` or `recv` of up to `max` bytes of `buf` from offset `at` on `fd`:
+/// `Ok(None)` when the socket would block, `Ok(Some(n))` with `n > 0` bytes moved; the end of
+/// the stream is an error (`UnexpectedEof`), `EINTR` is retried. The one system call of the
+/// epoll workers and of direct chunks.
+///
+/// # Safety
+/// `at < buf.len()`, and the caller alone may touch `buf` (a chunk of NCCL's lent buffer not
+/// yet counted down) while the call runs.
+pub unsafe fn move_once(
+    dir: ConnDirection,
+    fd: std::os::fd::RawFd,
+    buf: Buf,
+    at: usize,
+    max: usize,
+) -> io::Result<Option<usize>> {
+    let want = (buf.len() - at).min(max);
+    loop {
+        let r = match dir {
+            // SAFETY: `at < len` and `want <= len - at` keep the range inside the buffer, which
+            // the caller alone touches (this function's contract).
+            ConnDirection::Send => unsafe {
+                let p = buf.bytes().as_ptr().add(at);
+                libc::send(fd, p.cast(), want, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+            },
+            // SAFETY: as above, written into the receive buffer.
+            ConnDirection::Recv => unsafe {
+                let p = buf.bytes_mut().as_mut_ptr().add(at);
+                libc::recv(fd, p.cast(), want, libc::MSG_DONTWAIT)
+            },
+        };
+        if r > 0 {
+            return Ok(Some(r as usize));
+        }
+        if r == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::WouldBlock => return Ok(None),
+            io::ErrorKind::Interrupted => continue,
+            _ => return Err(e),
+        }
+    }
+}
+
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -38,6 +38,34 @@ impl Cmd {
     }
 }
 
+/// A worker loop's handling of its commands.
+pub trait Serve {
+    fn command(&mut self, cmd: Cmd);
+    /// Handling the command about stream `key` panicked (a bug, caught): fail that stream, so
+    /// its requests fail instead of waiting, and carry on.
+    fn panicked(&mut self, key: u64, payload: &(dyn std::any::Any + Send));
+}
+
+/// Hands every command waiting on `rx` to `w`, each under `catch_unwind`: `None` once the
+/// channel is closed (the worker ends), else whether there was any.
+pub fn drain<W: Serve>(w: &mut W, rx: &Receiver<Cmd>) -> Option<bool> {
+    let mut any = false;
+    loop {
+        match rx.try_recv() {
+            Ok(cmd) => {
+                any = true;
+                let key = cmd.key();
+                let run = std::panic::AssertUnwindSafe(|| w.command(cmd));
+                if let Err(p) = std::panic::catch_unwind(run) {
+                    w.panicked(key, &*p);
+                }
+            }
+            Err(crossbeam_channel::TryRecvError::Empty) => return Some(any),
+            Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
+        }
+    }
+}
+
 /// Wakes a parked worker: an eventfd the worker waits on while parked, written only when it
 /// is parked (the flag), so a busy worker costs its comms no system call.
 pub struct Waker {

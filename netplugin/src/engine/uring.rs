@@ -14,8 +14,8 @@
 //! completion has arrived: until then the kernel may still write into NCCL's buffer.
 
 use super::Queue;
-use super::pool::{Cmd, Waker};
-use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use super::pool::{Cmd, Serve, Waker, drain};
+use crossbeam_channel::{Receiver, Sender};
 use io_uring::{IoUring, opcode, types};
 use shared_maps::ConnDirection;
 use std::collections::HashMap;
@@ -81,6 +81,16 @@ struct Worker {
     streams: HashMap<u64, Entry>,
     /// Streams whose next request could not be queued.
     deferred: Vec<u64>,
+}
+
+impl Serve for Worker {
+    fn command(&mut self, cmd: Cmd) {
+        self.on_command(cmd);
+    }
+
+    fn panicked(&mut self, key: u64, payload: &(dyn std::any::Any + Send)) {
+        self.stream_panicked(key, payload);
+    }
 }
 
 impl Worker {
@@ -153,7 +163,7 @@ impl Worker {
         }
     }
 
-    fn command(&mut self, cmd: Cmd) {
+    fn on_command(&mut self, cmd: Cmd) {
         match cmd {
             Cmd::Add { key, ctx } => {
                 self.streams.insert(
@@ -243,7 +253,7 @@ impl Worker {
 
     /// Handling stream `key`'s command or completion panicked (a bug, caught): the stream
     /// fails, so its requests fail instead of waiting, and the worker carries on.
-    fn panicked(&mut self, key: u64, payload: &(dyn std::any::Any + Send)) {
+    fn stream_panicked(&mut self, key: u64, payload: &(dyn std::any::Any + Send)) {
         let Some(e) = self.streams.get_mut(&key) else {
             return;
         };
@@ -295,20 +305,9 @@ pub fn run(rx: Receiver<Cmd>, waker: Arc<Waker>, spin: Duration, ready: Sender<i
     let mut wake_armed = true;
     let mut done = Vec::with_capacity(ENTRIES as usize);
     loop {
-        let mut busy = false;
-        loop {
-            match rx.try_recv() {
-                Ok(cmd) => {
-                    busy = true;
-                    let key = cmd.key();
-                    if let Err(p) = catch_unwind(AssertUnwindSafe(|| w.command(cmd))) {
-                        w.panicked(key, &*p);
-                    }
-                }
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => return,
-            }
-        }
+        let Some(mut busy) = drain(&mut w, &rx) else {
+            return;
+        };
         if !w.ring.submission().is_empty() {
             let _ = w.ring.submit();
         }
@@ -324,7 +323,7 @@ pub fn run(rx: Receiver<Cmd>, waker: Arc<Waker>, spin: Duration, ready: Sender<i
                 CANCEL => {}
                 key => {
                     if let Err(p) = catch_unwind(AssertUnwindSafe(|| w.completed(key, res))) {
-                        w.panicked(key, &*p);
+                        w.stream_panicked(key, &*p);
                     }
                 }
             }
