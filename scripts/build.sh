@@ -8,6 +8,6 @@ profile=release
 flag=--release
 if [ "${1:-}" = "--debug" ]; then profile=debug; flag=; fi
 target=${CARGO_TARGET_DIR:-target}
-cargo build $flag -p ncclbpf-netplugin
+cargo build $flag -p ncclbpf-plugin
 cp -f "$target/$profile/libnccl_net_bpf.so" "$target/$profile/libnccl-net-bpf.so"
 echo "built $target/$profile/libnccl-net-bpf.so"

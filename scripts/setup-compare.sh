@@ -13,7 +13,9 @@ tmp=$(mktemp -d)
 wt=$tmp/base
 git worktree add -q --detach "$wt" "$base"
 trap 'git worktree remove --force "$wt"; rm -rf "$tmp"' EXIT
-(cd "$wt" && CARGO_TARGET_DIR="$tmp/target" cargo build --release -q -p ncclbpf-netplugin)
+# Before the `plugin` crate, the net crate built the library.
+pkg=$( [ -d "$wt/plugin" ] && echo ncclbpf-plugin || echo ncclbpf-netplugin )
+(cd "$wt" && CARGO_TARGET_DIR="$tmp/target" cargo build --release -q -p "$pkg")
 cp "$tmp/target/release/libnccl_net_bpf.so" "$tmp/before.so"
 scripts/build.sh >/dev/null
 cp "${CARGO_TARGET_DIR:-target}/release/libnccl-net-bpf.so" "$tmp/after.so"

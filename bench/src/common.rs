@@ -152,7 +152,7 @@ pub fn plugin_env(streams: Option<u32>) -> Vec<(&'static str, Option<String>)> {
 
 /// The settings the children read (the plugin's own parser, so that the raw TCP arms use the
 /// same shape as the plugin does), after `plugin_env`.
-pub fn shape(streams: Option<u32>) -> nccl_net_bpf::config::Config {
+pub fn shape(streams: Option<u32>) -> ncclbpf_netplugin::config::Config {
     let extra = plugin_env(streams);
     let get = |k: &str| {
         extra
@@ -161,7 +161,7 @@ pub fn shape(streams: Option<u32>) -> nccl_net_bpf::config::Config {
             .and_then(|(_, v)| v.clone())
             .or_else(|| std::env::var(k).ok())
     };
-    nccl_net_bpf::config::Config::from_lookup(&get).0
+    ncclbpf_netplugin::config::Config::from_lookup(&get).0
 }
 
 /// `nproc`, the kernel and today's date (UTC), for the line above a table.

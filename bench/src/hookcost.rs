@@ -18,7 +18,7 @@
 use crate::common::{self, cell};
 use crate::loopback::{arm_env, ratio, run_child};
 use crate::transport::{Arm, Test};
-use nccl_net_bpf::hooks::{ConnHooks, ConnInfo};
+use ncclbpf_netplugin::hooks::{ConnHooks, ConnInfo};
 use shared_maps::ConnDirection;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -49,7 +49,7 @@ pub struct DirectArgs {
 /// The child of the in-process view: ns per operation (post and completion hooks of one end),
 /// best of 7 timings, send and receive ends alternating.
 pub fn direct_main(a: &DirectArgs) -> Result<(), String> {
-    nccl_net_bpf::hooks::init_policies();
+    ncclbpf_netplugin::hooks::init_policies();
     let open = |direction, conn_id| {
         ConnHooks::on_open(ConnInfo {
             direction,

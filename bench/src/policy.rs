@@ -6,7 +6,7 @@
 //! policies/build.sh && cargo run --release -p ncclbpf-bench --bin policy-bench
 //! ```
 
-use nccl_net_bpf::hooks::{ConnHooks, ConnInfo};
+use ncclbpf_netplugin::hooks::{ConnHooks, ConnInfo};
 use policy_object::Object;
 use policy_runtime::{LoadOptions, LoadedProgram, NetCtx, ProgramSlot, Tier, TunerCtx};
 use shared_maps::{Map, Registry};
@@ -185,7 +185,7 @@ fn main() {
             root().join("target/policies/src/net_stats.o"),
         )
     };
-    nccl_net_bpf::hooks::init_policies();
+    ncclbpf_netplugin::hooks::init_policies();
     let mut hooks = ConnHooks::on_open(ConnInfo {
         direction: shared_maps::ConnDirection::Send,
         conn_id: 7,

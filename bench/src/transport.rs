@@ -73,7 +73,7 @@ pub struct Shape {
 
 impl Shape {
     pub fn from_env() -> Shape {
-        let (c, _) = nccl_net_bpf::config::Config::from_env();
+        let (c, _) = ncclbpf_netplugin::config::Config::from_env();
         Shape {
             streams: c.nstreams as usize,
             inline: c.inline_bytes as usize,

@@ -11,8 +11,10 @@
 //! values of the ABI reference (which were computed from the real C headers).
 
 pub mod common;
+pub mod env;
 pub mod log;
 pub mod net;
+pub mod profiler;
 pub mod tuner;
 
 pub use common::*;

@@ -4,12 +4,19 @@
 //! Every entry point runs inside [`guard`], which catches panics and turns errors into the
 //! `ncclResult_t` NCCL expects, with a line in NCCL's log. Raw pointers from NCCL are checked
 //! for NULL here and turned into safe Rust values before anything else sees them.
+//!
+//! # Safety
+//!
+//! Every `pub unsafe extern "C" fn` here is an adapter for the plugin library's exported tables
+//! (`plugin/src`): it must be called only as NCCL calls it, with the pointers NCCL's ABI defines
+//! for that slot (`ncclnet-headers`). Each one checks its pointers for NULL and catches panics.
+#![allow(clippy::missing_safety_doc)]
 
 use crate::buf::Buf;
 use crate::comm::{Comm, ReqSlot};
 use crate::error::{NetError, NetResult};
 use crate::log::set_logger;
-use crate::plugin::{self, NET_NAME, NetContext};
+use crate::plugin::{self, NetContext};
 use crate::setup::{self, Endpoint, ListenComm};
 use crate::wire::HANDLE_SIZE;
 use ncclnet_headers::net::*;
@@ -87,7 +94,7 @@ fn init_process(log: DebugLogger) -> NcclResult {
     })
 }
 
-unsafe extern "C" fn devices(ndev: *mut c_int) -> NcclResult {
+pub unsafe extern "C" fn devices(ndev: *mut c_int) -> NcclResult {
     guard("devices", || {
         put(ndev, plugin::get()?.devices.len() as c_int, "ndev")
     })
@@ -170,7 +177,7 @@ fn connect(dev: c_int, ctx: Vp, handle: Vp, send_comm: *mut Vp) -> NetResult<()>
     Ok(())
 }
 
-unsafe extern "C" fn accept(
+pub unsafe extern "C" fn accept(
     listen_comm: Vp,
     recv_comm: *mut Vp,
     _dev: *mut *mut NetDeviceHandle,
@@ -201,7 +208,7 @@ fn reg_mr(comm: Vp, size: usize, type_: c_int, mhandle: *mut Vp) -> NetResult<()
     put(mhandle, comm, "mhandle")
 }
 
-unsafe extern "C" fn reg_mr_v8(
+pub unsafe extern "C" fn reg_mr_v8(
     comm: Vp,
     _data: Vp,
     size: usize,
@@ -211,7 +218,7 @@ unsafe extern "C" fn reg_mr_v8(
     guard("regMr", || reg_mr(comm, size, type_, mhandle))
 }
 
-unsafe extern "C" fn reg_mr_v7(
+pub unsafe extern "C" fn reg_mr_v7(
     comm: Vp,
     _data: Vp,
     size: c_int,
@@ -223,7 +230,7 @@ unsafe extern "C" fn reg_mr_v7(
     })
 }
 
-unsafe extern "C" fn dereg_mr(_comm: Vp, _mhandle: Vp) -> NcclResult {
+pub unsafe extern "C" fn dereg_mr(_comm: Vp, _mhandle: Vp) -> NcclResult {
     NcclResult::SUCCESS
 }
 
@@ -282,7 +289,7 @@ fn irecv(
     request_out(request, slot)
 }
 
-unsafe extern "C" fn isend_v9(
+pub unsafe extern "C" fn isend_v9(
     comm: Vp,
     data: Vp,
     size: usize,
@@ -293,7 +300,7 @@ unsafe extern "C" fn isend_v9(
     guard("isend", || isend(comm, data, size, request))
 }
 
-unsafe extern "C" fn isend_v7(
+pub unsafe extern "C" fn isend_v7(
     comm: Vp,
     data: Vp,
     size: c_int,
@@ -308,7 +315,7 @@ unsafe extern "C" fn isend_v7(
     })
 }
 
-unsafe extern "C" fn isend_v10(
+pub unsafe extern "C" fn isend_v10(
     comm: Vp,
     data: Vp,
     size: usize,
@@ -326,7 +333,7 @@ fn first<T: Copy>(p: *mut T) -> Option<T> {
     (!p.is_null()).then(|| unsafe { *p })
 }
 
-unsafe extern "C" fn irecv_v7(
+pub unsafe extern "C" fn irecv_v7(
     comm: Vp,
     n: c_int,
     data: *mut Vp,
@@ -347,7 +354,7 @@ unsafe extern "C" fn irecv_v7(
     })
 }
 
-unsafe extern "C" fn irecv_v9(
+pub unsafe extern "C" fn irecv_v9(
     comm: Vp,
     n: c_int,
     data: *mut Vp,
@@ -359,7 +366,7 @@ unsafe extern "C" fn irecv_v9(
     guard("irecv", || irecv(comm, n, data, first(sizes), request))
 }
 
-unsafe extern "C" fn irecv_v10(
+pub unsafe extern "C" fn irecv_v10(
     comm: Vp,
     n: c_int,
     data: *mut Vp,
@@ -372,7 +379,7 @@ unsafe extern "C" fn irecv_v10(
     guard("irecv", || irecv(comm, n, data, first(sizes), request))
 }
 
-unsafe extern "C" fn iflush(
+pub unsafe extern "C" fn iflush(
     _comm: Vp,
     _n: c_int,
     _data: *mut Vp,
@@ -384,7 +391,7 @@ unsafe extern "C" fn iflush(
     guard("iflush", || put(request, std::ptr::null_mut(), "request"))
 }
 
-unsafe extern "C" fn test(request: Vp, done: *mut c_int, sizes: *mut c_int) -> NcclResult {
+pub unsafe extern "C" fn test(request: Vp, done: *mut c_int, sizes: *mut c_int) -> NcclResult {
     guard("test", || {
         if request.is_null() {
             return Err(NetError::Misuse("test() on a NULL request".into()));
@@ -404,7 +411,7 @@ unsafe extern "C" fn test(request: Vp, done: *mut c_int, sizes: *mut c_int) -> N
     })
 }
 
-unsafe extern "C" fn close_comm(comm: Vp) -> NcclResult {
+pub unsafe extern "C" fn close_comm(comm: Vp) -> NcclResult {
     guard("close", || {
         if !comm.is_null() {
             // SAFETY: NCCL closes each comm we created exactly once.
@@ -414,7 +421,7 @@ unsafe extern "C" fn close_comm(comm: Vp) -> NcclResult {
     })
 }
 
-unsafe extern "C" fn close_listen(comm: Vp) -> NcclResult {
+pub unsafe extern "C" fn close_listen(comm: Vp) -> NcclResult {
     guard("closeListen", || {
         if !comm.is_null() {
             // SAFETY: NCCL closes each listen comm we created exactly once.
@@ -426,15 +433,15 @@ unsafe extern "C" fn close_listen(comm: Vp) -> NcclResult {
 
 // ---------------------------------------------------------------- version adapters
 
-unsafe extern "C" fn init_v7(log: DebugLogger) -> NcclResult {
+pub unsafe extern "C" fn init_v7(log: DebugLogger) -> NcclResult {
     init_process(log)
 }
 
-unsafe extern "C" fn init_v10(log: DebugLogger, _prof: ProfilerCallback) -> NcclResult {
+pub unsafe extern "C" fn init_v10(log: DebugLogger, _prof: ProfilerCallback) -> NcclResult {
     init_process(log)
 }
 
-unsafe extern "C" fn init_v11(
+pub unsafe extern "C" fn init_v11(
     ctx: *mut Vp,
     comm_id: u64,
     config: *mut NetCommConfig,
@@ -463,7 +470,7 @@ unsafe extern "C" fn init_v11(
     })
 }
 
-unsafe extern "C" fn finalize(ctx: Vp) -> NcclResult {
+pub unsafe extern "C" fn finalize(ctx: Vp) -> NcclResult {
     guard("finalize", || {
         if !ctx.is_null() {
             // SAFETY: ctx came from init_v11 and NCCL finalizes it once.
@@ -474,7 +481,7 @@ unsafe extern "C" fn finalize(ctx: Vp) -> NcclResult {
     })
 }
 
-unsafe extern "C" fn set_net_attr(ctx: Vp, attr: *mut NetAttr) -> NcclResult {
+pub unsafe extern "C" fn set_net_attr(ctx: Vp, attr: *mut NetAttr) -> NcclResult {
     guard("setNetAttr", || {
         if ctx.is_null() || attr.is_null() {
             return Ok(());
@@ -486,13 +493,13 @@ unsafe extern "C" fn set_net_attr(ctx: Vp, attr: *mut NetAttr) -> NcclResult {
     })
 }
 
-unsafe extern "C" fn listen_v7(dev: c_int, handle: Vp, listen_comm: *mut Vp) -> NcclResult {
+pub unsafe extern "C" fn listen_v7(dev: c_int, handle: Vp, listen_comm: *mut Vp) -> NcclResult {
     guard("listen", || {
         listen(dev, std::ptr::null_mut(), handle, listen_comm)
     })
 }
 
-unsafe extern "C" fn listen_v11(
+pub unsafe extern "C" fn listen_v11(
     ctx: Vp,
     dev: c_int,
     handle: Vp,
@@ -501,7 +508,7 @@ unsafe extern "C" fn listen_v11(
     guard("listen", || listen(dev, ctx, handle, listen_comm))
 }
 
-unsafe extern "C" fn connect_v7(
+pub unsafe extern "C" fn connect_v7(
     dev: c_int,
     handle: Vp,
     send_comm: *mut Vp,
@@ -512,7 +519,7 @@ unsafe extern "C" fn connect_v7(
     })
 }
 
-unsafe extern "C" fn connect_v10(
+pub unsafe extern "C" fn connect_v10(
     dev: c_int,
     _config: *mut NetCommConfig,
     handle: Vp,
@@ -524,7 +531,7 @@ unsafe extern "C" fn connect_v10(
     })
 }
 
-unsafe extern "C" fn connect_v11(
+pub unsafe extern "C" fn connect_v11(
     ctx: Vp,
     dev: c_int,
     handle: Vp,
@@ -534,7 +541,10 @@ unsafe extern "C" fn connect_v11(
     guard("connect", || connect(dev, ctx, handle, send_comm))
 }
 
-unsafe extern "C" fn get_properties_v12(dev: c_int, props: *mut NetPropertiesV12) -> NcclResult {
+pub unsafe extern "C" fn get_properties_v12(
+    dev: c_int,
+    props: *mut NetPropertiesV12,
+) -> NcclResult {
     guard("getProperties", || put(props, props_v12(dev)?, "props"))
 }
 
@@ -546,7 +556,10 @@ macro_rules! older_props {
     };
 }
 
-unsafe extern "C" fn get_properties_v11(dev: c_int, props: *mut NetPropertiesV11) -> NcclResult {
+pub unsafe extern "C" fn get_properties_v11(
+    dev: c_int,
+    props: *mut NetPropertiesV11,
+) -> NcclResult {
     guard("getProperties", || {
         let p = props_v12(dev)?;
         let v = older_props!(p, NetPropertiesV11 {
@@ -558,7 +571,7 @@ unsafe extern "C" fn get_properties_v11(dev: c_int, props: *mut NetPropertiesV11
     })
 }
 
-unsafe extern "C" fn get_properties_v9(dev: c_int, props: *mut NetPropertiesV9) -> NcclResult {
+pub unsafe extern "C" fn get_properties_v9(dev: c_int, props: *mut NetPropertiesV9) -> NcclResult {
     guard("getProperties", || {
         let p = props_v12(dev)?;
         let v = older_props!(p, NetPropertiesV9 {
@@ -570,7 +583,7 @@ unsafe extern "C" fn get_properties_v9(dev: c_int, props: *mut NetPropertiesV9) 
     })
 }
 
-unsafe extern "C" fn get_properties_v8(dev: c_int, props: *mut NetPropertiesV8) -> NcclResult {
+pub unsafe extern "C" fn get_properties_v8(dev: c_int, props: *mut NetPropertiesV8) -> NcclResult {
     guard("getProperties", || {
         let p = props_v12(dev)?;
         let v = older_props!(
@@ -594,7 +607,7 @@ unsafe extern "C" fn get_properties_v8(dev: c_int, props: *mut NetPropertiesV8) 
     })
 }
 
-unsafe extern "C" fn get_properties_v7(dev: c_int, props: *mut NetPropertiesV7) -> NcclResult {
+pub unsafe extern "C" fn get_properties_v7(dev: c_int, props: *mut NetPropertiesV7) -> NcclResult {
     guard("getProperties", || {
         let p = props_v12(dev)?;
         let v = older_props!(
@@ -616,159 +629,6 @@ unsafe extern "C" fn get_properties_v7(dev: c_int, props: *mut NetPropertiesV7) 
         put(props, v, "props")
     })
 }
-
-// ---------------------------------------------------------------- exported tables
-
-use ncclnet_headers::Export;
-
-const NAME: *const std::ffi::c_char = NET_NAME.as_ptr();
-
-#[unsafe(no_mangle)]
-pub static ncclNetPlugin_v12: Export<NetV12> = Export(NetV12 {
-    name: NAME,
-    init: Some(init_v11),
-    devices: Some(devices),
-    get_properties: Some(get_properties_v12),
-    listen: Some(listen_v11),
-    connect: Some(connect_v11),
-    accept: Some(accept),
-    reg_mr: Some(reg_mr_v8),
-    reg_mr_dma_buf: None,
-    dereg_mr: Some(dereg_mr),
-    isend: Some(isend_v10),
-    irecv: Some(irecv_v10),
-    iflush: Some(iflush),
-    test: Some(test),
-    close_send: Some(close_comm),
-    close_recv: Some(close_comm),
-    close_listen: Some(close_listen),
-    get_device_mr: None,
-    irecv_consumed: None,
-    make_v_device: None,
-    finalize: Some(finalize),
-    set_net_attr: Some(set_net_attr),
-});
-
-#[unsafe(no_mangle)]
-pub static ncclNetPlugin_v11: Export<NetV11> = Export(NetV11 {
-    name: NAME,
-    init: Some(init_v11),
-    devices: Some(devices),
-    get_properties: Some(get_properties_v11),
-    listen: Some(listen_v11),
-    connect: Some(connect_v11),
-    accept: Some(accept),
-    reg_mr: Some(reg_mr_v8),
-    reg_mr_dma_buf: None,
-    dereg_mr: Some(dereg_mr),
-    isend: Some(isend_v10),
-    irecv: Some(irecv_v10),
-    iflush: Some(iflush),
-    test: Some(test),
-    close_send: Some(close_comm),
-    close_recv: Some(close_comm),
-    close_listen: Some(close_listen),
-    get_device_mr: None,
-    irecv_consumed: None,
-    make_v_device: None,
-    finalize: Some(finalize),
-    set_net_attr: Some(set_net_attr),
-});
-
-#[unsafe(no_mangle)]
-pub static ncclNetPlugin_v10: Export<NetV10> = Export(NetV10 {
-    name: NAME,
-    init: Some(init_v10),
-    devices: Some(devices),
-    get_properties: Some(get_properties_v9),
-    listen: Some(listen_v7),
-    connect: Some(connect_v10),
-    accept: Some(accept),
-    reg_mr: Some(reg_mr_v8),
-    reg_mr_dma_buf: None,
-    dereg_mr: Some(dereg_mr),
-    isend: Some(isend_v10),
-    irecv: Some(irecv_v10),
-    iflush: Some(iflush),
-    test: Some(test),
-    close_send: Some(close_comm),
-    close_recv: Some(close_comm),
-    close_listen: Some(close_listen),
-    get_device_mr: None,
-    irecv_consumed: None,
-    make_v_device: None,
-});
-
-#[unsafe(no_mangle)]
-pub static ncclNetPlugin_v9: Export<NetV9> = Export(NetV9 {
-    name: NAME,
-    init: Some(init_v7),
-    devices: Some(devices),
-    get_properties: Some(get_properties_v9),
-    listen: Some(listen_v7),
-    connect: Some(connect_v7),
-    accept: Some(accept),
-    reg_mr: Some(reg_mr_v8),
-    reg_mr_dma_buf: None,
-    dereg_mr: Some(dereg_mr),
-    isend: Some(isend_v9),
-    irecv: Some(irecv_v9),
-    iflush: Some(iflush),
-    test: Some(test),
-    close_send: Some(close_comm),
-    close_recv: Some(close_comm),
-    close_listen: Some(close_listen),
-    get_device_mr: None,
-    irecv_consumed: None,
-    make_v_device: None,
-});
-
-#[unsafe(no_mangle)]
-pub static ncclNetPlugin_v8: Export<NetV8> = Export(NetV8 {
-    name: NAME,
-    init: Some(init_v7),
-    devices: Some(devices),
-    get_properties: Some(get_properties_v8),
-    listen: Some(listen_v7),
-    connect: Some(connect_v7),
-    accept: Some(accept),
-    reg_mr: Some(reg_mr_v8),
-    reg_mr_dma_buf: None,
-    dereg_mr: Some(dereg_mr),
-    isend: Some(isend_v7),
-    irecv: Some(irecv_v7),
-    iflush: Some(iflush),
-    test: Some(test),
-    close_send: Some(close_comm),
-    close_recv: Some(close_comm),
-    close_listen: Some(close_listen),
-    get_device_mr: None,
-    irecv_consumed: None,
-});
-
-/// v7 lets NCCL 2.19 (which looks for v7 … v5) load the library.
-#[unsafe(no_mangle)]
-pub static ncclNetPlugin_v7: Export<NetV7> = Export(NetV7 {
-    name: NAME,
-    init: Some(init_v7),
-    devices: Some(devices),
-    get_properties: Some(get_properties_v7),
-    listen: Some(listen_v7),
-    connect: Some(connect_v7),
-    accept: Some(accept),
-    reg_mr: Some(reg_mr_v7),
-    reg_mr_dma_buf: None,
-    dereg_mr: Some(dereg_mr),
-    isend: Some(isend_v7),
-    irecv: Some(irecv_v7),
-    iflush: Some(iflush),
-    test: Some(test),
-    close_send: Some(close_comm),
-    close_recv: Some(close_comm),
-    close_listen: Some(close_listen),
-    get_device_mr: None,
-    irecv_consumed: None,
-});
 
 #[cfg(test)]
 mod tests {

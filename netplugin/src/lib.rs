@@ -36,6 +36,3 @@ pub mod metrics_endpoint;
 pub mod plugin;
 pub mod setup;
 pub mod wire;
-
-/// The tuner plugin lives in the same library (NCCL finds `ncclTunerPlugin_vN` here too).
-pub use ncclbpf_tuner as tuner;

@@ -7,6 +7,13 @@
 //! context whose agreement with the other ranks timed out (`crate::agree`): guessing could make
 //! this rank choose differently from the others, which hangs the job without a word, so that
 //! context fails its collectives with `ncclInternalError` and a log line instead.
+//!
+//! # Safety
+//!
+//! Every `pub unsafe extern "C" fn` here is an adapter for the plugin library's exported tables
+//! (`plugin/src`): it must be called only as NCCL calls it, with the pointers NCCL's ABI defines
+//! for that slot (`ncclnet-headers`). Each one checks its pointers for NULL and catches panics.
+#![allow(clippy::missing_safety_doc)]
 
 use crate::agree::{self, Agreement};
 use crate::decide::{self, Collective, Decision};
@@ -15,7 +22,7 @@ use crate::sequence::Sequence;
 use crate::stage;
 use crate::{chunk, constants};
 use ncclnet_headers::tuner::*;
-use ncclnet_headers::{DebugLogger, Export, NcclFunc, NcclResult};
+use ncclnet_headers::{DebugLogger, NcclFunc, NcclResult};
 use policy_runtime::{LoadedProgram, ProgramSlot, SlotHandle, TunerCtx};
 use shared_maps::Registry;
 use std::cell::UnsafeCell;
@@ -653,7 +660,7 @@ fn context<'a>(ctx: Vp) -> Option<&'a TunerContext> {
     (!ctx.is_null()).then(|| unsafe { &*(ctx as *const TunerContext) })
 }
 
-unsafe extern "C" fn init_v2(
+pub unsafe extern "C" fn init_v2(
     n_ranks: usize,
     n_nodes: usize,
     log: DebugLogger,
@@ -662,7 +669,7 @@ unsafe extern "C" fn init_v2(
     new_context(ctx, 0, n_ranks, n_nodes, log)
 }
 
-unsafe extern "C" fn init_v5(
+pub unsafe extern "C" fn init_v5(
     ctx: *mut Vp,
     comm_id: u64,
     n_ranks: usize,
@@ -767,7 +774,7 @@ fn set_channels(
 }
 
 #[allow(clippy::too_many_arguments)]
-unsafe extern "C" fn get_coll_info_v4(
+pub unsafe extern "C" fn get_coll_info_v4(
     ctx: Vp,
     coll: NcclFunc,
     n_bytes: usize,
@@ -807,7 +814,7 @@ unsafe extern "C" fn get_coll_info_v4(
 }
 
 #[allow(clippy::too_many_arguments)]
-unsafe extern "C" fn get_coll_info_v3(
+pub unsafe extern "C" fn get_coll_info_v3(
     ctx: Vp,
     coll: NcclFunc,
     n_bytes: usize,
@@ -834,7 +841,7 @@ unsafe extern "C" fn get_coll_info_v3(
 }
 
 #[allow(clippy::too_many_arguments)]
-unsafe extern "C" fn get_coll_info_v2(
+pub unsafe extern "C" fn get_coll_info_v2(
     ctx: Vp,
     coll: NcclFunc,
     n_bytes: usize,
@@ -884,7 +891,7 @@ unsafe extern "C" fn get_coll_info_v2(
     rc
 }
 
-unsafe extern "C" fn finalize(ctx: Vp) -> NcclResult {
+pub unsafe extern "C" fn finalize(ctx: Vp) -> NcclResult {
     quiet("finalize", || {
         if let Some(c) = context(ctx) {
             crate::tlog!(INFO, TUNING, "{}", c.summary());
@@ -903,7 +910,7 @@ unsafe extern "C" fn finalize(ctx: Vp) -> NcclResult {
 
 /// `getChunkSize` (tuner v6, NCCL >= 2.30): the `tuner/chunk` program may change NCCL's chunk.
 #[allow(clippy::too_many_arguments)]
-unsafe extern "C" fn get_chunk_size(
+pub unsafe extern "C" fn get_chunk_size(
     ctx: Vp,
     coll: NcclFunc,
     n_bytes: usize,
@@ -936,49 +943,6 @@ unsafe extern "C" fn get_chunk_size(
     });
     NcclResult::SUCCESS
 }
-
-const NAME: *const std::ffi::c_char = c"BPF".as_ptr();
-
-#[unsafe(no_mangle)]
-pub static ncclTunerPlugin_v6: Export<TunerV6> = Export(TunerV6 {
-    name: NAME,
-    init: Some(init_v5),
-    get_coll_info: Some(get_coll_info_v4),
-    finalize: Some(finalize),
-    get_chunk_size: Some(get_chunk_size),
-});
-
-#[unsafe(no_mangle)]
-pub static ncclTunerPlugin_v5: Export<TunerV5> = Export(TunerV5 {
-    name: NAME,
-    init: Some(init_v5),
-    get_coll_info: Some(get_coll_info_v4),
-    finalize: Some(finalize),
-});
-
-#[unsafe(no_mangle)]
-pub static ncclTunerPlugin_v4: Export<TunerV4> = Export(TunerV4 {
-    name: NAME,
-    init: Some(init_v2),
-    get_coll_info: Some(get_coll_info_v4),
-    destroy: Some(finalize),
-});
-
-#[unsafe(no_mangle)]
-pub static ncclTunerPlugin_v3: Export<TunerV3> = Export(TunerV3 {
-    name: NAME,
-    init: Some(init_v2),
-    get_coll_info: Some(get_coll_info_v3),
-    destroy: Some(finalize),
-});
-
-#[unsafe(no_mangle)]
-pub static ncclTunerPlugin_v2: Export<TunerV2> = Export(TunerV2 {
-    name: NAME,
-    init: Some(init_v2),
-    get_coll_info: Some(get_coll_info_v2),
-    destroy: Some(finalize),
-});
 
 #[cfg(test)]
 mod tests {

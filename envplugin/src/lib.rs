@@ -1,0 +1,1 @@
+//! NCCL env plugin (being written).
