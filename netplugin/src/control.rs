@@ -427,6 +427,13 @@ pub fn reload(path: &Path, registry: &Registry, opts: &LoadOptions) -> Reply {
                 name: p.name.clone(),
                 reason: TUNER_REFUSAL.to_string(),
             });
+        } else if policy_runtime::setting::is_profiler_section(&p.section) {
+            notes.push(Item::Ignored {
+                section: p.section.clone(),
+                name: p.name.clone(),
+                reason: "profiler programs are loaded at start (NCCL_BPF_POLICY), not reloaded"
+                    .to_string(),
+            });
         } else {
             notes.push(Item::Ignored {
                 section: p.section.clone(),

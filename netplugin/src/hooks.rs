@@ -165,7 +165,10 @@ impl NetSet {
             };
             for p in &obj.programs {
                 let net = hook_of(&p.section);
-                if net.is_none() && !is_tuner_section(&p.section) {
+                if net.is_none()
+                    && !is_tuner_section(&p.section)
+                    && !setting::is_profiler_section(&p.section)
+                {
                     problems.push(format!(
                         "{path}: program '{}' in section '{}' attaches to no hook; ignored",
                         p.name, p.section

@@ -1,1 +1,431 @@
-//! placeholder
+//! `ncclProfiler_v4` (NCCL 2.27), `ncclProfiler_v5` (2.28) and `ncclProfiler_v6` (2.29, 2.30):
+//! NCCL's profiler ABI, one table per version over [`ncclbpf_profiler::tracker`].
+//!
+//! NCCL ≥ 2.28 finds the profiler in the net library when `NCCL_PROFILER_PLUGIN` names none;
+//! `NCCL_PROFILER_PLUGIN=none` switches it off, and so does `NCCL_BPF_PROFILER=0` (no events).
+//!
+//! Each adapter copies what NCCL passed into our own types first (descriptors, strings, state
+//! arguments), then calls the tracker; no pointer of NCCL's is kept. Every entry catches
+//! panics; none returns an error for a bad handle (the tracker ignores and counts it), so a
+//! misbehaving caller never changes what NCCL does.
+
+use ncclbpf_profiler::event::{self as ev, Descr, Kind, Op, StateUpdate};
+use ncclbpf_profiler::handles::Handle;
+use ncclbpf_profiler::tracker;
+use ncclnet_headers::profiler::*;
+use ncclnet_headers::{DebugLogger, Export, NcclResult};
+use std::ffi::{c_char, c_int, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+type Vp = *mut c_void;
+
+fn guard(what: &str, f: impl FnOnce() -> NcclResult) -> NcclResult {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(_) => {
+            ncclbpf_profiler::plog!(
+                WARN,
+                PROFILE,
+                "{what}: internal error (panic caught); ignored"
+            );
+            NcclResult::INTERNAL_ERROR
+        }
+    }
+}
+
+/// At most 31 bytes of a C string NCCL passed (its names are short constants); empty for NULL.
+///
+/// # Safety
+/// `p` is NULL or points to a NUL-terminated string valid for the call.
+unsafe fn name(p: *const c_char) -> ([u8; 32], usize) {
+    let mut out = [0u8; 32];
+    if p.is_null() {
+        return (out, 0);
+    }
+    let mut n = 0;
+    while n < out.len() - 1 {
+        // SAFETY: within the string: we stop at its NUL.
+        let c = unsafe { *p.add(n) } as u8;
+        if c == 0 {
+            break;
+        }
+        out[n] = c;
+        n += 1;
+    }
+    (out, n)
+}
+
+macro_rules! named {
+    ($f:ident, $p:expr) => {{
+        // SAFETY: NCCL's descriptor strings are NULL or its own NUL-terminated constants.
+        let (b, n) = unsafe { name($p) };
+        ev::$f(&b[..n])
+    }};
+}
+
+/// The fields every version's `coll` has.
+///
+/// # Safety
+/// The string pointers are NULL or NUL-terminated, valid for the call.
+#[allow(clippy::too_many_arguments)] // the fields of NCCL's `coll`
+unsafe fn coll_op(
+    seq: u64,
+    func: *const c_char,
+    count: usize,
+    root: c_int,
+    datatype: *const c_char,
+    n_channels: u8,
+    algo: *const c_char,
+    proto: *const c_char,
+) -> Op {
+    Op {
+        seq,
+        func: named!(func_of, func),
+        count: count as u64,
+        type_size: named!(datatype_size, datatype),
+        algo: named!(algo_of, algo),
+        proto: named!(proto_of, proto),
+        nchannels: n_channels,
+        root_or_peer: root,
+    }
+}
+
+/// # Safety
+/// As [`coll_op`].
+unsafe fn p2p_op(
+    func: *const c_char,
+    count: usize,
+    peer: c_int,
+    datatype: *const c_char,
+    n_channels: u8,
+) -> Op {
+    Op {
+        seq: 0,
+        func: named!(func_of, func),
+        count: count as u64,
+        type_size: named!(datatype_size, datatype),
+        algo: -1,
+        proto: -1,
+        nchannels: n_channels,
+        root_or_peer: peer,
+    }
+}
+
+/// The kinds every version shares, from the event type and the union member it names (each
+/// closure reads one member; only the one the type names is called).
+fn common_kind(
+    type_: u64,
+    proxy_op: impl Fn() -> ProxyOpDescr,
+    step: impl Fn() -> c_int,
+    kernel: impl Fn() -> KernelChDescr,
+    net: impl Fn() -> NetPluginDescr,
+) -> Option<Kind> {
+    Some(match type_ {
+        event::PROXY_OP => {
+            let p = proxy_op();
+            Kind::ProxyOp {
+                channel: p.channel_id,
+                peer: p.peer,
+                nsteps: p.n_steps,
+                chunk_size: p.chunk_size,
+                is_send: p.is_send != 0,
+            }
+        }
+        event::PROXY_STEP => Kind::ProxyStep { step: step() },
+        event::KERNEL_CH => {
+            let k = kernel();
+            Kind::KernelCh {
+                channel: k.channel_id,
+                start: k.p_timer,
+            }
+        }
+        event::NET_PLUGIN => Kind::NetPlugin { id: net().id },
+        _ => return None,
+    })
+}
+
+/// A v5/v6 descriptor, copied.
+///
+/// # Safety
+/// `d` points to a descriptor valid for the call (checked non-NULL by the caller).
+unsafe fn descr_v5(d: &EventDescr) -> Descr {
+    let t = d.type_;
+    // SAFETY (every union read below): NCCL fills the member its `type` names.
+    let kind = match t {
+        event::COLL => {
+            let c = unsafe { d.u.coll };
+            // SAFETY: NCCL's strings.
+            Kind::Coll(unsafe {
+                coll_op(
+                    c.seq_number,
+                    c.func,
+                    c.count,
+                    c.root,
+                    c.datatype,
+                    c.n_channels,
+                    c.algo,
+                    c.proto,
+                )
+            })
+        }
+        event::P2P => {
+            let p = unsafe { d.u.p2p };
+            // SAFETY: NCCL's strings.
+            Kind::P2p(unsafe { p2p_op(p.func, p.count, p.peer, p.datatype, p.n_channels) })
+        }
+        _ => common_kind(
+            t,
+            || unsafe { d.u.proxy_op },
+            || unsafe { d.u.proxy_step.step },
+            || unsafe { d.u.kernel_ch },
+            || unsafe { d.u.net_plugin },
+        )
+        .unwrap_or(Kind::Other(t)),
+    };
+    Descr {
+        kind,
+        parent: Handle::from_ptr(d.parent_obj),
+        rank: d.rank,
+    }
+}
+
+/// A v4 descriptor, copied.
+///
+/// # Safety
+/// As [`descr_v5`].
+unsafe fn descr_v4(d: &EventDescrV4) -> Descr {
+    let t = u64::from(d.type_);
+    // SAFETY (every union read below): NCCL fills the member its `type` names.
+    let kind = match t {
+        event::COLL => {
+            let c = unsafe { d.u.coll };
+            // SAFETY: NCCL's strings.
+            Kind::Coll(unsafe {
+                coll_op(
+                    c.seq_number,
+                    c.func,
+                    c.count,
+                    c.root,
+                    c.datatype,
+                    c.n_channels,
+                    c.algo,
+                    c.proto,
+                )
+            })
+        }
+        event::P2P => {
+            let p = unsafe { d.u.p2p };
+            // SAFETY: NCCL's strings.
+            Kind::P2p(unsafe { p2p_op(p.func, p.count, p.peer, p.datatype, p.n_channels) })
+        }
+        _ => common_kind(
+            t,
+            || unsafe { d.u.proxy_op },
+            || unsafe { d.u.proxy_step.step },
+            || unsafe { d.u.kernel_ch },
+            || unsafe { d.u.net_plugin },
+        )
+        .unwrap_or(Kind::Other(t)),
+    };
+    Descr {
+        kind,
+        parent: Handle::from_ptr(d.parent_obj),
+        rank: d.rank,
+    }
+}
+
+#[allow(clippy::too_many_arguments)] // NCCL's init arguments
+fn init_common(
+    context: *mut Vp,
+    mask: *mut c_int,
+    comm_id: u64,
+    comm_name: *const c_char,
+    n_nodes: c_int,
+    nranks: c_int,
+    rank: c_int,
+    logfn: DebugLogger,
+) -> NcclResult {
+    ncclnet_headers::log::set_logger(logfn);
+    if context.is_null() || mask.is_null() {
+        ncclbpf_profiler::plog!(WARN, PROFILE, "init: NULL context or mask pointer");
+        return NcclResult::INVALID_ARGUMENT;
+    }
+    let t = tracker::global();
+    let name = if comm_name.is_null() {
+        String::new()
+    } else {
+        // SAFETY: NCCL's communicator name: NUL-terminated, valid for the call.
+        unsafe { std::ffi::CStr::from_ptr(comm_name) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    // SAFETY: both checked non-NULL; NCCL's out-parameters.
+    unsafe {
+        *mask = t.mask() as c_int;
+        *context = std::ptr::null_mut();
+    }
+    match t.init(comm_id, &name, n_nodes, nranks, rank) {
+        Some(h) => {
+            // SAFETY: checked non-NULL above.
+            unsafe { *context = h.as_ptr() };
+            NcclResult::SUCCESS
+        }
+        None => NcclResult::INTERNAL_ERROR,
+    }
+}
+
+unsafe extern "C" fn init_v4(
+    context: *mut Vp,
+    mask: *mut c_int,
+    comm_name: *const c_char,
+    comm_hash: u64,
+    n_nodes: c_int,
+    nranks: c_int,
+    rank: c_int,
+    logfn: DebugLogger,
+) -> NcclResult {
+    guard("init", || {
+        init_common(
+            context, mask, comm_hash, comm_name, n_nodes, nranks, rank, logfn,
+        )
+    })
+}
+
+unsafe extern "C" fn init_v5(
+    context: *mut Vp,
+    comm_id: u64,
+    mask: *mut c_int,
+    comm_name: *const c_char,
+    n_nodes: c_int,
+    nranks: c_int,
+    rank: c_int,
+    logfn: DebugLogger,
+) -> NcclResult {
+    guard("init", || {
+        init_common(
+            context, mask, comm_id, comm_name, n_nodes, nranks, rank, logfn,
+        )
+    })
+}
+
+fn start_common(
+    context: Vp,
+    e_handle: *mut Vp,
+    read: impl FnOnce() -> Option<Descr>,
+) -> NcclResult {
+    if e_handle.is_null() {
+        ncclbpf_profiler::plog!(WARN, PROFILE, "startEvent: NULL handle pointer; ignored");
+        return NcclResult::SUCCESS;
+    }
+    // SAFETY: NCCL's out-parameter, checked non-NULL. Written first, so that a panic below
+    // leaves NCCL with "no event".
+    unsafe { *e_handle = std::ptr::null_mut() };
+    let Some(d) = read() else {
+        return NcclResult::SUCCESS;
+    };
+    let h = tracker::global().start(Handle::from_ptr(context), &d);
+    // SAFETY: as above.
+    unsafe { *e_handle = h.as_ptr() };
+    NcclResult::SUCCESS
+}
+
+unsafe extern "C" fn start_event_v4(
+    context: Vp,
+    e_handle: *mut Vp,
+    e_descr: *mut EventDescrV4,
+) -> NcclResult {
+    guard("startEvent", || {
+        start_common(context, e_handle, || {
+            // SAFETY: NCCL's descriptor, valid for the call, when non-NULL.
+            unsafe { e_descr.as_ref().map(|d| descr_v4(d)) }
+        })
+    })
+}
+
+unsafe extern "C" fn start_event_v5(
+    context: Vp,
+    e_handle: *mut Vp,
+    e_descr: *mut EventDescr,
+) -> NcclResult {
+    guard("startEvent", || {
+        start_common(context, e_handle, || {
+            // SAFETY: NCCL's descriptor, valid for the call, when non-NULL.
+            unsafe { e_descr.as_ref().map(|d| descr_v5(d)) }
+        })
+    })
+}
+
+unsafe extern "C" fn stop_event(e_handle: Vp) -> NcclResult {
+    guard("stopEvent", || {
+        tracker::global().stop(Handle::from_ptr(e_handle));
+        NcclResult::SUCCESS
+    })
+}
+
+unsafe extern "C" fn record_event_state(
+    e_handle: Vp,
+    e_state: c_int,
+    args: *mut StateArgs,
+) -> NcclResult {
+    guard("recordEventState", || {
+        // SAFETY: NCCL's 8-byte argument union, valid for the call, when non-NULL; which
+        // member is meant follows from the state.
+        let a = unsafe { args.as_ref() };
+        let arg = match (e_state, a) {
+            (state::KERNEL_CH_STOP, Some(a)) => unsafe { a.p_timer },
+            (
+                state::PROXY_STEP_SEND_GPU_WAIT..=state::PROXY_STEP_RECV_GPU_WAIT
+                | state::PROXY_STEP_SEND_PEER_WAIT_V4,
+                Some(a),
+            ) => (unsafe { a.trans_size }) as u64,
+            _ => 0,
+        };
+        tracker::global().record(
+            Handle::from_ptr(e_handle),
+            StateUpdate {
+                state: e_state,
+                arg,
+            },
+        );
+        NcclResult::SUCCESS
+    })
+}
+
+unsafe extern "C" fn finalize(context: Vp) -> NcclResult {
+    guard("finalize", || {
+        tracker::global().finalize(Handle::from_ptr(context));
+        NcclResult::SUCCESS
+    })
+}
+
+const NAME: *const c_char = c"BPF".as_ptr();
+
+#[unsafe(no_mangle)]
+pub static ncclProfiler_v6: Export<ProfilerV6> = Export(ProfilerV6 {
+    name: NAME,
+    init: Some(init_v5),
+    start_event: Some(start_event_v5),
+    stop_event: Some(stop_event),
+    record_event_state: Some(record_event_state),
+    finalize: Some(finalize),
+});
+
+#[unsafe(no_mangle)]
+pub static ncclProfiler_v5: Export<ProfilerV5> = Export(ProfilerV5 {
+    name: NAME,
+    init: Some(init_v5),
+    start_event: Some(start_event_v5),
+    stop_event: Some(stop_event),
+    record_event_state: Some(record_event_state),
+    finalize: Some(finalize),
+});
+
+#[unsafe(no_mangle)]
+pub static ncclProfiler_v4: Export<ProfilerV4> = Export(ProfilerV4 {
+    name: NAME,
+    init: Some(init_v4),
+    start_event: Some(start_event_v4),
+    stop_event: Some(stop_event),
+    record_event_state: Some(record_event_state),
+    finalize: Some(finalize),
+});

@@ -132,6 +132,42 @@ impl TunerEpochCtx {
     }
 }
 
+/// `struct ncclbpf_profiler_ctx` (`profiler/coll`, `profiler/p2p`, `profiler/proxy_op`,
+/// `profiler/proxy_step`, `profiler/kernel_ch`, `profiler/net`): one event, at its end. Read-only.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProfilerCtx {
+    pub comm_id: u64,
+    /// Collectives: NCCL's sequence number of the collective (per function); proxy steps: the
+    /// step; 0 otherwise.
+    pub seq: u64,
+    /// Collectives and p2p: the operation's bytes (as the tuner counts them); proxy ops: steps
+    /// × chunk size; proxy steps: bytes transferred.
+    pub bytes: u64,
+    /// Collectives, p2p and kernel channels: GPU execution time; the others: host time from
+    /// start to stop (ns).
+    pub duration_ns: u64,
+    /// When it started: the GPU's globaltimer for collectives, p2p and kernel channels, the
+    /// host's `CLOCK_MONOTONIC` for the others (ns).
+    pub start_ns: u64,
+    /// `NCCLBPF_PROF_*`.
+    pub event: u32,
+    /// NCCL's `ncclFunc_t` of the collective (15: other or not known).
+    pub coll: u32,
+    pub algo: i32,
+    pub proto: i32,
+    pub channel: u32,
+    pub peer: i32,
+    pub rank: u32,
+    pub nranks: u32,
+    pub nchannels: u32,
+    /// The last state recorded for the event (-1: none).
+    pub state: i32,
+    pub is_send: u32,
+    /// 1 when `duration_ns` was measured (0: the GPU times were missing).
+    pub timed: u32,
+}
+
 /// A context a program can run on.
 pub trait Context {
     /// Which hooks' programs take this context.
@@ -152,6 +188,7 @@ pub enum CtxKind {
     TunerInit,
     TunerEpoch,
     Net,
+    Profiler,
 }
 
 impl CtxKind {
@@ -162,6 +199,7 @@ impl CtxKind {
             "tuner/init" => Some(CtxKind::TunerInit),
             "tuner/epoch" => Some(CtxKind::TunerEpoch),
             s if s.starts_with("net/") => Some(CtxKind::Net),
+            s if s.starts_with("profiler/") => Some(CtxKind::Profiler),
             _ => None,
         }
     }
@@ -192,6 +230,13 @@ impl Context for TunerEpochCtx {
     const KIND: CtxKind = CtxKind::TunerEpoch;
     fn as_mut_ptr(&mut self) -> *mut u8 {
         self as *mut TunerEpochCtx as *mut u8
+    }
+}
+
+impl Context for ProfilerCtx {
+    const KIND: CtxKind = CtxKind::Profiler;
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        self as *mut ProfilerCtx as *mut u8
     }
 }
 
@@ -300,6 +345,41 @@ mod tests {
         }
         assert_eq!(writable[21].name, "hw_latencies");
         assert_eq!(writable[84].name, "ll_max_bws");
+    }
+
+    #[test]
+    fn the_profiler_context_matches_the_verifier_table() {
+        use policy_verifier::platform::{PROFILER_FIELDS, PROFILER_SECTIONS};
+        for s in PROFILER_SECTIONS {
+            let h = hook(s).unwrap();
+            assert_eq!(size_of::<ProfilerCtx>() as u32, h.ctx_size, "{s}");
+            assert!(!h.decides, "{s} observes only");
+            assert_eq!(CtxKind::of(s), Some(CtxKind::Profiler));
+        }
+        let o = [
+            offset_of!(ProfilerCtx, comm_id),
+            offset_of!(ProfilerCtx, seq),
+            offset_of!(ProfilerCtx, bytes),
+            offset_of!(ProfilerCtx, duration_ns),
+            offset_of!(ProfilerCtx, start_ns),
+            offset_of!(ProfilerCtx, event),
+            offset_of!(ProfilerCtx, coll),
+            offset_of!(ProfilerCtx, algo),
+            offset_of!(ProfilerCtx, proto),
+            offset_of!(ProfilerCtx, channel),
+            offset_of!(ProfilerCtx, peer),
+            offset_of!(ProfilerCtx, rank),
+            offset_of!(ProfilerCtx, nranks),
+            offset_of!(ProfilerCtx, nchannels),
+            offset_of!(ProfilerCtx, state),
+            offset_of!(ProfilerCtx, is_send),
+            offset_of!(ProfilerCtx, timed),
+        ];
+        assert_eq!(o.len(), PROFILER_FIELDS.len());
+        for (o, f) in o.iter().zip(PROFILER_FIELDS) {
+            assert_eq!(*o as u32, f.offset, "{}", f.name);
+            assert_eq!(f.perm, policy_verifier::platform::Perm::Read, "{}", f.name);
+        }
     }
 
     #[test]

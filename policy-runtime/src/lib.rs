@@ -21,6 +21,6 @@ pub mod raw;
 pub mod setting;
 pub mod swap;
 
-pub use ctx::{NetCtx, TunerChunkCtx, TunerCtx, TunerEpochCtx, TunerInitCtx};
+pub use ctx::{NetCtx, ProfilerCtx, TunerChunkCtx, TunerCtx, TunerEpochCtx, TunerInitCtx};
 pub use program::{LoadError, LoadOptions, LoadedProgram, Tier};
 pub use swap::{Handle, ProgramSlot, SlotHandle, Swappable};

@@ -38,6 +38,12 @@ pub fn is_tuner_section(section: &str) -> bool {
     section == "tuner" || section.starts_with("tuner/")
 }
 
+/// Whether `section` is the profiler's (`profiler/coll`, …), which the net side and the tuner
+/// leave alone.
+pub fn is_profiler_section(section: &str) -> bool {
+    section.starts_with("profiler/")
+}
+
 /// One object to load and the setting that named it (for messages).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Source {

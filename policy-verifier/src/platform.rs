@@ -278,6 +278,40 @@ const fn tuner_epoch_fields() -> [Field; 7 + TUNER_EPOCH_STATE_WORDS as usize] {
     out
 }
 
+/// `struct ncclbpf_profiler_ctx` (`profiler/*`): one event at its end, read-only.
+pub const PROFILER_FIELDS: &[Field] = &[
+    f("comm_id", 0, 8, R),
+    f("seq", 8, 8, R),
+    f("bytes", 16, 8, R),
+    f("duration_ns", 24, 8, R),
+    f("start_ns", 32, 8, R),
+    f("event", 40, 4, R),
+    f("coll", 44, 4, R),
+    f("algo", 48, 4, R),
+    f("proto", 52, 4, R),
+    f("channel", 56, 4, R),
+    f("peer", 60, 4, R),
+    f("rank", 64, 4, R),
+    f("nranks", 68, 4, R),
+    f("nchannels", 72, 4, R),
+    f("state", 76, 4, R),
+    f("is_send", 80, 4, R),
+    f("timed", 84, 4, R),
+];
+
+/// Size of `struct ncclbpf_profiler_ctx`.
+pub const PROFILER_CTX_SIZE: u32 = 88;
+
+/// The profiler's hooks, one per event type it follows.
+pub const PROFILER_SECTIONS: [&str; 6] = [
+    "profiler/coll",
+    "profiler/p2p",
+    "profiler/proxy_op",
+    "profiler/proxy_step",
+    "profiler/kernel_ch",
+    "profiler/net",
+];
+
 const MAP_HELPERS: &[i32] = &[HELPER_MAP_LOOKUP, HELPER_MAP_UPDATE, HELPER_MAP_DELETE];
 const NET_HELPERS: &[i32] = &[
     HELPER_MAP_LOOKUP,
@@ -292,6 +326,21 @@ const fn net(section: &'static str) -> Hook {
         section,
         ctx_size: 56,
         fields: NET_FIELDS,
+        helpers: NET_HELPERS,
+        helper_note: "",
+        decides: false,
+        local_fields: &[],
+        views: false,
+    }
+}
+
+/// A profiler hook: observes, decides nothing, so its maps are rank-local like the net hooks'
+/// (a tuner program that reads them is refused by the locality rule).
+const fn profiler(section: &'static str) -> Hook {
+    Hook {
+        section,
+        ctx_size: PROFILER_CTX_SIZE,
+        fields: PROFILER_FIELDS,
         helpers: NET_HELPERS,
         helper_note: "",
         decides: false,
@@ -348,6 +397,12 @@ pub const HOOKS: &[Hook] = &[
     net("net/irecv"),
     net("net/complete"),
     net("net/close"),
+    profiler(PROFILER_SECTIONS[0]),
+    profiler(PROFILER_SECTIONS[1]),
+    profiler(PROFILER_SECTIONS[2]),
+    profiler(PROFILER_SECTIONS[3]),
+    profiler(PROFILER_SECTIONS[4]),
+    profiler(PROFILER_SECTIONS[5]),
 ];
 
 pub fn hook(section: &str) -> Option<&'static Hook> {
