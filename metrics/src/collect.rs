@@ -236,8 +236,8 @@ const CONN_DROPPED: &str = "ncclbpf_exporter_connections_dropped";
 const DURATION: &str = "ncclbpf_exporter_scrape_duration_seconds";
 
 fn declare(e: &mut Exposition) {
-    for (n, k, h) in FAMILIES {
-        e.family(n, k, h);
+    for (n, k, h) in FAMILIES.iter().chain(&crate::profiled::FAMILIES) {
+        e.family(n, *k, h);
     }
 }
 
@@ -450,6 +450,14 @@ pub fn render(dir: &Path, pids: Option<&[u32]>, opts: &Options) -> String {
                     };
                     if v.name == DECISIONS_MAP {
                         decision_metrics(&mut e, &base, v);
+                        continue;
+                    }
+                    if v.name == crate::profiled::COLLECTIVES_MAP {
+                        crate::profiled::collective_metrics(&mut e, &base, v, opts.map_entries);
+                        continue;
+                    }
+                    if v.name == crate::profiled::PROFILER_MAP {
+                        crate::profiled::counter_metrics(&mut e, &base, v);
                         continue;
                     }
                     if v.name == NET_STATS_MAP {
@@ -1077,6 +1085,96 @@ mod tests {
         assert!(l.len() == 1 && l[0].ends_with(" 0"), "{text}");
         assert!(sample(&text, CONNECTIONS, &[&me]).is_empty(), "{text}");
         assert!(sample(&text, PROC_UP, &[&me])[0].ends_with(" 1"), "{text}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Per-collective figures and the profiler's counters as the profiler writes them (its own
+    /// tracker and `Stats`), read here by the documented layouts.
+    #[test]
+    fn profiler_collectives_and_counters() {
+        use ncclbpf_profiler::event::{Descr, Kind as EvKind, Op, StateUpdate};
+        use ncclbpf_profiler::handles::Handle;
+        use ncclbpf_profiler::tracker::Tracker;
+        const KERNEL_CH_STOP: i32 = 22;
+        let dir = scratch("profiler");
+        let r: &'static Registry = Box::leak(Box::new(Registry::new(dir.clone())));
+        let t = Tracker::new(0x46, Box::leak(Box::default()), Some(r));
+        let ctx = t.init(0xc0ffee, "tp", 1, 4, 2).unwrap();
+        for (i, dur) in [30_000u64, 50_000, 3_000_000].into_iter().enumerate() {
+            let c = t.start(
+                ctx,
+                &Descr {
+                    kind: EvKind::Coll(Op {
+                        seq: i as u64,
+                        func: 4,
+                        count: 1 << 18,
+                        type_size: 4,
+                        algo: 1,
+                        proto: 2,
+                        nchannels: 1,
+                        root_or_peer: 0,
+                    }),
+                    parent: Handle(0),
+                    rank: 2,
+                },
+            );
+            t.stop(c);
+            let k = t.start(
+                ctx,
+                &Descr {
+                    kind: EvKind::KernelCh {
+                        channel: 0,
+                        start: 1_000_000,
+                    },
+                    parent: c,
+                    rank: 2,
+                },
+            );
+            t.record(
+                k,
+                StateUpdate {
+                    state: KERNEL_CH_STOP,
+                    arg: 1_000_000 + dur,
+                },
+            );
+            t.stop(k);
+        }
+        t.stop(Handle(0xbad));
+        let text = render(&dir, None, &Options::default());
+        promtool(&text);
+        let one = |name: &str, has: &[&str]| -> f64 {
+            let l = sample(&text, name, has);
+            assert_eq!(l.len(), 1, "{name} {has:?}: {text}");
+            l[0].rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        let at = [
+            "comm=\"0x0000000000c0ffee\"",
+            "rank=\"2\"",
+            "collective=\"allreduce\"",
+            "size_bytes=\"1048576\"",
+            "algorithm=\"ring\"",
+            "protocol=\"simple\"",
+        ];
+        let count = format!("{}_count", crate::profiled::DURATION);
+        let sum = format!("{}_sum", crate::profiled::DURATION);
+        let bucket = format!("{}_bucket", crate::profiled::DURATION);
+        assert_eq!(one(&count, &at), 3.0);
+        assert!((one(&sum, &at) - 3.08e-3).abs() < 1e-9, "{text}");
+        let mut le = at.to_vec();
+        le.push("le=\"0.000064\"");
+        assert_eq!(one(&bucket, &le), 2.0, "30 and 50 µs under 64 µs");
+        // 3 × 1 MiB all_reduce on 4 ranks: bus bytes 1.5 each.
+        assert_eq!(one(crate::profiled::BUS_BYTES, &at), (3 * 3 << 19) as f64);
+        let bw = one(crate::profiled::BUS_BW, &at);
+        assert!((bw - (3 * 3 << 19) as f64 / 3.08e-3).abs() < 1.0, "{bw}");
+        assert_eq!(
+            one(crate::profiled::MISUSE, &["reason=\"unknown_handle\""]),
+            1.0
+        );
+        assert_eq!(one(crate::profiled::OPS, &["outcome=\"timed\""]), 3.0);
+        assert_eq!(one(crate::profiled::OPEN, &["what=\"events\""]), 0.0);
+        assert_eq!(one(crate::profiled::OPEN, &["what=\"contexts\""]), 1.0);
+        t.finalize(ctx);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

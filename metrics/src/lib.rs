@@ -2,6 +2,7 @@
 //!
 //! * [`collect`]: what the metrics say: every process's connection table, tuner decision
 //!   records and policy maps, read-only through the registry, never asking the process;
+//! * [`profiled`]: the profiler's per-collective figures and counters;
 //! * [`expo`]: the text exposition format;
 //! * [`http`]: a small HTTP/1.1 server for `GET /metrics`, one thread, one request per
 //!   connection, stopped and joined on demand.
@@ -13,5 +14,6 @@
 pub mod collect;
 pub mod expo;
 pub mod http;
+pub mod profiled;
 
 pub use collect::{Options, render};

@@ -1,0 +1,249 @@
+//! The profiler's figures: `ncclbpf_collectives` (per communicator, rank, collective, size,
+//! algorithm and protocol) and `ncclbpf_profiler` (the profiler's own counters), read by
+//! their documented layouts (`profiler/src/stats.rs`, `profiler/src/counters.rs`), not through
+//! the profiler crate.
+
+use crate::expo::{Exposition, Kind, Labels};
+use shared_maps::{MapType, MapView};
+
+pub const COLLECTIVES_MAP: &str = "ncclbpf_collectives";
+pub const PROFILER_MAP: &str = "ncclbpf_profiler";
+
+pub const DURATION: &str = "nccl_collective_duration_seconds";
+pub const BUS_BYTES: &str = "nccl_collective_bus_bytes_total";
+pub const BYTES: &str = "nccl_collective_bytes_total";
+pub const BUS_BW: &str = "nccl_collective_bus_bandwidth_bytes_per_second";
+pub const UNTIMED: &str = "nccl_collective_untimed_total";
+pub const EVENTS: &str = "ncclbpf_profiler_events_total";
+pub const MISUSE: &str = "ncclbpf_profiler_misuse_total";
+pub const OPEN: &str = "ncclbpf_profiler_open";
+pub const OPS: &str = "ncclbpf_profiler_operations_total";
+
+/// Families, for the exposition's declarations.
+pub const FAMILIES: [(&str, Kind, &str); 9] = [
+    (
+        DURATION,
+        Kind::Histogram,
+        "GPU execution time of each collective or p2p operation (first channel's start to last channel's end, GPU clock), from the profiler, by communicator, rank, collective, size bucket, algorithm and protocol.",
+    ),
+    (
+        BUS_BYTES,
+        Kind::Counter,
+        "Bus bytes of the timed operations (bytes x nccl-tests' bus factor): rate(bus bytes) / rate(duration _sum) is the bus bandwidth.",
+    ),
+    (BYTES, Kind::Counter, "Bytes of the timed operations."),
+    (
+        BUS_BW,
+        Kind::Gauge,
+        "Bus bandwidth of the timed operations since the communicator began: bus bytes / execution time.",
+    ),
+    (
+        UNTIMED,
+        Kind::Counter,
+        "Operations counted without a GPU time (kernel-channel events masked out or missing).",
+    ),
+    (
+        EVENTS,
+        Kind::Counter,
+        "Profiler events NCCL started, by outcome (followed: given a handle; ignored: a type the profiler does not follow).",
+    ),
+    (
+        MISUSE,
+        Kind::Counter,
+        "Profiler calls ignored because what they named was not valid (unknown, stale or doubly stopped handles, finalized or unknown contexts, parents of another communicator, no room), by reason.",
+    ),
+    (OPEN, Kind::Gauge, "Profiler events and contexts open now."),
+    (
+        OPS,
+        Kind::Counter,
+        "Operations the profiler completed, by outcome (timed, untimed, reclaimed: still waiting for GPU times at finalize or past the pending limit).",
+    ),
+];
+
+const FORMAT: u64 = 1;
+const WORDS: usize = 36;
+const HIST_AT: usize = 10;
+const HIST: usize = 26;
+const SIZE_BUCKETS: u32 = 41;
+
+const FUNCS: [&str; 16] = [
+    "broadcast",
+    "reduce",
+    "allgather",
+    "reducescatter",
+    "allreduce",
+    "sendrecv",
+    "send",
+    "recv",
+    "alltoall",
+    "scatter",
+    "gather",
+    "other",
+    "other",
+    "other",
+    "other",
+    "other",
+];
+const ALGOS: [&str; 8] = [
+    "unknown",
+    "tree",
+    "ring",
+    "collnetdirect",
+    "collnetchain",
+    "nvls",
+    "nvlstree",
+    "pat",
+];
+const PROTOS: [&str; 4] = ["unknown", "ll", "ll128", "simple"];
+
+/// Counter words of `ncclbpf_profiler` (word = position + 1), as `profiler/src/counters.rs`
+/// numbers them.
+const COUNTER_NAMES: [&str; 21] = [
+    "contexts_opened",
+    "contexts_finalized",
+    "events_followed",
+    "events_ignored",
+    "ops_timed",
+    "ops_untimed",
+    "null_handle",
+    "unknown_handle",
+    "stale_handle_stopped",
+    "stale_handle_finalized",
+    "stale_handle_reclaimed",
+    "unknown_context",
+    "foreign_parent",
+    "table_full",
+    "reclaimed_pending",
+    "stats_dropped",
+    "policy_runs",
+    "open_at_finalize",
+    "orphans",
+    "open_events",
+    "open_contexts",
+];
+
+fn words(b: &[u8]) -> Vec<u64> {
+    b.chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect()
+}
+
+/// The per-collective families of one process, from its `ncclbpf_collectives`.
+pub fn collective_metrics(e: &mut Exposition, base: &Labels, v: &MapView, limit: usize) {
+    let s = &v.spec;
+    if s.kind != MapType::Hash || s.key_size != 16 || s.value_size as usize != WORDS * 8 {
+        return;
+    }
+    for (k, vals) in v.entries().into_iter().take(limit) {
+        let Some(w) = vals.first().map(|x| words(x)) else {
+            continue;
+        };
+        if w.len() != WORDS || w[0] != FORMAT || k.len() != 16 {
+            continue;
+        }
+        let comm = u64::from_le_bytes(k[..8].try_into().expect("8 bytes"));
+        let rank = u32::from_le_bytes(k[8..12].try_into().expect("4 bytes"));
+        let b = u32::from_le_bytes(k[12..].try_into().expect("4 bytes"));
+        let (p, a) = ((b % 4) as usize, ((b / 4) % 8) as usize);
+        let size = (b / 32) % SIZE_BUCKETS;
+        let func = ((b / 32) / SIZE_BUCKETS).min(15) as usize;
+        let mut l = base.clone();
+        // The launcher's rank (base) is the process's; this is the rank in the communicator.
+        l.retain(|(n, _)| *n != "rank");
+        l.extend([
+            ("comm", format!("{comm:#018x}")),
+            ("rank", rank.to_string()),
+            ("collective", FUNCS[func].to_string()),
+            ("size_bytes", (1u64 << size).to_string()),
+            ("algorithm", ALGOS[a].to_string()),
+            ("protocol", PROTOS[p].to_string()),
+        ]);
+        if w[7] > 0 {
+            e.add(UNTIMED, Kind::Counter, "", l.clone(), w[7]);
+        }
+        let count = w[1];
+        if count == 0 {
+            continue;
+        }
+        let mut cum = 0u64;
+        for (i, n) in w[HIST_AT..HIST_AT + HIST].iter().enumerate() {
+            cum += n;
+            let le = if i + 1 == HIST {
+                "+Inf".to_string()
+            } else {
+                format!("{}", (1000u64 << i) as f64 / 1e9)
+            };
+            let mut bl = l.clone();
+            bl.push(("le", le));
+            e.add_part(DURATION, "_bucket", Kind::Histogram, "", bl, cum);
+        }
+        let secs = w[2] as f64 * 1e-9;
+        e.add_part(DURATION, "_sum", Kind::Histogram, "", l.clone(), secs);
+        e.add_part(DURATION, "_count", Kind::Histogram, "", l.clone(), count);
+        e.add(BYTES, Kind::Counter, "", l.clone(), w[3]);
+        e.add(BUS_BYTES, Kind::Counter, "", l.clone(), w[4]);
+        if secs > 0.0 {
+            e.add(BUS_BW, Kind::Gauge, "", l, w[4] as f64 / secs);
+        }
+    }
+}
+
+/// The profiler's own counters of one process, from its `ncclbpf_profiler`.
+pub fn counter_metrics(e: &mut Exposition, base: &Labels, v: &MapView) {
+    let s = &v.spec;
+    if s.kind != MapType::Hash || s.key_size != 8 || (s.value_size as usize) < 8 {
+        return;
+    }
+    let Some(w) = v
+        .entries()
+        .first()
+        .and_then(|(_, x)| x.first())
+        .map(|x| words(x))
+    else {
+        return;
+    };
+    if w.first() != Some(&FORMAT) {
+        return;
+    }
+    let get = |name: &str| {
+        COUNTER_NAMES
+            .iter()
+            .position(|n| *n == name)
+            .and_then(|i| w.get(i + 1).copied())
+            .unwrap_or(0)
+    };
+    let with = |k: &'static str, v: &str| {
+        let mut l = base.clone();
+        l.push((k, v.to_string()));
+        l
+    };
+    for (o, n) in [
+        ("followed", "events_followed"),
+        ("ignored", "events_ignored"),
+    ] {
+        e.add(EVENTS, Kind::Counter, "", with("outcome", o), get(n));
+    }
+    for (o, n) in [
+        ("timed", "ops_timed"),
+        ("untimed", "ops_untimed"),
+        ("reclaimed", "reclaimed_pending"),
+    ] {
+        e.add(OPS, Kind::Counter, "", with("outcome", o), get(n));
+    }
+    for r in [
+        "null_handle",
+        "unknown_handle",
+        "stale_handle_stopped",
+        "stale_handle_finalized",
+        "stale_handle_reclaimed",
+        "unknown_context",
+        "foreign_parent",
+        "table_full",
+        "stats_dropped",
+    ] {
+        e.add(MISUSE, Kind::Counter, "", with("reason", r), get(r));
+    }
+    for (what, n) in [("events", "open_events"), ("contexts", "open_contexts")] {
+        e.add(OPEN, Kind::Gauge, "", with("what", what), get(n));
+    }
+}
