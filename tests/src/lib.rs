@@ -42,7 +42,7 @@ pub fn log_text() -> String {
     }
 }
 
-fn logger() -> DebugLogger {
+pub fn logger() -> DebugLogger {
     Some(harness_logger)
 }
 
@@ -140,7 +140,7 @@ static ENV: Once = Once::new();
 
 /// Opens the library (`dlopen(RTLD_NOW | RTLD_LOCAL)`, as NCCL does; the handle stays open)
 /// and finds the first of `versions` exported as `<prefix><version>`, as NCCL's loader does.
-fn newest_symbol(prefix: &str, versions: &[u32]) -> Result<(u32, *mut c_void), String> {
+pub fn newest_symbol(prefix: &str, versions: &[u32]) -> Result<(u32, *mut c_void), String> {
     let path = plugin_path();
     let cpath = CString::new(path.to_string_lossy().as_bytes()).map_err(|e| e.to_string())?;
     // SAFETY: dlopen with a valid C string; the handle is kept for the process's life.
