@@ -263,6 +263,38 @@ struct ncclbpf_net_ctx {
 #define NCCLBPF_OP_COMPLETE_RECV 6
 #define NCCLBPF_OP_CLOSE 7
 
+/* SEC("profiler/coll"), SEC("profiler/p2p"), SEC("profiler/proxy_op"),
+ * SEC("profiler/proxy_step"), SEC("profiler/kernel_ch"), SEC("profiler/net"): called at the end
+ * of each event of that type NCCL's profiler reports (the event mask asks NCCL for the types
+ * whose hooks have a program); read-only. The maps they write are rank-local: a tuner program
+ * may not decide from them (it sees them only through the agreement's epochs). */
+struct ncclbpf_profiler_ctx {
+  __u64 comm_id;     /* communicator hash */
+  __u64 seq;         /* coll: NCCL's sequence number (per collective); proxy_step: the step */
+  __u64 bytes;       /* coll/p2p: bytes of the operation; proxy_op: steps x chunk; proxy_step: bytes moved */
+  __u64 duration_ns; /* coll/p2p/kernel_ch: GPU execution time; others: host time start to stop */
+  __u64 start_ns;    /* coll/p2p/kernel_ch: GPU globaltimer at the start; others: host clock */
+  __u32 event;       /* NCCLBPF_PROF_* */
+  __u32 coll;        /* NCCL's ncclFunc_t (15: other or not known) */
+  __s32 algo;        /* NCCL_ALGO_* (-1: not known) */
+  __s32 proto;       /* NCCL_PROTO_* (-1: not known) */
+  __u32 channel;
+  __s32 peer;        /* p2p and proxy events: the peer rank; coll: the root (-1: none) */
+  __u32 rank;
+  __u32 nranks;
+  __u32 nchannels;
+  __s32 state;       /* the last state NCCL recorded for the event (-1: none) */
+  __u32 is_send;
+  __u32 timed;       /* 1 when duration_ns was measured */
+};
+
+#define NCCLBPF_PROF_COLL 1
+#define NCCLBPF_PROF_P2P 2
+#define NCCLBPF_PROF_PROXY_OP 3
+#define NCCLBPF_PROF_PROXY_STEP 4
+#define NCCLBPF_PROF_KERNEL_CH 5
+#define NCCLBPF_PROF_NET 6
+
 /* ncclFunc_t */
 #define NCCL_FUNC_BROADCAST 0
 #define NCCL_FUNC_REDUCE 1

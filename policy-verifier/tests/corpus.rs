@@ -99,6 +99,7 @@ const EXPECTED: &[(&str, &str, usize)] = &[
     ("ptr_sub_two_lookups", "pointer_arithmetic", 18),   // r0 -= r7: values of two lookups
     ("ptr_sub_two_maps", "pointer_arithmetic", 16),      // r1 -= r0: values of two maps
     ("rank_local_branch", "rank_local", 12), // algo written under a branch on a net map value
+    ("rank_local_profiler", "rank_local", 12), // algo from a map the profiler writes
     ("rank_local_chunk", "rank_local", 11),  // tuner/chunk's chunk_size from a net map
     ("rank_local_chunk_agreed", "rank_local", 10), // tuner/chunk has no view of agreed maps
     ("rank_local_chunk_config", "rank_local", 10), // nor of config maps other than .rodata
