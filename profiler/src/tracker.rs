@@ -434,9 +434,8 @@ impl Tracker {
 
     /// `stopEvent`.
     pub fn stop(&self, h: Handle) {
-        let r = self.stop_inner(h);
+        self.stop_inner(h);
         self.gauges();
-        r
     }
 
     fn stop_inner(&self, h: Handle) {
