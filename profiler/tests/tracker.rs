@@ -276,11 +276,11 @@ proptest! {
                     if was_open && colls.contains(&h.0) { host_stopped.insert(h.0); }
                     prop_assert!(!t.is_open(h) || colls.contains(&h.0), "only a collective outlives its stop");
                 }
-                Step::StopForged(v) => {
-                    if !ctxs.iter().any(|c| c.0 == v) && !handles.iter().any(|h| h.0 == v) {
-                        t.stop(Handle(v));
-                        prop_assert_eq!(misuses(&t) - before, 1);
-                    }
+                Step::StopForged(v)
+                    if !ctxs.iter().any(|c| c.0 == v) && !handles.iter().any(|h| h.0 == v) =>
+                {
+                    t.stop(Handle(v));
+                    prop_assert_eq!(misuses(&t) - before, 1);
                 }
                 Step::Finalize(c) if !ctxs.is_empty() => {
                     let ctx = ctxs[c % ctxs.len()];
