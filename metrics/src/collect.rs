@@ -1164,9 +1164,9 @@ mod tests {
         le.push("le=\"0.000064\"");
         assert_eq!(one(&bucket, &le), 2.0, "30 and 50 µs under 64 µs");
         // 3 × 1 MiB all_reduce on 4 ranks: bus bytes 1.5 each.
-        assert_eq!(one(crate::profiled::BUS_BYTES, &at), (3 * 3 << 19) as f64);
+        assert_eq!(one(crate::profiled::BUS_BYTES, &at), ((3 * 3) << 19) as f64);
         let bw = one(crate::profiled::BUS_BW, &at);
-        assert!((bw - (3 * 3 << 19) as f64 / 3.08e-3).abs() < 1.0, "{bw}");
+        assert!((bw - ((3 * 3) << 19) as f64 / 3.08e-3).abs() < 1.0, "{bw}");
         assert_eq!(
             one(crate::profiled::MISUSE, &["reason=\"unknown_handle\""]),
             1.0
