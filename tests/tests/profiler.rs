@@ -266,7 +266,7 @@ fn bad_handles_and_null_pointers_are_ignored_and_counted() {
             (t.start_event.unwrap())(ctx, std::ptr::null_mut(), &mut coll_descr(2, 1)),
             NcclResult::SUCCESS
         );
-        let mut h = 1usize as *mut c_void;
+        let mut h = std::ptr::dangling_mut::<c_void>();
         assert_eq!(
             (t.start_event.unwrap())(ctx, &mut h, std::ptr::null_mut()),
             NcclResult::SUCCESS
