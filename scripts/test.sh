@@ -21,6 +21,9 @@ done
 for v in 2 3 4 5 6; do
   echo "$syms" | grep -qx "ncclTunerPlugin_v$v" || { echo "missing ncclTunerPlugin_v$v"; exit 1; }
 done
+for v in 4 5 6; do
+  echo "$syms" | grep -qx "ncclProfiler_v$v" || { echo "missing ncclProfiler_v$v"; exit 1; }
+done
 echo "== policies (clang -target bpf)"
 policies/build.sh
 echo "== tests (unit, harness against $lib)"
