@@ -24,6 +24,9 @@ done
 for v in 4 5 6; do
   echo "$syms" | grep -qx "ncclProfiler_v$v" || { echo "missing ncclProfiler_v$v"; exit 1; }
 done
+for v in 1 2; do
+  echo "$syms" | grep -qx "ncclEnvPlugin_v$v" || { echo "missing ncclEnvPlugin_v$v"; exit 1; }
+done
 echo "== policies (clang -target bpf)"
 policies/build.sh
 echo "== tests (unit, harness against $lib)"
