@@ -40,6 +40,8 @@ static CHUNK_CTX: EbpfCtxDescriptor = ctx(48);
 static INIT_CTX: EbpfCtxDescriptor = ctx(32 + 1152);
 /// `sizeof(struct ncclbpf_tuner_epoch_ctx)`: a 48-byte header and `state[32]`.
 static EPOCH_CTX: EbpfCtxDescriptor = ctx(48 + 32 * 8);
+/// `sizeof(struct ncclbpf_profiler_ctx)`: 88 bytes.
+static PROFILER_CTX: EbpfCtxDescriptor = ctx(88);
 
 /// The hooks ncclbpf.h names, with the helpers each may call (tuner hooks: map helpers only;
 /// net hooks: also clocks and CPU ids) and their context.
@@ -54,6 +56,12 @@ pub const SECTIONS: &[(&str, &[i32], &EbpfCtxDescriptor)] = &[
     ("net/irecv", NET_HELPERS, &CTX),
     ("net/complete", NET_HELPERS, &CTX),
     ("net/close", NET_HELPERS, &CTX),
+    ("profiler/coll", NET_HELPERS, &PROFILER_CTX),
+    ("profiler/p2p", NET_HELPERS, &PROFILER_CTX),
+    ("profiler/proxy_op", NET_HELPERS, &PROFILER_CTX),
+    ("profiler/proxy_step", NET_HELPERS, &PROFILER_CTX),
+    ("profiler/kernel_ch", NET_HELPERS, &PROFILER_CTX),
+    ("profiler/net", NET_HELPERS, &PROFILER_CTX),
 ];
 const NET_HELPERS: &[i32] = &[1, 2, 3, 5, 8];
 
