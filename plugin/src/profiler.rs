@@ -264,6 +264,30 @@ fn init_common(
         *mask = t.mask() as c_int;
         *context = std::ptr::null_mut();
     }
+    let (every, problem) = ncclbpf_profiler::mask::sample_every(&|k| std::env::var(k).ok());
+    if let Some(p) = problem {
+        ncclbpf_profiler::plog!(WARN, PROFILE, "{p}");
+    }
+    if every >= 2 {
+        // NCCL's process-wide mask, which it reads again for every collective it enqueues.
+        let at = mask as usize;
+        let write = move |m: u64| {
+            // SAFETY: `at` is NCCL's `ncclProfilerEventMask`, an int that lives as long as
+            // NCCL, which reads it with atomic loads; this store is atomic too.
+            unsafe { std::sync::atomic::AtomicI32::from_ptr(at as *mut i32) }
+                .store(m as i32, std::sync::atomic::Ordering::Relaxed)
+        };
+        if t.set_sampling(tracker::Sampling {
+            every,
+            write: Box::new(write),
+        }) {
+            ncclbpf_profiler::plog!(
+                INFO,
+                PROFILE,
+                "profiler: one collective in {every} timed (NCCL_BPF_PROFILER_SAMPLE), the others counted untimed"
+            );
+        }
+    }
     match t.init(comm_id, &name, n_nodes, nranks, rank) {
         Some(h) => {
             // SAFETY: checked non-NULL above.

@@ -17,6 +17,24 @@ use ncclnet_headers::profiler::event;
 pub const DEFAULT: u64 = event::COLL | event::P2P | event::KERNEL_CH;
 
 pub const MASK_VAR: &str = "NCCL_PROFILE_EVENT_MASK";
+pub const SAMPLE_VAR: &str = "NCCL_BPF_PROFILER_SAMPLE";
+
+/// `NCCL_BPF_PROFILER_SAMPLE=N`: time one collective in N (1, the default: every one; at most
+/// 1,000,000). The second value is a problem to report.
+pub fn sample_every(get: &dyn Fn(&str) -> Option<String>) -> (u64, Option<String>) {
+    match get(SAMPLE_VAR) {
+        None => (1, None),
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(n) if (1..=1_000_000).contains(&n) => (n, None),
+            _ => (
+                1,
+                Some(format!(
+                    "{SAMPLE_VAR}={v}: expected a number from 1 to 1000000; every collective is timed"
+                )),
+            ),
+        },
+    }
+}
 pub const SWITCH_VAR: &str = "NCCL_BPF_PROFILER";
 
 /// The mask from the settings (read through `get`) and the programs' needs; the second value
@@ -89,5 +107,16 @@ mod tests {
             (0, None)
         );
         assert!(choose(&with(&[(SWITCH_VAR, "maybe")]), 0).1.is_some());
+    }
+
+    #[test]
+    fn sampling_is_one_in_n() {
+        assert_eq!(sample_every(&with(&[])), (1, None));
+        assert_eq!(sample_every(&with(&[(SAMPLE_VAR, "16")])), (16, None));
+        for bad in ["0", "-1", "x", "1000001"] {
+            let (n, why) = sample_every(&with(&[(SAMPLE_VAR, bad)]));
+            assert_eq!(n, 1);
+            assert!(why.unwrap().contains(bad));
+        }
     }
 }

@@ -27,8 +27,9 @@ use crate::stats::{self, Sample, Stats};
 use ncclnet_headers::profiler::{event, state};
 use policy_runtime::ProfilerCtx;
 use shared_maps::Registry;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 use std::time::Instant;
 
 /// Events followed at once, process-wide.
@@ -51,6 +52,26 @@ pub struct Ctx {
     pending: AtomicUsize,
     timed: AtomicU64,
     untimed: AtomicU64,
+    /// With sampling: this context's operations in start order, for retiring those NCCL ran
+    /// without channel events (see [`Sampling`]).
+    order: Mutex<VecDeque<Handle>>,
+}
+
+/// Timing one collective in `every` (`NCCL_BPF_PROFILER_SAMPLE`): NCCL's own cost of channel
+/// events (a profiler proxy operation per channel per collective, the kernel's timestamp
+/// writes) is paid only for the sampled ones.
+///
+/// NCCL hands `init` a pointer to its process-wide mask and reads it again for every
+/// collective it enqueues (`ncclProfilerEventMask`; NCCL's example profiler changes it the
+/// same way). After each collective or p2p start the tracker sets or clears KernelCh for the
+/// next one: timed when its number is a multiple of `every`. It cannot see which mask NCCL
+/// took for a given collective, so an operation is never retired on that guess: one whose host
+/// stop came and no channel ever started is retired untimed when a later operation of its
+/// context starts a channel (a communicator's kernels run in order), or at finalize.
+pub struct Sampling {
+    pub every: u64,
+    /// Writes the mask NCCL reads (set by the adapter that got NCCL's pointer).
+    pub write: Box<dyn Fn(u64) + Send + Sync>,
 }
 
 enum Body {
@@ -91,6 +112,11 @@ pub struct Tracker {
     registry: Option<&'static Registry>,
     epoch: Instant,
     pub counters: Counters,
+    sampling: OnceLock<Sampling>,
+    /// Operations started, process-wide (the sampling's clock).
+    ops_started: AtomicU64,
+    /// The mask last written through [`Sampling::write`].
+    written: AtomicU64,
 }
 
 fn misuse_of(m: Miss) -> Counter {
@@ -117,6 +143,77 @@ impl Tracker {
             programs,
             registry,
             epoch: Instant::now(),
+            sampling: OnceLock::new(),
+            ops_started: AtomicU64::new(0),
+            written: AtomicU64::new(mask),
+        }
+    }
+
+    /// Samples one collective in `s.every` (from the next one on); refused (false) when the
+    /// mask follows no channels, `every` is below 2, or sampling was set already.
+    pub fn set_sampling(&self, s: Sampling) -> bool {
+        self.channels_followed() && s.every >= 2 && self.sampling.set(s).is_ok()
+    }
+
+    fn sampling(&self) -> Option<&Sampling> {
+        self.sampling.get()
+    }
+
+    /// After an operation starts: the mask for the next one.
+    fn sample_next(&self) {
+        let Some(s) = self.sampling() else { return };
+        let n = self.ops_started.fetch_add(1, Ordering::Relaxed) + 1;
+        let want = if n.is_multiple_of(s.every) {
+            self.mask
+        } else {
+            self.mask & !event::KERNEL_CH
+        };
+        if self.written.swap(want, Ordering::Relaxed) != want {
+            (s.write)(want);
+        }
+    }
+
+    /// With sampling: retires, in start order, the operations of `ctx` before `upto` that the
+    /// host stopped and that never started a channel (NCCL ran them without channel events);
+    /// stops at the first that has channels or is still with the host.
+    fn retire_unsampled(&self, ctx: &Arc<Ctx>, upto: Handle) {
+        if self.sampling().is_none() {
+            return;
+        }
+        let mut done = vec![];
+        {
+            let mut order = ctx.order.lock().unwrap_or_else(|p| p.into_inner());
+            while let Some(&h) = order.front() {
+                if h == upto {
+                    break;
+                }
+                let r = self
+                    .events
+                    .update_or_remove(h, Freed::Stopped, |ev| match &ev.body {
+                        Body::Op(o) => (
+                            o.host_stopped && o.started == 0,
+                            o.host_stopped && o.started == 0,
+                        ),
+                        _ => (false, false),
+                    });
+                match r {
+                    Ok((Some(ev), true)) => {
+                        order.pop_front();
+                        if let Body::Op(o) = ev.body {
+                            done.push(o);
+                        }
+                    }
+                    // Still with the host, or waiting for its channels: later ones wait too.
+                    Ok(_) => break,
+                    // Retired already (its channels ended), or finalized.
+                    Err(_) => {
+                        order.pop_front();
+                    }
+                }
+            }
+        }
+        for o in done {
+            self.complete(ctx, &o);
         }
     }
 
@@ -206,6 +303,7 @@ impl Tracker {
             pending: AtomicUsize::new(0),
             timed: AtomicU64::new(0),
             untimed: AtomicU64::new(0),
+            order: Mutex::new(VecDeque::new()),
         });
         match self.ctxs.insert(ctx) {
             Ok(h) => {
@@ -357,6 +455,10 @@ impl Tracker {
             }
         };
         let is_op = matches!(body, Body::Op(_));
+        let channel_of = match &body {
+            Body::Channel { parent, .. } => Some(*parent),
+            _ => None,
+        };
         match self.events.insert(Ev {
             ctx: ctx.clone(),
             started: Instant::now(),
@@ -372,6 +474,17 @@ impl Tracker {
                     return Handle(0);
                 }
                 self.counters.add(Counter::EventsFollowed, 1);
+                if self.sampling().is_some() {
+                    if is_op {
+                        ctx.order
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push_back(h);
+                        self.sample_next();
+                    } else if let Some(parent) = channel_of {
+                        self.retire_unsampled(&ctx, parent);
+                    }
+                }
                 h
             }
             Err(ev) => {
@@ -637,14 +750,27 @@ impl Tracker {
         let gone = self
             .events
             .drain_where(Freed::Finalized, |ev| Arc::ptr_eq(&ev.ctx, &ctx));
-        let pending = gone
+        // With sampling, an operation the host stopped and that never started a channel was
+        // run without channel events: untimed, not lost.
+        let mut pending = 0;
+        for e in &gone {
+            match &e.body {
+                Body::Op(o) if self.sampling().is_some() && o.host_stopped && o.started == 0 => {
+                    ctx.pending.fetch_add(1, Ordering::Relaxed);
+                    self.complete(&ctx, o);
+                }
+                Body::Op(_) => pending += 1,
+                _ => {}
+            }
+        }
+        let others = gone
             .iter()
-            .filter(|e| matches!(e.body, Body::Op(_)))
+            .filter(|e| !matches!(e.body, Body::Op(_)))
             .count();
         self.counters.add(Counter::ReclaimedPending, pending as u64);
-        self.counters
-            .add(Counter::OpenAtFinalize, (gone.len() - pending) as u64);
-        ctx.pending.fetch_sub(pending, Ordering::Relaxed);
+        self.counters.add(Counter::OpenAtFinalize, others as u64);
+        ctx.pending.store(0, Ordering::Relaxed);
+        ctx.order.lock().unwrap_or_else(|p| p.into_inner()).clear();
         ctx.stats.finalize();
         self.counters.add(Counter::ContextsFinalized, 1);
         crate::plog!(
@@ -662,7 +788,7 @@ impl Tracker {
             ctx.timed.load(Ordering::Relaxed),
             ctx.untimed.load(Ordering::Relaxed),
             pending,
-            gone.len() - pending
+            others
         );
         true
     }

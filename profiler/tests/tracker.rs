@@ -301,7 +301,21 @@ proptest! {
 
 #[test]
 fn many_threads_with_finalize_mid_stream_leave_nothing_behind() {
-    let t = std::sync::Arc::new(tracker(MASK | event::PROXY_OP));
+    stress(tracker(MASK | event::PROXY_OP));
+}
+
+#[test]
+fn many_threads_with_sampling_leave_nothing_behind() {
+    let t = tracker(MASK);
+    assert!(t.set_sampling(ncclbpf_profiler::tracker::Sampling {
+        every: 3,
+        write: Box::new(|_| {}),
+    }));
+    stress(t);
+}
+
+fn stress(t: Tracker) {
+    let t = std::sync::Arc::new(t);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let threads: Vec<_> = (0..8u64)
         .map(|k| {
@@ -359,4 +373,76 @@ fn many_threads_with_finalize_mid_stream_leave_nothing_behind() {
     assert_eq!(t.count_open_locked(), 0);
     assert_eq!(t.open_contexts(), 0);
     assert!(t.counters.get(Counter::EventsFollowed) > 10_000);
+}
+
+/// With sampling, NCCL (played here) takes the mask we last wrote for each collective it
+/// enqueues: only those get channel events. Every operation is still counted, timed or not,
+/// and none waits forever.
+#[test]
+fn sampling_times_one_in_n_and_counts_the_rest_untimed() {
+    use ncclbpf_profiler::tracker::Sampling;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let t = tracker(MASK);
+    let nccl_mask = Arc::new(AtomicU64::new(MASK));
+    let m = nccl_mask.clone();
+    assert!(t.set_sampling(Sampling {
+        every: 4,
+        write: Box::new(move |v| m.store(v, Ordering::Relaxed)),
+    }));
+    let ctx = t.init(0x5a, "", 1, 2, 0).unwrap();
+    let mut with_channels = 0;
+    for i in 0..10u64 {
+        // NCCL reads the mask when it enqueues the collective, before its Coll event.
+        let kernel = nccl_mask.load(Ordering::Relaxed) & event::KERNEL_CH != 0;
+        let c = t.start(ctx, &all_reduce(i, 1024, 1));
+        t.stop(c);
+        if kernel {
+            with_channels += 1;
+            let k = t.start(ctx, &channel(c, 0, 1000 * (i + 1)));
+            t.record(
+                k,
+                StateUpdate {
+                    state: state::KERNEL_CH_STOP,
+                    arg: 1000 * (i + 1) + 500,
+                },
+            );
+            t.stop(k);
+        }
+    }
+    // Collectives 0, 4 and 8 are timed (0: the mask init returned).
+    assert_eq!(with_channels, 3);
+    assert_eq!(t.counters.get(Counter::OpsTimed), 3);
+    // 1-3 and 5-7 were retired when 4 and 8 started their channels; 9 waits for finalize.
+    assert_eq!(t.counters.get(Counter::OpsUntimed), 6);
+    assert!(t.finalize(ctx));
+    assert_eq!(t.counters.get(Counter::OpsUntimed), 7);
+    assert_eq!(t.counters.get(Counter::ReclaimedPending), 0);
+    assert_eq!(t.open_events(), 0);
+}
+
+#[test]
+fn sampling_needs_channels_and_two_or_more() {
+    use ncclbpf_profiler::tracker::Sampling;
+    let w = || Box::new(|_: u64| {}) as Box<dyn Fn(u64) + Send + Sync>;
+    assert!(!tracker(event::COLL).set_sampling(Sampling {
+        every: 4,
+        write: w()
+    }));
+    assert!(!tracker(MASK).set_sampling(Sampling {
+        every: 1,
+        write: w()
+    }));
+    let t = tracker(MASK);
+    assert!(t.set_sampling(Sampling {
+        every: 2,
+        write: w()
+    }));
+    assert!(
+        !t.set_sampling(Sampling {
+            every: 3,
+            write: w()
+        }),
+        "once"
+    );
 }
