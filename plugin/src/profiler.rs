@@ -144,49 +144,58 @@ fn common_kind(
     })
 }
 
+/// A descriptor of any version, copied: v4's and v5/v6's differ in the header's `type` width and
+/// in the union's `coll`/`p2p` (v4's lack `parentGroup`), not in the fields read here.
+macro_rules! copy_descr {
+    ($d:expr) => {{
+        let d = $d;
+        let t = u64::from(d.type_);
+        // SAFETY (every union read below): NCCL fills the member its `type` names.
+        let kind = match t {
+            event::COLL => {
+                let c = unsafe { d.u.coll };
+                // SAFETY: NCCL's strings.
+                Kind::Coll(unsafe {
+                    coll_op(
+                        c.seq_number,
+                        c.func,
+                        c.count,
+                        c.root,
+                        c.datatype,
+                        c.n_channels,
+                        c.algo,
+                        c.proto,
+                    )
+                })
+            }
+            event::P2P => {
+                let p = unsafe { d.u.p2p };
+                // SAFETY: NCCL's strings.
+                Kind::P2p(unsafe { p2p_op(p.func, p.count, p.peer, p.datatype, p.n_channels) })
+            }
+            _ => common_kind(
+                t,
+                || unsafe { d.u.proxy_op },
+                || unsafe { d.u.proxy_step.step },
+                || unsafe { d.u.kernel_ch },
+                || unsafe { d.u.net_plugin },
+            )
+            .unwrap_or(Kind::Other(t)),
+        };
+        Descr {
+            kind,
+            parent: Handle::from_ptr(d.parent_obj),
+            rank: d.rank,
+        }
+    }};
+}
+
 /// A v5/v6 descriptor, copied.
 ///
 /// # Safety
-/// `d` points to a descriptor valid for the call (checked non-NULL by the caller).
+/// `d` is a descriptor valid for the call, as NCCL passes it.
 unsafe fn descr_v5(d: &EventDescr) -> Descr {
-    let t = d.type_;
-    // SAFETY (every union read below): NCCL fills the member its `type` names.
-    let kind = match t {
-        event::COLL => {
-            let c = unsafe { d.u.coll };
-            // SAFETY: NCCL's strings.
-            Kind::Coll(unsafe {
-                coll_op(
-                    c.seq_number,
-                    c.func,
-                    c.count,
-                    c.root,
-                    c.datatype,
-                    c.n_channels,
-                    c.algo,
-                    c.proto,
-                )
-            })
-        }
-        event::P2P => {
-            let p = unsafe { d.u.p2p };
-            // SAFETY: NCCL's strings.
-            Kind::P2p(unsafe { p2p_op(p.func, p.count, p.peer, p.datatype, p.n_channels) })
-        }
-        _ => common_kind(
-            t,
-            || unsafe { d.u.proxy_op },
-            || unsafe { d.u.proxy_step.step },
-            || unsafe { d.u.kernel_ch },
-            || unsafe { d.u.net_plugin },
-        )
-        .unwrap_or(Kind::Other(t)),
-    };
-    Descr {
-        kind,
-        parent: Handle::from_ptr(d.parent_obj),
-        rank: d.rank,
-    }
+    copy_descr!(d)
 }
 
 /// A v4 descriptor, copied.
@@ -194,44 +203,7 @@ unsafe fn descr_v5(d: &EventDescr) -> Descr {
 /// # Safety
 /// As [`descr_v5`].
 unsafe fn descr_v4(d: &EventDescrV4) -> Descr {
-    let t = u64::from(d.type_);
-    // SAFETY (every union read below): NCCL fills the member its `type` names.
-    let kind = match t {
-        event::COLL => {
-            let c = unsafe { d.u.coll };
-            // SAFETY: NCCL's strings.
-            Kind::Coll(unsafe {
-                coll_op(
-                    c.seq_number,
-                    c.func,
-                    c.count,
-                    c.root,
-                    c.datatype,
-                    c.n_channels,
-                    c.algo,
-                    c.proto,
-                )
-            })
-        }
-        event::P2P => {
-            let p = unsafe { d.u.p2p };
-            // SAFETY: NCCL's strings.
-            Kind::P2p(unsafe { p2p_op(p.func, p.count, p.peer, p.datatype, p.n_channels) })
-        }
-        _ => common_kind(
-            t,
-            || unsafe { d.u.proxy_op },
-            || unsafe { d.u.proxy_step.step },
-            || unsafe { d.u.kernel_ch },
-            || unsafe { d.u.net_plugin },
-        )
-        .unwrap_or(Kind::Other(t)),
-    };
-    Descr {
-        kind,
-        parent: Handle::from_ptr(d.parent_obj),
-        rank: d.rank,
-    }
+    copy_descr!(d)
 }
 
 #[allow(clippy::too_many_arguments)] // NCCL's init arguments

@@ -426,24 +426,21 @@ impl Tracker {
                 chunk_size,
                 is_send,
             } => {
-                let (func, seq, ..) = self.parent_info(&ctx, d.parent).unwrap_or((
-                    crate::event::FUNC_OTHER,
-                    0,
-                    0,
-                    -1,
-                    false,
-                ));
-                Body::Proxy {
-                    kind: programs::PROF_PROXY_OP,
-                    func,
-                    seq,
-                    channel,
-                    peer,
-                    is_send,
-                    step: -1,
-                    bytes: (nsteps.max(0) as u64).saturating_mul(chunk_size.max(0) as u64),
-                    state: -1,
+                let mut b = self.proxy_child(&ctx, d.parent, programs::PROF_PROXY_OP, -1);
+                if let Body::Proxy {
+                    channel: c,
+                    peer: p,
+                    is_send: s,
+                    bytes,
+                    ..
+                } = &mut b
+                {
+                    // A proxy op's own channel, peer and direction (its parent is the
+                    // collective, which has none).
+                    (*c, *p, *s) = (channel, peer, is_send);
+                    *bytes = (nsteps.max(0) as u64).saturating_mul(chunk_size.max(0) as u64);
                 }
+                b
             }
             Kind::ProxyStep { step } => {
                 self.proxy_child(&ctx, d.parent, programs::PROF_PROXY_STEP, step)

@@ -446,3 +446,76 @@ fn sampling_needs_channels_and_two_or_more() {
         "once"
     );
 }
+
+#[test]
+fn proxy_ops_steps_and_net_events_follow_their_parents_and_end_at_their_stop() {
+    let t = tracker(MASK | event::PROXY_OP | event::PROXY_STEP | event::NET_PLUGIN);
+    let ctx = t.init(0x77, "", 1, 2, 0).unwrap();
+    let c = t.start(ctx, &all_reduce(3, 1024, 1));
+    let op = t.start(
+        ctx,
+        &Descr {
+            kind: Kind::ProxyOp {
+                channel: 1,
+                peer: 1,
+                nsteps: 4,
+                chunk_size: 1 << 16,
+                is_send: true,
+            },
+            parent: c,
+            rank: 0,
+        },
+    );
+    let step = t.start(
+        ctx,
+        &Descr {
+            kind: Kind::ProxyStep { step: 0 },
+            parent: op,
+            rank: 0,
+        },
+    );
+    let net = t.start(
+        ctx,
+        &Descr {
+            kind: Kind::NetPlugin { id: 3 << 16 | 1 },
+            parent: step,
+            rank: 0,
+        },
+    );
+    assert!(op.0 != 0 && step.0 != 0 && net.0 != 0);
+    t.record(
+        step,
+        StateUpdate {
+            state: state::PROXY_STEP_SEND_WAIT,
+            arg: 65536,
+        },
+    );
+    for h in [net, step, op] {
+        t.stop(h);
+        assert!(!t.is_open(h), "a proxy event ends at its stop");
+    }
+    assert!(t.is_open(c), "the collective still waits for its channel");
+    // A proxy op whose parent is another communicator's collective: followed, parent ignored.
+    let other = t.init(0x78, "", 1, 2, 0).unwrap();
+    let foreign = t.start(
+        other,
+        &Descr {
+            kind: Kind::ProxyOp {
+                channel: 0,
+                peer: 0,
+                nsteps: 1,
+                chunk_size: 1,
+                is_send: false,
+            },
+            parent: c,
+            rank: 0,
+        },
+    );
+    assert_ne!(foreign.0, 0);
+    assert_eq!(t.counters.get(Counter::ForeignParent), 1);
+    t.stop(foreign);
+    t.finalize(ctx);
+    t.finalize(other);
+    assert_eq!(t.open_events(), 0);
+    assert_eq!(t.counters.get(Counter::EventsFollowed), 5);
+}
