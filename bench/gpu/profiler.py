@@ -47,6 +47,7 @@ Settings (environment): MODE, LABEL, ARM, ROUND (labels only), SIZES, ITERS (50)
 about 150 µs at 2 GHz), SETTLE_S (3), OVH_BATCH_S (0.2), OVH_BATCHES (5),
 OVH_KMIN (3), OVH_KMAX (4000), OVH_K, RESULT_FILE, PROM_DUMP, SCRAPE_URL.
 """
+import ctypes
 import gc
 import json
 import os
@@ -267,8 +268,8 @@ def main():
     if torch is None:
         print("profiler.py: torch is not importable here (run it on the GPU machine)", file=sys.stderr, flush=True)
         sys.exit(2)
-    if MODE not in ("accuracy", "overhead"):
-        print(f"profiler.py: unknown MODE {MODE!r} (accuracy, overhead)", file=sys.stderr, flush=True)
+    if MODE not in ("accuracy", "overhead", "paired"):
+        print(f"profiler.py: unknown MODE {MODE!r} (accuracy, overhead, paired)", file=sys.stderr, flush=True)
         sys.exit(2)
     if any(v not in ("queued", "plain") for v in ACC_VARIANTS):
         print(f"profiler.py: ACC_VARIANTS {ACC_VARIANTS!r}: queued, plain", file=sys.stderr, flush=True)
@@ -424,6 +425,75 @@ def main():
         emit(end)
         print(f"ACC_END rank={rank} misuse={end.get('misuse_total')} open_events={end.get('open_events')}"
               + (f" scrape_error={end['scrape_error']}" if end.get("scrape_error") else ""), flush=True)
+
+    elif MODE == "paired":
+        # The profiler on and off in the same processes: ncclBpfProfilerPause/Resume set NCCL's
+        # mask (0: no events) for the collectives enqueued after them, so batches of one arm and
+        # the other alternate (on off, off on, ...) over the same communicator, connections and
+        # GPU state; what differs between two neighbouring batches is the profiler alone.
+        lib = ctypes.CDLL(os.environ["PAIRED_LIB"], mode=os.RTLD_NOW | os.RTLD_LOCAL)
+        lib.ncclBpfProfilerPause.restype = ctypes.c_int
+        lib.ncclBpfProfilerResume.restype = ctypes.c_int
+        pairs = int(os.environ.get("PAIRED_PAIRS", "20"))
+        for size in SIZES:
+            gc.collect()
+            c = max(1, size // 4)
+            nbytes = c * 4
+            buf = torch.empty(c, dtype=torch.float32, device=dev)
+            wrong = torch.zeros((), dtype=torch.int64, device=dev)
+            for _ in range(WARMUP):  # checked
+                buf.fill_(rank + 1)
+                dist.all_reduce(buf)
+                wrong += (buf != expected).any()
+            sync()
+            buf.zero_()
+            e0.record()
+            for _ in range(5):
+                dist.all_reduce(buf)
+            e1.record()
+            e1.synchronize()
+            t = torch.tensor([e0.elapsed_time(e1) * 1e3 / 5], dtype=torch.float64, device=dev)
+            dist.broadcast(t, 0)
+            k = int(min(OVH_KMAX, max(OVH_KMIN, OVH_BATCH_S / max(t.item() * 1e-6, 1e-9))))
+            times = {"on": [], "off": []}
+            rc_bad = 0
+            for i in range(pairs):
+                for arm in (("on", "off") if i % 2 == 0 else ("off", "on")):
+                    rc = lib.ncclBpfProfilerResume() if arm == "on" else lib.ncclBpfProfilerPause()
+                    rc_bad += rc != 0
+                    # Two calls after the switch so that none of the timed ones was enqueued before it.
+                    for _ in range(2):
+                        dist.all_reduce(buf)
+                    sync()
+                    dist.barrier(device_ids=[0])
+                    e0.record()
+                    for _ in range(k):
+                        dist.all_reduce(buf)
+                    e1.record()
+                    e1.synchronize()
+                    times[arm].append(e0.elapsed_time(e1) * 1e3 / k)
+            lib.ncclBpfProfilerResume()
+            wrong += (buf != 0).any()
+            t = torch.tensor(times["on"] + times["off"], dtype=torch.float64, device=dev)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            v = t.tolist()
+            on, off = v[:pairs], v[pairs:]
+            tw = torch.tensor([int(wrong.item()) + rc_bad], dtype=torch.int64, device=dev)
+            dist.all_reduce(tw)
+            nbad = int(tw.item())
+            nchk = n * (WARMUP + 1)
+            checks += nchk
+            bad += nbad
+            if rank == 0:
+                ratios = sorted(a / b for a, b in zip(on, off) if b > 0)
+                med = statistics.median(ratios)
+                lo, hi = ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
+                emit(dict(base, kind="paired", size=size, bytes=nbytes, k=k, pairs=pairs, us_on=on, us_off=off,
+                          on_median=statistics.median(on), off_median=statistics.median(off),
+                          ratio_median=med, ratio_q1=lo, ratio_q3=hi, checks=nchk, bad=nbad))
+                print(f"PAIRED size={size} k={k} pairs={pairs} on={statistics.median(on):.2f} "
+                      f"off={statistics.median(off):.2f} ratio={med:.4f} iqr={lo:.4f}-{hi:.4f} bad={nbad}", flush=True)
+            del buf
 
     else:  # overhead
         for size in SIZES:

@@ -51,6 +51,10 @@
 #   OVH_RANKS (2), OVH_BATCHES (5), OVH_BATCH_S (0.2 s per batch, sets K), OVH_K ("size:k,..."
 #   fixes K), PLUGIN_SIZE (1048576), PLUGIN_ITERS (20), MPORT (19700: metrics ports),
 #   TOL_REL (0.10), TOL_US (5): accuracy tolerance, |profiler - CUDA| <= max(TOL_REL x CUDA, TOL_US)
+#   PAIRED       1: after everything else, one job "paired-n2" (2 ranks, profiler loaded): per size,
+#                PAIRED_PAIRS (20) pairs of batches, profiler on and off in the same processes
+#                (ncclBpfProfilerPause/Resume switch NCCL's mask), alternated; the ratio on/off of
+#                neighbouring batches, median and quartiles (0: not run, the default)
 #   ON_EXTRA     VAR=VALUE words added to the overhead's "on" arm only, to attribute its cost:
 #                e.g. ON_EXTRA=NCCL_PROFILE_EVENT_MASK=6 (collectives and p2p without their kernel
 #                channels: the plugin's event handling without NCCL's profiler proxy operations)
@@ -200,13 +204,14 @@ job() {
   [ "$limit" -gt "$JOB_TIMEOUT" ] && limit=$JOB_TIMEOUT
   [ "$kind" = plugins ] && subsys=$PLUGIN_SUBSYS
   [ "$kind" = ovh ] && mode=overhead
+  [ "$kind" = pair ] && mode=paired
   local env_words
   env_words=$(arm_env "$arm") || die "unknown arm $arm"
   port=$((port + 1))
   local pids=() r metrics
   for r in $(seq 0 $((n - 1))); do
     metrics=()
-    [ "$kind" != ovh ] && metrics=(NCCL_BPF_METRICS_ADDR=127.0.0.1:$((mport + r)) PROM_DUMP="$W/logs/$label-rank$r.prom")
+    [ "$kind" != ovh ] && [ "$kind" != pair ] && metrics=(NCCL_BPF_METRICS_ADDR=127.0.0.1:$((mport + r)) PROM_DUMP="$W/logs/$label-rank$r.prom")
     # shellcheck disable=SC2086
     env "${UNSET[@]}" $env_words "${metrics[@]}" \
       MODE=$mode LABEL=$label ARM=$arm ROUND=$round SIZES="$SIZES" ITERS=$ITERS ITERS_LARGE=$ITERS_LARGE \
@@ -286,3 +291,7 @@ for r in $(seq 1 "$ROUNDS"); do
 done
 for n in $other_ns; do job "acc-n$n" acc acc "$n" 1; done
 for r in $(seq 3 "$ROUNDS"); do ovh_round "$r"; done
+# 4. Paired, in-process on/off.
+if [ "${PAIRED:-0}" = 1 ]; then
+  job paired-n2 pair acc 2 1 PAIRED_LIB="$LIB" PAIRED_PAIRS="${PAIRED_PAIRS:-20}"
+fi

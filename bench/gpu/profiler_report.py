@@ -405,8 +405,26 @@ def main():
         verdicts.append(f"- overhead at {fmt_bytes(s['bytes'])}: {100 * (s['ratio'] - 1):+.2f}% "
                         f"({f(s['on_median'])} µs on, {f(s['off_median'])} µs off; worst pairing "
                         f"{100 * (s['worst'][0] - 1):+.1f}% to {100 * (s['worst'][1] - 1):+.1f}%)")
-    chk = sum(r.get("checks", 0) for r in recs if r.get("kind") in ("acc", "ovh"))
-    bad = sum(r.get("bad", 0) for r in recs if r.get("kind") in ("acc", "ovh"))
+    # 4. Paired: on and off in the same processes.
+    paired = [r for r in recs if r.get("kind") == "paired"]
+    if paired:
+        P("## 4. Overhead, paired: profiler on and off in the same processes\n")
+        P("One job, 2 ranks, the profiler loaded: per size, pairs of batches of K back-to-back all_reduces, one with "
+          "the profiler on (`ncclBpfProfilerResume`: NCCL's mask as the profiler chose it) and one off "
+          "(`ncclBpfProfilerPause`: mask 0, no events), order alternated, two untimed calls after each switch; time per "
+          "collective of each batch (slowest rank); the ratio on/off of the two batches of each pair, median and "
+          "quartiles over the pairs.\n")
+        P("| size | K | pairs | on µs (median) | off µs (median) | on / off, median of pairs | quartiles | checked (wrong) |")
+        P("|---:|---:|---:|---:|---:|---:|---|---|")
+        for r in sorted(paired, key=lambda r: r["bytes"]):
+            P(f"| {fmt_bytes(r['bytes'])} | {r['k']} | {r['pairs']} | {f(r['on_median'])} | {f(r['off_median'])} | "
+              f"{r['ratio_median']:.4f} | {r['ratio_q1']:.4f}–{r['ratio_q3']:.4f} | {r['checks']} ({r['bad']}) |")
+            verdicts.append(f"- paired overhead at {fmt_bytes(r['bytes'])}: {100 * (r['ratio_median'] - 1):+.2f}% "
+                            f"(quartiles {100 * (r['ratio_q1'] - 1):+.2f}% to {100 * (r['ratio_q3'] - 1):+.2f}%, "
+                            f"{r['pairs']} pairs)")
+        P("")
+    chk = sum(r.get("checks", 0) for r in recs if r.get("kind") in ("acc", "ovh", "paired"))
+    bad = sum(r.get("bad", 0) for r in recs if r.get("kind") in ("acc", "ovh", "paired"))
     verdicts.insert(0, f"- every result correct: {'yes' if bad == 0 and chk > 0 else 'NO'} ({chk} calls checked, {bad} wrong)")
 
     P("## Verdicts\n")

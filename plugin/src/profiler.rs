@@ -233,32 +233,27 @@ fn init_common(
     };
     // SAFETY: both checked non-NULL; NCCL's out-parameters.
     unsafe {
-        *mask = t.mask() as c_int;
+        *mask = if t.paused() { 0 } else { t.mask() as c_int };
         *context = std::ptr::null_mut();
     }
     let (every, problem) = ncclbpf_profiler::mask::sample_every(&|k| std::env::var(k).ok());
     if let Some(p) = problem {
         ncclbpf_profiler::plog!(WARN, PROFILE, "{p}");
     }
-    if every >= 2 {
-        // NCCL's process-wide mask, which it reads again for every collective it enqueues.
-        let at = mask as usize;
-        let write = move |m: u64| {
-            // SAFETY: `at` is NCCL's `ncclProfilerEventMask`, an int that lives as long as
-            // NCCL, which reads it with atomic loads; this store is atomic too.
-            unsafe { std::sync::atomic::AtomicI32::from_ptr(at as *mut i32) }
-                .store(m as i32, std::sync::atomic::Ordering::Relaxed)
-        };
-        if t.set_sampling(tracker::Sampling {
-            every,
-            write: Box::new(write),
-        }) {
-            ncclbpf_profiler::plog!(
-                INFO,
-                PROFILE,
-                "profiler: one collective in {every} timed (NCCL_BPF_PROFILER_SAMPLE), the others counted untimed"
-            );
-        }
+    // NCCL's process-wide mask, which it reads again for every collective it enqueues.
+    let at = mask as usize;
+    t.set_mask_target(Box::new(move |m: u64| {
+        // SAFETY: `at` is NCCL's `ncclProfilerEventMask`, an int that lives as long as NCCL,
+        // which reads it with atomic loads; this store is atomic too.
+        unsafe { std::sync::atomic::AtomicI32::from_ptr(at as *mut i32) }
+            .store(m as i32, std::sync::atomic::Ordering::Relaxed)
+    }));
+    if every >= 2 && t.set_sampling(tracker::Sampling { every }) {
+        ncclbpf_profiler::plog!(
+            INFO,
+            PROFILE,
+            "profiler: one collective in {every} timed (NCCL_BPF_PROFILER_SAMPLE), the others counted untimed"
+        );
     }
     match t.init(comm_id, &name, n_nodes, nranks, rank) {
         Some(h) => {
@@ -392,6 +387,24 @@ unsafe extern "C" fn finalize(context: Vp) -> NcclResult {
         tracker::global().finalize(Handle::from_ptr(context));
         NcclResult::SUCCESS
     })
+}
+
+/// `int ncclBpfProfilerPause(void)`: for the application (through `dlsym`, like NCCL's example
+/// profiler's start/stop): NCCL's mask becomes 0, so collectives enqueued from now on report no
+/// events; those already enqueued finish as they are. 0, or -1 before NCCL initialised the
+/// profiler.
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclBpfProfilerPause() -> c_int {
+    let r = catch_unwind(|| tracker::global().pause());
+    if matches!(r, Ok(true)) { 0 } else { -1 }
+}
+
+/// `int ncclBpfProfilerResume(void)`: the mask as before the pause. 0, or -1 before NCCL
+/// initialised the profiler.
+#[unsafe(no_mangle)]
+pub extern "C" fn ncclBpfProfilerResume() -> c_int {
+    let r = catch_unwind(|| tracker::global().resume());
+    if matches!(r, Ok(true)) { 0 } else { -1 }
 }
 
 const NAME: *const c_char = c"BPF".as_ptr();

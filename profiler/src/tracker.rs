@@ -63,15 +63,14 @@ pub struct Ctx {
 ///
 /// NCCL hands `init` a pointer to its process-wide mask and reads it again for every
 /// collective it enqueues (`ncclProfilerEventMask`; NCCL's example profiler changes it the
-/// same way). After each collective or p2p start the tracker sets or clears KernelCh for the
+/// same way; the adapter hands the tracker a writer for it, [`Tracker::set_mask_target`]).
+/// After each collective or p2p start the tracker sets or clears KernelCh for the
 /// next one: timed when its number is a multiple of `every`. It cannot see which mask NCCL
 /// took for a given collective, so an operation is never retired on that guess: one whose host
 /// stop came and no channel ever started is retired untimed when a later operation of its
 /// context starts a channel (a communicator's kernels run in order), or at finalize.
 pub struct Sampling {
     pub every: u64,
-    /// Writes the mask NCCL reads (set by the adapter that got NCCL's pointer).
-    pub write: Box<dyn Fn(u64) + Send + Sync>,
 }
 
 enum Body {
@@ -113,9 +112,13 @@ pub struct Tracker {
     epoch: Instant,
     pub counters: Counters,
     sampling: OnceLock<Sampling>,
+    /// Writes the mask NCCL reads (NCCL's pointer from `init`, through the adapter).
+    mask_target: OnceLock<Box<dyn Fn(u64) + Send + Sync>>,
+    /// Paused: NCCL's mask is 0 (no events) until resumed.
+    paused: AtomicBool,
     /// Operations started, process-wide (the sampling's clock).
     ops_started: AtomicU64,
-    /// The mask last written through [`Sampling::write`].
+    /// The mask last written through the mask target.
     written: AtomicU64,
 }
 
@@ -144,33 +147,79 @@ impl Tracker {
             registry,
             epoch: Instant::now(),
             sampling: OnceLock::new(),
+            mask_target: OnceLock::new(),
+            paused: AtomicBool::new(false),
             ops_started: AtomicU64::new(0),
             written: AtomicU64::new(mask),
         }
     }
 
+    /// Where the mask NCCL reads is written (the first call wins: NCCL passes the same pointer
+    /// to every `init`).
+    pub fn set_mask_target(&self, write: Box<dyn Fn(u64) + Send + Sync>) -> bool {
+        self.mask_target.set(write).is_ok()
+    }
+
+    fn write_mask(&self, m: u64) -> bool {
+        let Some(w) = self.mask_target.get() else {
+            return false;
+        };
+        if self.written.swap(m, Ordering::Relaxed) != m {
+            w(m);
+        }
+        true
+    }
+
     /// Samples one collective in `s.every` (from the next one on); refused (false) when the
-    /// mask follows no channels, `every` is below 2, or sampling was set already.
+    /// mask follows no channels, `every` is below 2, no mask target was set, or sampling was
+    /// set already.
     pub fn set_sampling(&self, s: Sampling) -> bool {
-        self.channels_followed() && s.every >= 2 && self.sampling.set(s).is_ok()
+        self.channels_followed()
+            && s.every >= 2
+            && self.mask_target.get().is_some()
+            && self.sampling.set(s).is_ok()
     }
 
     fn sampling(&self) -> Option<&Sampling> {
         self.sampling.get()
     }
 
+    /// Pauses the profiler: NCCL's mask becomes 0, so collectives enqueued from now on report
+    /// no events (those already enqueued finish as they are). False before any `init`.
+    pub fn pause(&self) -> bool {
+        self.paused.store(true, Ordering::Relaxed);
+        self.write_mask(0)
+    }
+
+    /// Resumes after [`Self::pause`]: the mask as before (with sampling, the next collective's).
+    pub fn resume(&self) -> bool {
+        self.paused.store(false, Ordering::Relaxed);
+        let m = match self.sampling() {
+            Some(s) if !(self.ops_started.load(Ordering::Relaxed) + 1).is_multiple_of(s.every) => {
+                self.mask & !event::KERNEL_CH
+            }
+            _ => self.mask,
+        };
+        self.write_mask(m)
+    }
+
+    pub fn paused(&self) -> bool {
+        self.paused.load(Ordering::Relaxed)
+    }
+
     /// After an operation starts: the mask for the next one.
     fn sample_next(&self) {
         let Some(s) = self.sampling() else { return };
         let n = self.ops_started.fetch_add(1, Ordering::Relaxed) + 1;
+        if self.paused() {
+            return;
+        }
         let want = if n.is_multiple_of(s.every) {
             self.mask
         } else {
             self.mask & !event::KERNEL_CH
         };
-        if self.written.swap(want, Ordering::Relaxed) != want {
-            (s.write)(want);
-        }
+        self.write_mask(want);
     }
 
     /// With sampling: retires, in start order, the operations of `ctx` before `upto` that the

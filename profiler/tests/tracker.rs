@@ -307,10 +307,8 @@ fn many_threads_with_finalize_mid_stream_leave_nothing_behind() {
 #[test]
 fn many_threads_with_sampling_leave_nothing_behind() {
     let t = tracker(MASK);
-    assert!(t.set_sampling(ncclbpf_profiler::tracker::Sampling {
-        every: 3,
-        write: Box::new(|_| {}),
-    }));
+    t.set_mask_target(Box::new(|_| {}));
+    assert!(t.set_sampling(ncclbpf_profiler::tracker::Sampling { every: 3 }));
     stress(t);
 }
 
@@ -386,10 +384,8 @@ fn sampling_times_one_in_n_and_counts_the_rest_untimed() {
     let t = tracker(MASK);
     let nccl_mask = Arc::new(AtomicU64::new(MASK));
     let m = nccl_mask.clone();
-    assert!(t.set_sampling(Sampling {
-        every: 4,
-        write: Box::new(move |v| m.store(v, Ordering::Relaxed)),
-    }));
+    assert!(t.set_mask_target(Box::new(move |v| m.store(v, Ordering::Relaxed))));
+    assert!(t.set_sampling(Sampling { every: 4 }));
     let ctx = t.init(0x5a, "", 1, 2, 0).unwrap();
     let mut with_channels = 0;
     for i in 0..10u64 {
@@ -425,26 +421,18 @@ fn sampling_times_one_in_n_and_counts_the_rest_untimed() {
 fn sampling_needs_channels_and_two_or_more() {
     use ncclbpf_profiler::tracker::Sampling;
     let w = || Box::new(|_: u64| {}) as Box<dyn Fn(u64) + Send + Sync>;
-    assert!(!tracker(event::COLL).set_sampling(Sampling {
-        every: 4,
-        write: w()
-    }));
-    assert!(!tracker(MASK).set_sampling(Sampling {
-        every: 1,
-        write: w()
-    }));
-    let t = tracker(MASK);
-    assert!(t.set_sampling(Sampling {
-        every: 2,
-        write: w()
-    }));
+    let t = tracker(event::COLL);
+    t.set_mask_target(w());
     assert!(
-        !t.set_sampling(Sampling {
-            every: 3,
-            write: w()
-        }),
-        "once"
+        !t.set_sampling(Sampling { every: 4 }),
+        "no channels to sample"
     );
+    let t = tracker(MASK);
+    assert!(!t.set_sampling(Sampling { every: 4 }), "no mask target");
+    t.set_mask_target(w());
+    assert!(!t.set_sampling(Sampling { every: 1 }));
+    assert!(t.set_sampling(Sampling { every: 2 }));
+    assert!(!t.set_sampling(Sampling { every: 3 }), "once");
 }
 
 #[test]
@@ -518,4 +506,33 @@ fn proxy_ops_steps_and_net_events_follow_their_parents_and_end_at_their_stop() {
     t.finalize(other);
     assert_eq!(t.open_events(), 0);
     assert_eq!(t.counters.get(Counter::EventsFollowed), 5);
+}
+
+#[test]
+fn pause_writes_zero_and_resume_restores_the_mask_sampling_included() {
+    use ncclbpf_profiler::tracker::Sampling;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let t = tracker(MASK);
+    assert!(!t.pause(), "nothing to write before init gave a target");
+    t.resume();
+    let nccl = Arc::new(AtomicU64::new(MASK));
+    let m = nccl.clone();
+    t.set_mask_target(Box::new(move |v| m.store(v, Ordering::Relaxed)));
+    assert!(t.pause());
+    assert_eq!(nccl.load(Ordering::Relaxed), 0);
+    assert!(t.resume());
+    assert_eq!(nccl.load(Ordering::Relaxed), MASK);
+    assert!(t.set_sampling(Sampling { every: 2 }));
+    let ctx = t.init(1, "", 1, 2, 0).unwrap();
+    assert!(t.pause());
+    // A collective started while paused (enqueued before the pause) leaves the mask at 0.
+    let c = t.start(ctx, &all_reduce(1, 8, 1));
+    assert_eq!(nccl.load(Ordering::Relaxed), 0);
+    t.stop(c);
+    assert!(t.resume());
+    // One operation started: the next is the 2nd, a multiple of 2, so it is timed.
+    assert_eq!(nccl.load(Ordering::Relaxed), MASK);
+    t.finalize(ctx);
+    assert_eq!(t.open_events(), 0);
 }

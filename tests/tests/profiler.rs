@@ -9,6 +9,7 @@ use proptest::prelude::*;
 use shared_maps::MapView;
 use std::ffi::{CStr, c_int, c_void};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 /// The library's profiler is one per process: tests that count take turns.
@@ -54,15 +55,18 @@ struct Ctx(*mut c_void);
 // SAFETY: a handle number, not a pointer we dereference.
 unsafe impl Send for Ctx {}
 
+/// NCCL's `ncclProfilerEventMask`: one process-wide int whose address every `init` gets (the
+/// profiler may write it later: pause, resume, sampling).
+static NCCL_MASK: AtomicI32 = AtomicI32::new(0);
+
 fn init(t: &ProfilerV5, comm: u64, rank: c_int) -> (*mut c_void, c_int) {
     let mut ctx = std::ptr::null_mut();
-    let mut mask = 0;
     // SAFETY: valid out-pointers and a NUL-terminated name, as NCCL passes them.
     let r = unsafe {
         (t.init.unwrap())(
             &mut ctx,
             comm,
-            &mut mask,
+            NCCL_MASK.as_ptr(),
             c"harness".as_ptr(),
             1,
             2,
@@ -72,7 +76,7 @@ fn init(t: &ProfilerV5, comm: u64, rank: c_int) -> (*mut c_void, c_int) {
     };
     assert_eq!(r, NcclResult::SUCCESS);
     assert!(!ctx.is_null());
-    (ctx, mask)
+    (ctx, NCCL_MASK.load(Ordering::Relaxed))
 }
 
 fn coll_descr(seq: u64, nch: u8) -> EventDescr {
@@ -201,10 +205,19 @@ fn the_v4_table_reads_v4_descriptors() {
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let t = table_v4();
     let mut ctx = std::ptr::null_mut();
-    let mut mask = 0;
     // SAFETY: v4's init, as NCCL 2.27 calls it.
-    let r =
-        unsafe { (t.init.unwrap())(&mut ctx, &mut mask, c"v4".as_ptr(), 0x44, 1, 2, 0, logger()) };
+    let r = unsafe {
+        (t.init.unwrap())(
+            &mut ctx,
+            NCCL_MASK.as_ptr(),
+            c"v4".as_ptr(),
+            0x44,
+            1,
+            2,
+            0,
+            logger(),
+        )
+    };
     assert_eq!(r, NcclResult::SUCCESS);
     let before = counters();
     // SAFETY: all-zero is valid; then the coll member, as NCCL 2.27 fills it.
@@ -301,6 +314,47 @@ fn bad_handles_and_null_pointers_are_ignored_and_counted() {
         after[STALE_FINALIZED] - before[STALE_FINALIZED] >= 2,
         "finalize twice, stop after"
     );
+}
+
+#[test]
+fn the_application_can_pause_and_resume_it() {
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let t = table_v5();
+    let (ctx, mask) = init(t, 0x5eed_0003, 0);
+    assert_ne!(mask, 0);
+    let sym = |name: &std::ffi::CStr| {
+        // SAFETY: dlsym on the library the harness opened (RTLD_DEFAULT would not see it:
+        // RTLD_LOCAL); the same path gives the same handle.
+        let lib = unsafe {
+            libc::dlopen(
+                std::ffi::CString::new(ncclbpf_harness::plugin_path().to_string_lossy().as_bytes())
+                    .unwrap()
+                    .as_ptr(),
+                libc::RTLD_NOW | libc::RTLD_LOCAL,
+            )
+        };
+        assert!(!lib.is_null());
+        // SAFETY: as above.
+        let f = unsafe { libc::dlsym(lib, name.as_ptr()) };
+        assert!(!f.is_null(), "{name:?} is exported");
+        // SAFETY: both are `int (*)(void)`.
+        unsafe { std::mem::transmute::<*mut c_void, extern "C" fn() -> c_int>(f) }
+    };
+    let (pause, resume) = (sym(c"ncclBpfProfilerPause"), sym(c"ncclBpfProfilerResume"));
+    assert_eq!(pause(), 0);
+    assert_eq!(
+        NCCL_MASK.load(Ordering::Relaxed),
+        0,
+        "NCCL's mask: no events"
+    );
+    assert_eq!(resume(), 0);
+    assert_eq!(
+        NCCL_MASK.load(Ordering::Relaxed),
+        mask,
+        "the mask as before"
+    );
+    // SAFETY: as NCCL calls it.
+    unsafe { (t.finalize.unwrap())(ctx) };
 }
 
 proptest! {
