@@ -39,7 +39,7 @@ static SETTINGS: OnceLock<Settings> = OnceLock::new();
 /// Before `init`: the environment only.
 static NOTHING: OnceLock<Settings> = OnceLock::new();
 static KEPT: Interner = Interner::new();
-static LOG: Deferred = Deferred::new(emit);
+static LOG: Deferred = Deferred::waiting_for(emit, ncclnet_headers::log::has_logger);
 static STATS: Stats = Stats::new();
 
 /// Counts for the summary at finalize.
@@ -114,11 +114,20 @@ pub fn init(caller: &Caller) {
         lines = Some(loaded.lines);
         loaded.settings
     });
+    // NCCL gives a v1 env plugin no logger and loads it before the net plugin that gets one:
+    // without a logger yet, the lines wait in the log queue for it.
+    let say = |level: Level, msg: String| {
+        if ncclnet_headers::log::has_logger() {
+            emit(level, &msg)
+        } else {
+            LOG.push(level, msg)
+        }
+    };
     match lines {
-        Some(lines) => lines.iter().for_each(|(level, msg)| emit(*level, msg)),
-        None => emit(
+        Some(lines) => lines.into_iter().for_each(|(level, msg)| say(level, msg)),
+        None => say(
             Level::Info,
-            &format!("{banner}: already initialised, keeping the settings read first"),
+            format!("{banner}: already initialised, keeping the settings read first"),
         ),
     }
     LOG.flush();

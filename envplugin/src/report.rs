@@ -45,25 +45,39 @@ struct Queue {
 }
 
 /// Log lines produced where calling NCCL's logger is not safe, logged by a thread of their own.
+///
+/// Lines wait while there is no logger to send them to (`ready` false: NCCL gives a v1 env
+/// plugin no logger, and loads it before the net plugin that gets one), for at most
+/// [`Deferred::WAIT_FOR_LOGGER`]; then they are sent anyway (and dropped by a logger-less
+/// [`Emit`], as before).
 pub struct Deferred {
     emit: Emit,
+    ready: fn() -> bool,
     queue: Mutex<Queue>,
-    ready: Condvar,
+    wake: Condvar,
 }
 
 impl Deferred {
     pub const MAX_QUEUED: usize = 1024;
+    /// How long queued lines wait for a logger.
+    pub const WAIT_FOR_LOGGER: std::time::Duration = std::time::Duration::from_secs(120);
 
     pub const fn new(emit: Emit) -> Deferred {
+        Deferred::waiting_for(emit, || true)
+    }
+
+    /// Lines are held while `ready` says there is no logger yet.
+    pub const fn waiting_for(emit: Emit, ready: fn() -> bool) -> Deferred {
         Deferred {
             emit,
+            ready,
             queue: Mutex::new(Queue {
                 lines: VecDeque::new(),
                 dropped: 0,
                 worker_pid: 0,
                 no_thread: false,
             }),
-            ready: Condvar::new(),
+            wake: Condvar::new(),
         }
     }
 
@@ -87,19 +101,27 @@ impl Deferred {
             }
         }
         drop(q);
-        self.ready.notify_one();
+        self.wake.notify_one();
     }
 
     /// Logs every queued line now, on the calling thread (from `init` and `finalize`, where
     /// NCCL's logger may be called).
+    /// Without a logger yet they stay queued for the log thread, which waits for one.
     pub fn flush(&self) {
+        if !(self.ready)() {
+            return;
+        }
         let (lines, dropped) = self.take(false);
         self.emit_all(lines, dropped);
     }
 
     /// The log thread: waits for lines, takes them all, logs them with no lock held.
     fn work(&self) {
+        let began = std::time::Instant::now();
         loop {
+            while !(self.ready)() && began.elapsed() < Self::WAIT_FOR_LOGGER {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
             let (lines, dropped) = self.take(true);
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 self.emit_all(lines, dropped)
@@ -110,7 +132,7 @@ impl Deferred {
     fn take(&self, wait: bool) -> (VecDeque<(Level, String)>, u64) {
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         while wait && q.lines.is_empty() && q.dropped == 0 {
-            q = self.ready.wait(q).unwrap_or_else(|e| e.into_inner());
+            q = self.wake.wait(q).unwrap_or_else(|e| e.into_inner());
         }
         (
             std::mem::take(&mut q.lines),

@@ -21,6 +21,13 @@ pub fn set_logger(logger: DebugLogger) {
 }
 
 /// Logs `msg` through NCCL's logger, prefixed with `prefix` (e.g. `NET/BPF`).
+/// Whether NCCL's logger is known yet (or `NCCL_BPF_LOG_STDERR=1` stands in for it): a
+/// plugin type that NCCL gives no logger (the env plugin's v1) can hold its lines until then.
+pub fn has_logger() -> bool {
+    LOGGER.load(Ordering::Acquire) != 0
+        || std::env::var_os("NCCL_BPF_LOG_STDERR").is_some_and(|v| v == "1")
+}
+
 pub fn log(prefix: &str, level: LogLevel, subsys: LogSubsys, file: &str, line: u32, msg: &str) {
     let raw = LOGGER.load(Ordering::Acquire);
     if raw == 0 {

@@ -682,3 +682,30 @@ fn both_symbols_are_exported_as_data_tables() {
         assert_eq!(name.to_str().unwrap(), "BPF");
     }
 }
+
+/// NCCL gives a v1 env plugin no logger, and loads it before the net plugin that gets one: its
+/// init line and its first "supplied" lines wait for that logger instead of being lost.
+#[test]
+fn v1_lines_wait_for_the_net_plugins_logger() {
+    let f = File::new("v1-wait", "NCCLBPF_ENV_T_FILE=from file\n");
+    in_child(
+        "v1_lines_wait_for_the_net_plugins_logger",
+        &[("NCCL_BPF_ENV_FILE", f.os())],
+        || {
+            assert_eq!(load(28), 1);
+            assert_eq!(init(2, 28, 9, None), 0);
+            assert_eq!(get("NCCLBPF_ENV_T_FILE").as_deref(), Some("from file"));
+            std::thread::sleep(Duration::from_millis(200));
+            assert!(
+                !log_text().contains("ENV/BPF"),
+                "no logger yet: {}",
+                log_text()
+            );
+            // NCCL then initialises the net plugin of the same library with its logger.
+            let mut net = ncclbpf_harness::Net::open(Some(11)).unwrap();
+            let _ = net.init(0x1234);
+            wait_for_log("ENV/BPF init (NCCL 2.28.9, env v1)");
+            wait_for_log("ENV/BPF NCCLBPF_ENV_T_FILE=from file (from ");
+        },
+    );
+}
