@@ -1172,6 +1172,7 @@ mod tests {
             1.0
         );
         assert_eq!(one(crate::profiled::OPS, &["outcome=\"timed\""]), 3.0);
+        assert_eq!(one(crate::profiled::EVENTS, &["outcome=\"orphaned\""]), 0.0);
         assert_eq!(one(crate::profiled::OPEN, &["what=\"events\""]), 0.0);
         assert_eq!(one(crate::profiled::OPEN, &["what=\"contexts\""]), 1.0);
         t.finalize(ctx);

@@ -45,7 +45,7 @@ pub const FAMILIES: [(&str, Kind, &str); 9] = [
     (
         EVENTS,
         Kind::Counter,
-        "Profiler events NCCL started, by outcome (followed: given a handle; ignored: a type the profiler does not follow).",
+        "Profiler events NCCL started, by outcome (followed: given a handle; ignored: a type the profiler does not follow; orphaned: a kernel-channel event whose collective was no longer pending).",
     ),
     (
         MISUSE,
@@ -220,6 +220,7 @@ pub fn counter_metrics(e: &mut Exposition, base: &Labels, v: &MapView) {
     for (o, n) in [
         ("followed", "events_followed"),
         ("ignored", "events_ignored"),
+        ("orphaned", "orphans"),
     ] {
         e.add(EVENTS, Kind::Counter, "", with("outcome", o), get(n));
     }
