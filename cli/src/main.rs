@@ -8,6 +8,7 @@
 //! `#[derive(Subcommand)]` enum of its module, e.g. `Rules { #[command(subcommand)] cmd:
 //! rules::Cmd }`, dispatched by that module's `run`.
 
+mod collectives;
 mod compare;
 mod decisions;
 mod exit;
@@ -77,6 +78,9 @@ enum Cmd {
     Decisions(decisions::Args),
     /// Show the maps of a running process and their non-zero entries (read-only).
     Maps(maps::Args),
+    /// Show what the profiler measured in a running process: GPU time and bus bandwidth per
+    /// communicator, collective, size, algorithm and protocol (read-only).
+    Collectives(collectives::Args),
     /// Swap an object's net programs into running processes (live reload).
     #[command(after_help = "Examples:
   ncclbpf reload 12345 target/policies/src/net_stats.o
@@ -223,6 +227,7 @@ fn main() -> ExitCode {
         Cmd::Inspect(a) => inspect::run(&mut out, a),
         Cmd::Decisions(a) => decisions::run(&mut out, a),
         Cmd::Maps(a) => maps::run(&mut out, a),
+        Cmd::Collectives(a) => collectives::run(&mut out, a),
         Cmd::Rules { cmd } => rules::run(&mut out, cmd),
         Cmd::Reload { .. } | Cmd::Config { .. } | Cmd::Status(_) | Cmd::Exporter(_) => {
             unreachable!("handled by control()")

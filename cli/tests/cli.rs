@@ -712,3 +712,104 @@ fn status_watch_usage_errors() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--watch"), "{err}");
 }
+
+#[test]
+fn collectives_of_a_profiled_process() {
+    // This test process plays a profiled job: the profiler's tracker writes its figures into
+    // this process's registry, and the command reads them by pid.
+    use ncclbpf_profiler::event::{Descr, Kind, Op, StateUpdate};
+    use ncclbpf_profiler::handles::Handle;
+    use ncclbpf_profiler::tracker::Tracker;
+    let t = Tracker::new(
+        0x46,
+        Box::leak(Box::default()),
+        Some(shared_maps::Registry::global()),
+    );
+    let ctx = t.init(0xc011, "cli", 1, 2, 1).unwrap();
+    for dur in [40_000u64, 60_000, 900_000] {
+        let op = Op {
+            seq: 1,
+            func: 4,
+            count: 1 << 18,
+            type_size: 4,
+            algo: 1,
+            proto: 2,
+            nchannels: 1,
+            root_or_peer: 0,
+        };
+        let c = t.start(
+            ctx,
+            &Descr {
+                kind: Kind::Coll(op),
+                parent: Handle(0),
+                rank: 1,
+            },
+        );
+        t.stop(c);
+        let k = t.start(
+            ctx,
+            &Descr {
+                kind: Kind::KernelCh {
+                    channel: 0,
+                    start: 10,
+                },
+                parent: c,
+                rank: 1,
+            },
+        );
+        t.record(
+            k,
+            StateUpdate {
+                state: 22,
+                arg: 10 + dur,
+            },
+        );
+        t.stop(k);
+    }
+    let pid = std::process::id().to_string();
+    let (code, out, err) = run(&["collectives", &pid]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("3 operations timed, 0 untimed"), "{out}");
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("0x000000000000c011"))
+        .unwrap_or_else(|| panic!("no row for the communicator: {out}"));
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    // comm rank collective size(2 words) algorithm proto count mean p50 p99 max busbw untimed
+    assert_eq!(
+        &cols[1..],
+        &[
+            "1",
+            "allreduce",
+            "1",
+            "MiB",
+            "ring",
+            "simple",
+            "3",
+            "333.3",
+            "64.0",
+            "1024.0",
+            "900.0",
+            "3.146",
+            "0"
+        ],
+        "{out}"
+    );
+    let v = json(&["collectives", "--json", &pid]);
+    let c = v["collectives"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["comm"] == "0x000000000000c011")
+        .unwrap();
+    assert_eq!(
+        (&c["count"], &c["mean_ns"], &c["p99_le_ns"]),
+        (
+            &Value::from(3),
+            &Value::from(333_333),
+            &Value::from(1_024_000)
+        )
+    );
+    assert_eq!(v["counters"]["ops_timed"], Value::from(3));
+    t.finalize(ctx);
+}

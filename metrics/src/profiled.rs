@@ -128,12 +128,61 @@ fn words(b: &[u8]) -> Vec<u64> {
         .collect()
 }
 
-/// The per-collective families of one process, from its `ncclbpf_collectives`.
-pub fn collective_metrics(e: &mut Exposition, base: &Labels, v: &MapView, limit: usize) {
+/// One entry of `ncclbpf_collectives`, decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub comm: u64,
+    /// The rank in the communicator.
+    pub rank: u32,
+    pub collective: &'static str,
+    /// Upper bound of the power-of-two size bucket, bytes.
+    pub size_bytes: u64,
+    pub algorithm: &'static str,
+    pub protocol: &'static str,
+    /// Timed operations, their GPU time summed (ns), bytes, bus bytes, shortest and longest.
+    pub count: u64,
+    pub sum_ns: u64,
+    pub bytes: u64,
+    pub bus_bytes: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+    pub untimed: u64,
+    /// Timed operations per duration bucket (bound [`bound_ns`]), not cumulative.
+    pub hist: [u64; HIST],
+}
+
+/// The upper bound of duration bucket `i` (ns); `None` for the last (above every bound).
+pub fn bound_ns(i: usize) -> Option<u64> {
+    (i + 1 < HIST).then(|| 1000u64 << i)
+}
+
+impl Entry {
+    /// The bound of the bucket that holds quantile `q` (0–1) of the timed operations: "at
+    /// most this long" (`None` above the last bound or with nothing timed).
+    pub fn quantile_bound_ns(&self, q: f64) -> Option<u64> {
+        if self.count == 0 {
+            return None;
+        }
+        let want = (q * self.count as f64).ceil().max(1.0) as u64;
+        let mut cum = 0;
+        for (i, n) in self.hist.iter().enumerate() {
+            cum += n;
+            if cum >= want {
+                return bound_ns(i);
+            }
+        }
+        None
+    }
+}
+
+/// Every readable entry of a process's `ncclbpf_collectives` (at most `limit`); an entry of
+/// another format or shape is skipped.
+pub fn entries(v: &MapView, limit: usize) -> Vec<Entry> {
     let s = &v.spec;
     if s.kind != MapType::Hash || s.key_size != 16 || s.value_size as usize != WORDS * 8 {
-        return;
+        return vec![];
     }
+    let mut out = vec![];
     for (k, vals) in v.entries().into_iter().take(limit) {
         let Some(w) = vals.first().map(|x| words(x)) else {
             continue;
@@ -141,77 +190,100 @@ pub fn collective_metrics(e: &mut Exposition, base: &Labels, v: &MapView, limit:
         if w.len() != WORDS || w[0] != FORMAT || k.len() != 16 {
             continue;
         }
-        let comm = u64::from_le_bytes(k[..8].try_into().expect("8 bytes"));
-        let rank = u32::from_le_bytes(k[8..12].try_into().expect("4 bytes"));
         let b = u32::from_le_bytes(k[12..].try_into().expect("4 bytes"));
         let (p, a) = ((b % 4) as usize, ((b / 4) % 8) as usize);
         let size = (b / 32) % SIZE_BUCKETS;
         let func = ((b / 32) / SIZE_BUCKETS).min(15) as usize;
+        out.push(Entry {
+            comm: u64::from_le_bytes(k[..8].try_into().expect("8 bytes")),
+            rank: u32::from_le_bytes(k[8..12].try_into().expect("4 bytes")),
+            collective: FUNCS[func],
+            size_bytes: 1u64 << size,
+            algorithm: ALGOS[a],
+            protocol: PROTOS[p],
+            count: w[1],
+            sum_ns: w[2],
+            bytes: w[3],
+            bus_bytes: w[4],
+            min_ns: w[5],
+            max_ns: w[6],
+            untimed: w[7],
+            hist: std::array::from_fn(|i| w[HIST_AT + i]),
+        });
+    }
+    out
+}
+
+/// The per-collective families of one process, from its `ncclbpf_collectives`.
+pub fn collective_metrics(e: &mut Exposition, base: &Labels, v: &MapView, limit: usize) {
+    for x in entries(v, limit) {
         let mut l = base.clone();
         // The launcher's rank (base) is the process's; this is the rank in the communicator.
         l.retain(|(n, _)| *n != "rank");
         l.extend([
-            ("comm", format!("{comm:#018x}")),
-            ("rank", rank.to_string()),
-            ("collective", FUNCS[func].to_string()),
-            ("size_bytes", (1u64 << size).to_string()),
-            ("algorithm", ALGOS[a].to_string()),
-            ("protocol", PROTOS[p].to_string()),
+            ("comm", format!("{:#018x}", x.comm)),
+            ("rank", x.rank.to_string()),
+            ("collective", x.collective.to_string()),
+            ("size_bytes", x.size_bytes.to_string()),
+            ("algorithm", x.algorithm.to_string()),
+            ("protocol", x.protocol.to_string()),
         ]);
-        if w[7] > 0 {
-            e.add(UNTIMED, Kind::Counter, "", l.clone(), w[7]);
+        if x.untimed > 0 {
+            e.add(UNTIMED, Kind::Counter, "", l.clone(), x.untimed);
         }
-        let count = w[1];
-        if count == 0 {
+        if x.count == 0 {
             continue;
         }
         let mut cum = 0u64;
-        for (i, n) in w[HIST_AT..HIST_AT + HIST].iter().enumerate() {
+        for (i, n) in x.hist.iter().enumerate() {
             cum += n;
-            let le = if i + 1 == HIST {
-                "+Inf".to_string()
-            } else {
-                format!("{}", (1000u64 << i) as f64 / 1e9)
+            let le = match bound_ns(i) {
+                Some(b) => format!("{}", b as f64 / 1e9),
+                None => "+Inf".to_string(),
             };
             let mut bl = l.clone();
             bl.push(("le", le));
             e.add_part(DURATION, "_bucket", Kind::Histogram, "", bl, cum);
         }
-        let secs = w[2] as f64 * 1e-9;
+        let secs = x.sum_ns as f64 * 1e-9;
         e.add_part(DURATION, "_sum", Kind::Histogram, "", l.clone(), secs);
-        e.add_part(DURATION, "_count", Kind::Histogram, "", l.clone(), count);
-        e.add(BYTES, Kind::Counter, "", l.clone(), w[3]);
-        e.add(BUS_BYTES, Kind::Counter, "", l.clone(), w[4]);
+        e.add_part(DURATION, "_count", Kind::Histogram, "", l.clone(), x.count);
+        e.add(BYTES, Kind::Counter, "", l.clone(), x.bytes);
+        e.add(BUS_BYTES, Kind::Counter, "", l.clone(), x.bus_bytes);
         if secs > 0.0 {
-            e.add(BUS_BW, Kind::Gauge, "", l, w[4] as f64 / secs);
+            e.add(BUS_BW, Kind::Gauge, "", l, x.bus_bytes as f64 / secs);
         }
     }
 }
 
-/// The profiler's own counters of one process, from its `ncclbpf_profiler`.
-pub fn counter_metrics(e: &mut Exposition, base: &Labels, v: &MapView) {
+/// The profiler's counters of a process (`ncclbpf_profiler`), by name, `None` when the map is
+/// of another shape or format.
+pub fn counters(v: &MapView) -> Option<Vec<(&'static str, u64)>> {
     let s = &v.spec;
     if s.kind != MapType::Hash || s.key_size != 8 || (s.value_size as usize) < 8 {
-        return;
+        return None;
     }
-    let Some(w) = v
+    let w = v
         .entries()
         .first()
         .and_then(|(_, x)| x.first())
-        .map(|x| words(x))
-    else {
-        return;
-    };
+        .map(|x| words(x))?;
     if w.first() != Some(&FORMAT) {
-        return;
+        return None;
     }
-    let get = |name: &str| {
+    Some(
         COUNTER_NAMES
             .iter()
-            .position(|n| *n == name)
-            .and_then(|i| w.get(i + 1).copied())
-            .unwrap_or(0)
-    };
+            .enumerate()
+            .map(|(i, n)| (*n, w.get(i + 1).copied().unwrap_or(0)))
+            .collect(),
+    )
+}
+
+/// The profiler's own counters of one process, from its `ncclbpf_profiler`.
+pub fn counter_metrics(e: &mut Exposition, base: &Labels, v: &MapView) {
+    let Some(c) = counters(v) else { return };
+    let get = |name: &str| c.iter().find(|(n, _)| *n == name).map_or(0, |(_, v)| *v);
     let with = |k: &'static str, v: &str| {
         let mut l = base.clone();
         l.push((k, v.to_string()));
