@@ -174,7 +174,15 @@ pub fn machine() -> String {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() / 86400) as i64;
     let (y, m, d) = civil(days);
-    format!("{cores} cores (nproc), kernel {kernel}, {y:04}-{m:02}-{d:02}")
+    // TCP's congestion control decides whether loopback sockets are paced (BBR paces each
+    // socket with its own timer where the device has no fq qdisc, as `lo` has none), which moved
+    // throughput by 2× in bench/results/perf-loopback-2026-12-01.md: say it with every table.
+    let cc = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "?".into());
+    format!(
+        "{cores} cores (nproc), kernel {kernel}, TCP congestion control {cc}, {y:04}-{m:02}-{d:02}"
+    )
 }
 
 /// A progress line on stderr, rewritten in place; only when stderr is a terminal. `None` ends
