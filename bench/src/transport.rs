@@ -350,6 +350,11 @@ fn raw_set(streams: usize, nonblocking: bool) -> io::Result<(Vec<TcpStream>, Vec
         for s in [&x, &y] {
             s.set_nodelay(true)?;
             s.set_nonblocking(nonblocking)?;
+            // The plugin's arms take NCCL_BPF_TCP_CONGESTION; raw TCP takes the same, so that
+            // every arm is paced (or not) alike.
+            if let Ok(cc) = std::env::var("NCCL_BPF_TCP_CONGESTION") {
+                socket2::SockRef::from(s).set_tcp_congestion(cc.trim().as_bytes())?;
+            }
         }
         a.push(x);
         b.push(y);

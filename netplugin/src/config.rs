@@ -43,6 +43,9 @@ pub struct Config {
     /// chunks moved by NCCL's proxy thread itself (non-blocking, inside `isend`/`irecv`/`test`)
     /// while their stream has nothing queued with the I/O engine; 0 hands every chunk over.
     pub direct_bytes: u32,
+    /// `NCCL_BPF_TCP_CONGESTION`: the TCP congestion control of every stream (`reno`, `cubic`,
+    /// `bbr`, ...); `None` keeps the system's (`net.ipv4.tcp_congestion_control`).
+    pub tcp_congestion: Option<String>,
 }
 
 pub const MAX_STREAMS: u32 = 16;
@@ -66,6 +69,7 @@ impl Default for Config {
             // nothing measurable at 256 KiB.
             io_spin_us: 0,
             direct_bytes: 0,
+            tcp_congestion: None,
         }
     }
 }
@@ -211,6 +215,23 @@ impl Config {
             &mut c.direct_bytes,
             &mut bad,
         );
+        if let Some(v) = get("NCCL_BPF_TCP_CONGESTION") {
+            let t = v.trim();
+            // The kernel's names: at most 15 bytes (TCP_CA_NAME_MAX 16 with the NUL).
+            if !t.is_empty()
+                && t.len() <= 15
+                && t.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+            {
+                c.tcp_congestion = Some(t.to_string());
+            } else if !t.is_empty() {
+                bad.push(BadSetting {
+                    var: "NCCL_BPF_TCP_CONGESTION",
+                    value: v.clone(),
+                    expected: "a congestion control name of at most 15 letters, digits, '_' or '-' (e.g. reno, cubic, bbr)".into(),
+                });
+            }
+        }
         (c, bad)
     }
 
@@ -230,6 +251,27 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         Config::from_lookup(&move |k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn congestion_control_names() {
+        assert_eq!(
+            with(&[("NCCL_BPF_TCP_CONGESTION", "reno")])
+                .0
+                .tcp_congestion
+                .as_deref(),
+            Some("reno")
+        );
+        assert_eq!(
+            with(&[("NCCL_BPF_TCP_CONGESTION", "")]).0.tcp_congestion,
+            None
+        );
+        for bad in ["no such", "a_name_far_too_long", "bbr;rm"] {
+            let (c, b) = with(&[("NCCL_BPF_TCP_CONGESTION", bad)]);
+            assert_eq!(c.tcp_congestion, None, "{bad}");
+            assert_eq!(b.len(), 1, "{bad}");
+            assert!(b[0].to_string().contains("NCCL_BPF_TCP_CONGESTION"));
+        }
     }
 
     #[test]

@@ -68,11 +68,15 @@ pub fn init() -> NetResult<&'static Plugin> {
     crate::nlog!(
         INFO,
         INIT,
-        "{} device(s); {} data stream(s) per connection, inline up to {} B, chunks of at least {} B",
+        "{} device(s); {} data stream(s) per connection, inline up to {} B, chunks of at least {} B{}",
         devices.len(),
         config.nstreams,
         config.inline_bytes,
-        config.min_chunk
+        config.min_chunk,
+        config
+            .tcp_congestion
+            .as_ref()
+            .map_or(String::new(), |c| format!(", TCP congestion control {c}"))
     );
     crate::hooks::init_policies();
     crate::control::start(&config);

@@ -13,7 +13,7 @@
 //!
 //! Every stream turned away is counted; one log line a second at most says how many and why.
 
-use super::{dead_peer_timeout, handshake_timeout, random_u64, stream_socket};
+use super::{congestion_control, dead_peer_timeout, handshake_timeout, random_u64, stream_socket};
 use crate::comm::Comm;
 use crate::error::{NetError, NetResult};
 use crate::handshake::{self, CHALLENGE_SIZE, PROOF_SIZE, REPLY_SIZE, Secret, Xfer};
@@ -373,6 +373,7 @@ impl ListenComm {
                         .map_err(|e| NetError::io("set_nonblocking", e))?;
                     let _ = stream.set_nodelay(true);
                     dead_peer_timeout(&socket2::SockRef::from(&stream));
+                    congestion_control(&socket2::SockRef::from(&stream));
                     self.incoming.push(Incoming {
                         stream,
                         peer: Some(peer),

@@ -57,7 +57,35 @@ fn stream_socket(addr: &SocketAddr) -> io::Result<Socket> {
     s.set_nonblocking(true)?;
     s.set_nodelay(true)?;
     dead_peer_timeout(&socket2::SockRef::from(&s));
+    congestion_control(&socket2::SockRef::from(&s));
     Ok(s)
+}
+
+/// `NCCL_BPF_TCP_CONGESTION` on a stream (both ends: the connecting side here, the accepting
+/// side in `accept.rs`). A name the kernel refuses (not built, or not in
+/// `net.ipv4.tcp_allowed_congestion_control` for an unprivileged process) is reported once and
+/// the stream keeps the system's.
+fn congestion_control(s: &socket2::SockRef<'_>) {
+    let Some(name) = crate::plugin::get()
+        .ok()
+        .and_then(|p| p.config.tcp_congestion.clone())
+    else {
+        return;
+    };
+    if let Err(e) = set_congestion(s, &name) {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            crate::nlog!(
+                WARN,
+                NET,
+                "NCCL_BPF_TCP_CONGESTION={name}: {e} (not built into this kernel, or not in net.ipv4.tcp_allowed_congestion_control); streams keep the system's congestion control"
+            )
+        });
+    }
+}
+
+fn set_congestion(s: &socket2::SockRef<'_>, name: &str) -> io::Result<()> {
+    s.set_tcp_congestion(name.as_bytes())
 }
 
 /// Keepalive and `TCP_USER_TIMEOUT` from `NCCL_BPF_TIMEOUT`, so that a peer host that died or
@@ -89,4 +117,36 @@ fn dead_peer_timeout(s: &socket2::SockRef<'_>) {
 fn handshake_timeout() -> Duration {
     let secs = crate::plugin::get().map_or(10, |p| p.config.handshake_timeout_s);
     Duration::from_secs(u64::from(secs.max(1)))
+}
+
+#[cfg(test)]
+mod congestion_tests {
+    use super::set_congestion;
+    use socket2::{Domain, Protocol, SockRef, Socket, Type};
+
+    #[test]
+    fn a_stream_takes_the_named_congestion_control_or_says_why_not() {
+        let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+        // reno is always built in.
+        set_congestion(&SockRef::from(&s), "reno").unwrap();
+        assert_eq!(
+            s.tcp_congestion()
+                .unwrap()
+                .split(|&b| b == 0)
+                .next()
+                .unwrap(),
+            b"reno"
+        );
+        let e = set_congestion(&SockRef::from(&s), "nosuchcc").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}");
+        assert_eq!(
+            s.tcp_congestion()
+                .unwrap()
+                .split(|&b| b == 0)
+                .next()
+                .unwrap(),
+            b"reno",
+            "unchanged"
+        );
+    }
 }
