@@ -37,12 +37,8 @@ NCCLBPF_PLUGIN=$lib cargo test --workspace --release
 if [ -f "$skipped" ]; then cat "$skipped"; fi
 # The default path is `auto` (io_uring where the kernel allows it, else epoll); every path must
 # pass the whole harness.
-# On 1–2 cores the default is one engine worker; the epoll pass runs with two, so that streams of
-# one connection on different workers are exercised everywhere.
 for io in epoll threads; do
   echo "== harness with NCCL_BPF_IO=$io"
-  workers=0
-  [ "$io" = epoll ] && workers=2
-  NCCL_BPF_IO=$io NCCL_BPF_IO_WORKERS=$workers NCCLBPF_PLUGIN=$lib cargo test --release -p ncclbpf-harness
+  NCCL_BPF_IO=$io NCCLBPF_PLUGIN=$lib cargo test --release -p ncclbpf-harness
 done
 echo "== all checks passed"

@@ -34,7 +34,7 @@ pub struct Config {
     /// `threads`; see `engine`).
     pub io: crate::engine::IoMode,
     /// `NCCL_BPF_IO_WORKERS`: workers of the `uring`/`epoll` engine for the whole process;
-    /// 0 = `engine::default_workers` (1 on 1–2 cores, else min(4, cores)).
+    /// 0 = min(4, cores).
     pub io_workers: u32,
     /// `NCCL_BPF_IO_SPIN_US`: microseconds an engine worker spins without work before it
     /// parks in the kernel.

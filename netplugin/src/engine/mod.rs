@@ -15,7 +15,7 @@
 //!   said once in NCCL's log.
 //!
 //! Workers ([`pool`]) are bounded by the machine, not by the number of comms
-//! (`NCCL_BPF_IO_WORKERS`, default [`default_workers`]: 1 on 1–2 cores, else min(4, cores)); stream `k` of every connection goes to
+//! (`NCCL_BPF_IO_WORKERS`, default min(4, cores)); stream `k` of every connection goes to
 //! worker `k mod W`, so one message's chunks move in parallel. A worker that runs out of work
 //! spins for `NCCL_BPF_IO_SPIN_US` (default 0) before it parks in the kernel; a parked worker
 //! costs no CPU and is woken by an eventfd only when it was parked.
@@ -96,7 +96,7 @@ impl fmt::Display for Path {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Settings {
     pub mode: IoMode,
-    /// Workers of the `uring`/`epoll` pool; 0: [`default_workers`].
+    /// Workers of the `uring`/`epoll` pool; 0: min(4, cores).
     pub workers: u32,
     /// Microseconds a worker spins without work before it parks.
     pub spin_us: u32,
@@ -119,18 +119,8 @@ impl Settings {
         if self.workers > 0 {
             return self.workers as usize;
         }
-        default_workers(std::thread::available_parallelism().map_or(1, |n| n.get()))
+        std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
     }
-}
-
-/// Workers for `cores` CPUs when `NCCL_BPF_IO_WORKERS` does not say: one on 1–2 cores, else
-/// min(4, cores). On 2 cores the engine's threads and NCCL's proxy thread (the polling threads
-/// in the loopback benchmark) outnumber the CPUs with two workers: a polling thread then shares
-/// a worker's CPU and the workers park and are woken ~3 times per message; one worker moved
-/// 5.80 GB/s at 256 KiB against 4.91 with two (reno, 10 runs each; 5.23 against 3.16 under BBR's
-/// pacing), `bench/results/perf-loopback-2026-12-01.md`.
-pub fn default_workers(cores: usize) -> usize {
-    if cores <= 2 { 1 } else { cores.min(4) }
 }
 
 /// The path this process serves data streams with, chosen once (from the plugin's settings,
@@ -419,19 +409,6 @@ pub fn panic_message(payload: &(dyn Any + Send)) -> String {
         .map(|s| s.to_string())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "unknown panic".into())
-}
-
-#[cfg(test)]
-mod default_worker_tests {
-    use super::default_workers;
-
-    #[test]
-    fn one_worker_on_small_machines_then_up_to_four() {
-        assert_eq!(
-            [1, 2, 3, 4, 8, 16, 128].map(default_workers),
-            [1, 1, 3, 4, 4, 4, 4]
-        );
-    }
 }
 
 #[cfg(test)]
