@@ -292,6 +292,32 @@ def main():
     checks = bad = 0
     gc.disable()  # no collector pauses inside the timed loops: collected between sizes instead
 
+    def timed_size(size, fixed_k=None):
+        """One size of the overhead and paired modes: a buffer after WARMUP checked calls, its
+        error count, its bytes, and K (calls per timed batch: fixed_k, else from rank 0's
+        estimate over 5 calls, broadcast, with the estimate in µs); the buffer is left zeroed."""
+        gc.collect()
+        c = max(1, size // 4)
+        buf = torch.empty(c, dtype=torch.float32, device=dev)
+        wrong = torch.zeros((), dtype=torch.int64, device=dev)
+        for _ in range(WARMUP):  # checked
+            buf.fill_(rank + 1)
+            dist.all_reduce(buf)
+            wrong += (buf != expected).any()
+        sync()
+        buf.zero_()
+        if fixed_k is not None:
+            return buf, wrong, c * 4, fixed_k, None
+        e0.record()
+        for _ in range(5):
+            dist.all_reduce(buf)
+        e1.record()
+        e1.synchronize()
+        t = torch.tensor([e0.elapsed_time(e1) * 1e3 / 5], dtype=torch.float64, device=dev)
+        dist.broadcast(t, 0)
+        est = t.item()
+        return buf, wrong, c * 4, int(min(OVH_KMAX, max(OVH_KMIN, OVH_BATCH_S / max(est * 1e-6, 1e-9)))), est
+
     if MODE == "accuracy":
         sc = Scraper()
         first = sc.get()
@@ -436,25 +462,7 @@ def main():
         lib.ncclBpfProfilerResume.restype = ctypes.c_int
         pairs = int(os.environ.get("PAIRED_PAIRS", "20"))
         for size in SIZES:
-            gc.collect()
-            c = max(1, size // 4)
-            nbytes = c * 4
-            buf = torch.empty(c, dtype=torch.float32, device=dev)
-            wrong = torch.zeros((), dtype=torch.int64, device=dev)
-            for _ in range(WARMUP):  # checked
-                buf.fill_(rank + 1)
-                dist.all_reduce(buf)
-                wrong += (buf != expected).any()
-            sync()
-            buf.zero_()
-            e0.record()
-            for _ in range(5):
-                dist.all_reduce(buf)
-            e1.record()
-            e1.synchronize()
-            t = torch.tensor([e0.elapsed_time(e1) * 1e3 / 5], dtype=torch.float64, device=dev)
-            dist.broadcast(t, 0)
-            k = int(min(OVH_KMAX, max(OVH_KMIN, OVH_BATCH_S / max(t.item() * 1e-6, 1e-9))))
+            buf, wrong, nbytes, k, _ = timed_size(size)
             times = {"on": [], "off": []}
             rc_bad = 0
             for i in range(pairs):
@@ -497,30 +505,7 @@ def main():
 
     else:  # overhead
         for size in SIZES:
-            gc.collect()
-            c = max(1, size // 4)
-            nbytes = c * 4
-            buf = torch.empty(c, dtype=torch.float32, device=dev)
-            wrong = torch.zeros((), dtype=torch.int64, device=dev)
-            for _ in range(WARMUP):  # checked
-                buf.fill_(rank + 1)
-                dist.all_reduce(buf)
-                wrong += (buf != expected).any()
-            sync()
-            if size in OVH_K:
-                k, est = OVH_K[size], None
-            else:
-                buf.zero_()
-                e0.record()
-                for _ in range(5):
-                    dist.all_reduce(buf)
-                e1.record()
-                e1.synchronize()
-                t = torch.tensor([e0.elapsed_time(e1) * 1e3 / 5], dtype=torch.float64, device=dev)
-                dist.broadcast(t, 0)
-                est = t.item()
-                k = int(min(OVH_KMAX, max(OVH_KMIN, OVH_BATCH_S / max(est * 1e-6, 1e-9))))
-            buf.zero_()
+            buf, wrong, nbytes, k, est = timed_size(size, OVH_K.get(size))
             sync()
             own = []
             for _ in range(OVH_BATCHES):

@@ -127,19 +127,7 @@ pub fn run(out: &mut Out, a: &Args) -> Outcome {
         ),
         Some(c) => {
             let get = |n: &str| c.iter().find(|(k, _)| *k == n).map_or(0, |(_, v)| *v);
-            let misuse: u64 = [
-                "null_handle",
-                "unknown_handle",
-                "stale_handle_stopped",
-                "stale_handle_finalized",
-                "stale_handle_reclaimed",
-                "unknown_context",
-                "foreign_parent",
-                "table_full",
-            ]
-            .iter()
-            .map(|n| get(n))
-            .sum();
+            let misuse: u64 = profiled::MISUSE_REASONS.iter().map(|n| get(n)).sum();
             outln!(
                 out,
                 "process {pid}: {} operations timed, {} untimed, {} reclaimed; {} events and {} communicators open; {misuse} misuses",

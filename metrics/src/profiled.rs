@@ -122,6 +122,19 @@ const COUNTER_NAMES: [&str; 21] = [
     "open_contexts",
 ];
 
+/// The counters that count misuses (`ncclbpf_profiler_misuse_total{reason}`).
+pub const MISUSE_REASONS: [&str; 9] = [
+    "null_handle",
+    "unknown_handle",
+    "stale_handle_stopped",
+    "stale_handle_finalized",
+    "stale_handle_reclaimed",
+    "unknown_context",
+    "foreign_parent",
+    "table_full",
+    "stats_dropped",
+];
+
 fn words(b: &[u8]) -> Vec<u64> {
     b.chunks_exact(8)
         .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
@@ -303,17 +316,7 @@ pub fn counter_metrics(e: &mut Exposition, base: &Labels, v: &MapView) {
     ] {
         e.add(OPS, Kind::Counter, "", with("outcome", o), get(n));
     }
-    for r in [
-        "null_handle",
-        "unknown_handle",
-        "stale_handle_stopped",
-        "stale_handle_finalized",
-        "stale_handle_reclaimed",
-        "unknown_context",
-        "foreign_parent",
-        "table_full",
-        "stats_dropped",
-    ] {
+    for r in MISUSE_REASONS {
         e.add(MISUSE, Kind::Counter, "", with("reason", r), get(r));
     }
     for (what, n) in [("events", "open_events"), ("contexts", "open_contexts")] {

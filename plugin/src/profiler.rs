@@ -150,9 +150,9 @@ macro_rules! copy_descr {
     ($d:expr) => {{
         let d = $d;
         let t = u64::from(d.type_);
-        // SAFETY (every union read below): NCCL fills the member its `type` names.
         let kind = match t {
             event::COLL => {
+                // SAFETY: NCCL fills the union member its `type` names: `coll` here.
                 let c = unsafe { d.u.coll };
                 // SAFETY: NCCL's strings.
                 Kind::Coll(unsafe {
@@ -169,10 +169,13 @@ macro_rules! copy_descr {
                 })
             }
             event::P2P => {
+                // SAFETY: as above, `p2p`.
                 let p = unsafe { d.u.p2p };
                 // SAFETY: NCCL's strings.
                 Kind::P2p(unsafe { p2p_op(p.func, p.count, p.peer, p.datatype, p.n_channels) })
             }
+            // SAFETY (each closure): `common_kind` calls only the one whose member `type`
+            // names, which NCCL filled.
             _ => common_kind(
                 t,
                 || unsafe { d.u.proxy_op },
@@ -363,11 +366,13 @@ unsafe extern "C" fn record_event_state(
         // member is meant follows from the state.
         let a = unsafe { args.as_ref() };
         let arg = match (e_state, a) {
+            // SAFETY: NCCL passes `kernelCh.pTimer` with KernelChStop.
             (state::KERNEL_CH_STOP, Some(a)) => unsafe { a.p_timer },
             (
                 state::PROXY_STEP_SEND_GPU_WAIT..=state::PROXY_STEP_RECV_GPU_WAIT
                 | state::PROXY_STEP_SEND_PEER_WAIT_V4,
                 Some(a),
+                // SAFETY: NCCL passes `proxyStep.transSize` with proxy-step states.
             ) => (unsafe { a.trans_size }) as u64,
             _ => 0,
         };
@@ -409,25 +414,22 @@ pub extern "C" fn ncclBpfProfilerResume() -> c_int {
 
 const NAME: *const c_char = c"BPF".as_ptr();
 
-#[unsafe(no_mangle)]
-pub static ncclProfiler_v6: Export<ProfilerV6> = Export(ProfilerV6 {
+/// v5's and v6's table: the same slots over the same descriptor layout (v6 adds members NCCL
+/// fills only for copy-engine events, which this profiler counts and does not follow).
+const TABLE_V5: ProfilerV5 = ProfilerV5 {
     name: NAME,
     init: Some(init_v5),
     start_event: Some(start_event_v5),
     stop_event: Some(stop_event),
     record_event_state: Some(record_event_state),
     finalize: Some(finalize),
-});
+};
 
 #[unsafe(no_mangle)]
-pub static ncclProfiler_v5: Export<ProfilerV5> = Export(ProfilerV5 {
-    name: NAME,
-    init: Some(init_v5),
-    start_event: Some(start_event_v5),
-    stop_event: Some(stop_event),
-    record_event_state: Some(record_event_state),
-    finalize: Some(finalize),
-});
+pub static ncclProfiler_v6: Export<ProfilerV6> = Export(TABLE_V5);
+
+#[unsafe(no_mangle)]
+pub static ncclProfiler_v5: Export<ProfilerV5> = Export(TABLE_V5);
 
 #[unsafe(no_mangle)]
 pub static ncclProfiler_v4: Export<ProfilerV4> = Export(ProfilerV4 {
