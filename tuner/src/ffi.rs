@@ -17,6 +17,7 @@
 
 use crate::agree::{self, Agreement};
 use crate::decide::{self, Collective, Decision};
+use crate::owner::{BiasedLock, Guard};
 use crate::policy;
 use crate::sequence::Sequence;
 use crate::stage;
@@ -61,22 +62,21 @@ pub struct TunerContext {
 /// `SlotHandle::call` needs `&mut` (it caches the slot's generation and program and refreshes
 /// them after a swap). NCCL calls `getCollInfo` for one communicator from one thread at a time
 /// (the thread enqueuing its collectives), but the tuner ABI does not promise it. So the
-/// handle sits behind `busy`, a try-lock: the caller that flips it from false to true owns the
-/// handle until it stores false again. Uncontended, that is one compare-and-swap and one
-/// release store per call, about 1-2 ns here (the `Mutex` it replaces takes two atomic
-/// read-modify-writes and can block; per-thread handles would need a thread-local table keyed
-/// by context, a lookup per call, and would keep an old program alive in every thread that
-/// ran it once). A caller that finds the flag taken, which only a second thread calling the same
-/// context at the same moment can, never waits: it runs the slot's current program through a
-/// handle of its own (`ProgramSlot::handle`: the slot's lock and two `Arc` clones, no
+/// handle sits behind `lock`, a [`BiasedLock`]: a try-lock that the thread calling the context
+/// over and over gets to enter with no locked instruction at all (the locked compare-and-swap
+/// alone was about 4 ns of the call, `perf annotate`), and that any other thread revokes with
+/// one `membarrier`. A caller that finds the context taken, which only a second thread calling
+/// the same context at the same moment can, never waits: it runs the slot's current program
+/// through a handle of its own (`ProgramSlot::handle`: the slot's lock and two `Arc` clones, no
 /// allocation), under the same version rules as any other caller.
 ///
-/// The holder of `busy` is also the single writer of the context's [`Sequence`]: it numbers
-/// the decision and folds it into the digest before it lets go. A caller that found the flag
-/// taken is decided and counted as every other, but not sequenced (its order against the
-/// holder's is not defined); the sequence counts it apart (`Sequence::unsequenced`).
+/// The holder of `lock` is also the single writer of the context's [`Sequence`]: it numbers
+/// the decision, counts it and folds it into the digest before it lets go. A caller that found
+/// the context taken is decided and counted as every other, but not sequenced (its order
+/// against the holder's is not defined); the sequence counts it apart
+/// (`Sequence::unsequenced`, `Sequence::count_stray`).
 ///
-/// Staged swaps ([`crate::stage`]): the holder of `busy` also checks, before each decision,
+/// Staged swaps ([`crate::stage`]): the holder of `lock` also checks, before each decision,
 /// whether the process's history of tuner programs changed or the decision's number reached
 /// the next switch point, and if so moves its handle onto the program that makes that
 /// decision. `slot` always names the program the handle is on, for the fallback path.
@@ -87,9 +87,9 @@ struct Policy {
     history: &'static stage::History,
     /// The program `state`'s handle is on (`base` or a staged one).
     slot: AtomicPtr<ProgramSlot>,
-    busy: AtomicBool,
+    lock: BiasedLock,
     state: UnsafeCell<Switching>,
-    /// Whether the context runs the agreement: then a second caller waits for `busy` instead
+    /// Whether the context runs the agreement: then a second caller waits for `lock` instead
     /// of deciding outside the sequence (which would skip the agreed view).
     agreed: bool,
     /// Set when the agreement failed (a wait timed out): every call fails from then on.
@@ -98,7 +98,7 @@ struct Policy {
     mute: bool,
 }
 
-/// What the holder of `busy` keeps.
+/// What the holder of `lock` keeps.
 struct Switching {
     handle: SlotHandle,
     /// The history's generation when the handle was last placed.
@@ -109,9 +109,9 @@ struct Switching {
     agreement: Option<Box<Agreement>>,
 }
 
-// SAFETY: `state` is only reached through `Policy::call`, which holds `busy` (acquired with
-// Acquire, released with Release) for the whole access, so at most one thread uses it at a
-// time and each sees the previous user's writes; a `SlotHandle` may move between threads
+// SAFETY: `state` is only reached through `Policy::call`, which holds `lock` for the whole
+// access (a `BiasedLock`: mutual exclusion, and each holder sees the previous holder's writes,
+// see crate::owner), so at most one thread uses it at a time; a `SlotHandle` may move between threads
 // (asserted below). `slot` always points to a `ProgramSlot` that lives as long as the process
 // (the one loaded at start, or a staged one, which `stage` leaks on purpose). Everything else
 // in the context is immutable or atomic.
@@ -121,15 +121,6 @@ const _: () = {
     const fn send<T: Send>() {}
     send::<SlotHandle>();
 };
-
-/// Releases `busy` when dropped, also when the program call unwinds.
-struct Release<'a>(&'a AtomicBool);
-
-impl Drop for Release<'_> {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
-    }
-}
 
 impl Policy {
     fn new(
@@ -143,7 +134,7 @@ impl Policy {
             base,
             history,
             slot: AtomicPtr::new(base as *const ProgramSlot as *mut ProgramSlot),
-            busy: AtomicBool::new(false),
+            lock: BiasedLock::new(),
             agreed: agreement.is_some() || mute,
             failed: AtomicBool::new(false),
             mute,
@@ -156,17 +147,9 @@ impl Policy {
         }
     }
 
-    /// Takes `busy`, waiting for another caller of this context to let go (contexts that run
-    /// the agreement only).
-    #[cold]
-    fn wait_busy(&self) -> bool {
-        agree::acquire(&self.busy);
-        true
-    }
-
-    /// Runs on `ctx` the program that makes this decision. `Some` if this caller held `busy`:
-    /// it holds it until the returned guard is dropped, and may write the context's sequence
-    /// meanwhile, as decision number `.1` (read under `busy`: the single writer's).
+    /// Runs on `ctx` the program that makes this decision. `Some` if this caller holds
+    /// `lock`: it holds it until the returned guard is dropped, and may write the context's
+    /// sequence meanwhile, as decision number `.1` (read inside the lock: the single writer's).
     #[inline(always)]
     fn call(
         &self,
@@ -174,17 +157,16 @@ impl Policy {
         seq: &Sequence,
         comm_id: u64,
         prep: impl Fn(&LoadedProgram, &mut TunerCtx),
-    ) -> Option<(Release<'_>, u64)> {
-        if self
-            .busy
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
-            || (self.agreed && self.wait_busy())
-        {
-            let release = Release(&self.busy);
+    ) -> Option<(Guard<'_>, u64)> {
+        let held = match self.lock.try_enter() {
+            Some(g) => Some(g),
+            None if self.agreed => Some(self.enter_waiting()),
+            None => None,
+        };
+        if let Some(guard) = held {
             let next = seq.seq().wrapping_add(1);
-            // SAFETY: we flipped `busy` from false to true, so no other thread holds the
-            // state until `release` stores false (see the `Sync` impl above).
+            // SAFETY: we are inside `lock`, so no other thread holds the state until `guard`
+            // is dropped (see the `Sync` impl above).
             let s = unsafe { &mut *self.state.get() };
             let g = self.history.generation();
             if g != s.generation || next >= s.next_switch {
@@ -203,13 +185,20 @@ impl Policy {
                     }
                 }
             }
-            Some((release, next))
+            Some((guard, next))
         } else {
             // SAFETY: `slot` points to a slot that lives as long as the process (see above).
             let slot = unsafe { &*self.slot.load(Ordering::Acquire) };
             slot.handle().call_prepared(ctx, prep);
             None
         }
+    }
+
+    /// Enters `lock`, waiting for another caller of this context to let go (contexts that run
+    /// the agreement only).
+    #[cold]
+    fn enter_waiting(&self) -> Guard<'_> {
+        self.lock.enter()
     }
 
     /// Puts the handle on the program that makes decision `next`.
@@ -486,11 +475,14 @@ impl TunerContext {
                 applied: false,
             },
         };
-        self.sequence.count(coll.0, &d);
-        // Sequenced while `busy` is still held (the single writer), then let go.
+        // Counted and sequenced while `lock` is still held (the single writer), then let go.
         let seq = match owner {
-            Some((_held, next)) => Some(self.sequence.record_at(next, coll.0, n_bytes as u64, &d)),
+            Some((_held, next)) => {
+                self.sequence.count(coll.0, &d);
+                Some(self.sequence.record_at(next, coll.0, n_bytes as u64, &d))
+            }
             None => {
+                self.sequence.count_stray(coll.0, &d);
                 self.sequence.unsequenced();
                 None
             }
@@ -536,7 +528,7 @@ impl TunerContext {
     /// The agreement's summary at finalize (`None` without one).
     pub fn agreement_summary(&self) -> Option<String> {
         let p = self.policy.as_ref()?;
-        // SAFETY: finalize runs after NCCL's last call on the context: nobody holds `busy`.
+        // SAFETY: finalize runs after NCCL's last call on the context: nobody holds `lock`.
         let s = unsafe { &*p.state.get() };
         s.agreement.as_ref().map(|a| a.summary())
     }
@@ -1149,7 +1141,7 @@ mod tests {
             ctx.summary(),
             format!("comm 0x0000000000c0ffee: algo -1 proto 0: {small}, algo 1 proto 2: {big}")
         );
-        assert!(!ctx.policy.as_ref().unwrap().busy.load(Ordering::Relaxed));
+        assert!(!ctx.policy.as_ref().unwrap().lock.taken());
         // Every call is in the sequence or counted outside it, none in both.
         let s = ctx.sequence();
         assert_eq!(
@@ -1358,7 +1350,7 @@ mod tests {
             &agree::Setting::OFF,
         );
         let p = ctx.policy.as_ref().unwrap();
-        p.busy.store(true, Ordering::Relaxed);
+        let held = p.lock.hold();
         slot.install(program(2)).unwrap();
         let mut table = [5.0f32, 4.0, 3.0, 1.0, 2.0, 6.0];
         let d = ctx.decide(
@@ -1377,20 +1369,17 @@ mod tests {
                 applied: true
             })
         );
-        assert!(
-            p.busy.load(Ordering::Relaxed),
-            "the holder's flag is left alone"
-        );
+        assert!(p.lock.taken(), "the holder's lock is left alone");
         let s = ctx.sequence();
         assert_eq!(
             (s.seq(), s.unsequenced_calls()),
             (0, 1),
             "outside the sequence"
         );
-        p.busy.store(false, Ordering::Release);
+        drop(held);
         let d = ctx.decide(NcclFunc::ALL_REDUCE, 64, 1, 0, None).unwrap();
         assert_eq!((d.algo, d.proto, d.nchannels, d.applied), (-1, 0, 2, false));
-        assert!(!p.busy.load(Ordering::Relaxed));
+        assert!(!p.lock.taken());
         assert_eq!((s.seq(), s.unsequenced_calls()), (1, 1));
         assert_eq!(s.digest(), crate::digest::fold(0, 1, 4, 64, &d));
         assert_eq!(

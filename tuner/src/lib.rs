@@ -24,6 +24,7 @@ pub mod constants;
 pub mod decide;
 pub mod digest;
 pub mod ffi;
+pub mod owner;
 pub mod policy;
 pub mod rules;
 pub mod sequence;

@@ -77,8 +77,8 @@ use crate::digest;
 use ncclnet_headers::tuner::{NUM_ALGORITHMS, NUM_PROTOCOLS};
 use shared_maps::{BPF_NOEXIST, Map, MapError, MapSpec, MapType, Registry};
 use std::ptr::NonNull;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
+use std::sync::{Arc, OnceLock};
 
 /// The map's name in the registry.
 pub const MAP_NAME: &str = "ncclbpf_decisions";
@@ -325,6 +325,11 @@ enum Store {
 pub struct Sequence {
     /// Calls outside the sequence (mirrored in the record).
     unsequenced: AtomicU64,
+    /// Their decision counts, until the single writer folds them into the record's
+    /// ([`Sequence::count_stray`]); allocated at the first.
+    stray: OnceLock<Box<[AtomicU64; COUNT_WORDS]>>,
+    /// Whether `stray` holds counts not yet folded.
+    stray_pending: AtomicBool,
     /// The record: into `store`, valid while it lives.
     out: NonNull<Record>,
     store: Store,
@@ -431,6 +436,8 @@ impl Sequence {
     fn with_out(out: NonNull<Record>, store: Store) -> Sequence {
         Sequence {
             unsequenced: AtomicU64::new(0),
+            stray: OnceLock::new(),
+            stray_pending: AtomicBool::new(false),
             out,
             store,
         }
@@ -499,19 +506,59 @@ impl Sequence {
         matches!(self.store, Store::Shared { .. })
     }
 
-    /// Counts one decision on collective `coll` (every decision, sequenced or not, from any
-    /// thread: a relaxed increment of its bucket's word).
+    /// Counts one decision on collective `coll`. Single writer: only the caller inside the
+    /// context's lock calls this (a plain read-modify-write of its bucket's word, no locked
+    /// instruction); it first folds in what calls outside the sequence counted meanwhile.
     #[inline(always)]
     pub fn count(&self, coll: i32, d: &Decision) {
+        if self.stray_pending.load(Ordering::Relaxed) {
+            self.fold_stray();
+        }
         let i = bucket(coll, d);
         if let Some(w) = self.out().counts.get(i) {
-            w.fetch_add(1, Ordering::Relaxed);
+            w.store(w.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
         }
     }
 
-    /// The counts, word by word (see [`Bucket::of`]).
+    /// Counts one decision made outside the sequence (any thread, while another holds the
+    /// context): kept apart until the single writer's next [`count`](Self::count) folds it into
+    /// the record (so that a reader outside sees it from then on; [`counts`](Self::counts)
+    /// sees it at once).
+    #[cold]
+    pub fn count_stray(&self, coll: i32, d: &Decision) {
+        let stray = self
+            .stray
+            .get_or_init(|| Box::new(std::array::from_fn(|_| AtomicU64::new(0))));
+        if let Some(w) = stray.get(bucket(coll, d)) {
+            w.fetch_add(1, Ordering::SeqCst);
+        }
+        // After the count (SeqCst, as the fold's): a fold that cleared the flag before taking
+        // this count sees the flag set again.
+        self.stray_pending.store(true, Ordering::SeqCst);
+    }
+
+    /// Moves the stray counts into the record (the single writer only).
+    #[cold]
+    #[inline(never)]
+    fn fold_stray(&self) {
+        self.stray_pending.store(false, Ordering::SeqCst);
+        let Some(stray) = self.stray.get() else {
+            return;
+        };
+        for (w, s) in self.out().counts.iter().zip(stray.iter()) {
+            let n = s.swap(0, Ordering::SeqCst);
+            if n > 0 {
+                w.store(w.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The counts, word by word (see [`Bucket::of`]), stray counts not yet folded included.
     pub fn counts(&self) -> impl Iterator<Item = u64> + '_ {
-        self.out().counts.iter().map(|w| w.load(Ordering::Relaxed))
+        let stray = self.stray.get();
+        self.out().counts.iter().enumerate().map(move |(i, w)| {
+            w.load(Ordering::Relaxed) + stray.map_or(0, |s| s[i].load(Ordering::Relaxed))
+        })
     }
 
     /// Publishes the agreement words (the agreement's owner only, on the cold path).
