@@ -8,6 +8,11 @@
 #   size_aware, interpreter   the same with NCCL_BPF_JIT=0
 #   bench_trivial, JIT        policies/safe/bench_trivial.c (one comparison, one store): what
 #                             running any policy costs the plugin, besides the policy itself
+# and, for this tree's library only (ALL=0 leaves them out), every other shipped tuner policy,
+# JIT and interpreted: noop, bad_channels, rules (NCCL_TUNER_CONFIG_FILE: a 6-line file in NCCL's
+# example format), and net_autotune and slo_enforcer on a 1-rank communicator (they run the
+# agreement, which a single process can only hold with itself: every 64th call ends an epoch,
+# posts, combines and runs the epoch program)
 # for this tree's library and for the library of another commit (default e4d9be4, before the
 # lock-free getCollInfo; "none" skips it), built in a temporary worktree; and, in the benchmark
 # itself, size_aware's native twin (its logic in C, through a function pointer) and an empty
@@ -53,6 +58,28 @@ gcc -O2 -Wall -Wextra -o "$tmp/tuner_bench" bench/c/tuner_bench.c -ldl
 size_aware=$PWD/target/policies/src/size_aware.o
 trivial=$PWD/target/policies/safe/bench_trivial.o
 configs=(empty=empty native=native)
+shipped=()
+if [ "${ALL:-1}" = 1 ]; then
+  # NCCL's example tuner format: collective,min,max,algorithm,protocol,channels,nNodes,nRanks
+  cat >"$tmp/nccl_tuner.conf" <<'CONF'
+# what a user might keep: small all-reduces on Tree, large ones on Ring
+allreduce,0,65536,tree,simple,-1,-1,-1
+allreduce,65537,-1,ring,simple,-1,-1,-1
+allgather,0,1048576,ring,ll,-1,-1,-1
+allgather,1048577,-1,ring,simple,-1,-1,-1
+reducescatter,0,-1,ring,simple,-1,2,8
+broadcast,0,-1,ring,simple,4,-1,-1
+CONF
+  export NCCL_TUNER_CONFIG_FILE=$tmp/nccl_tuner.conf
+  for pol in noop:8 bad_channels:8 rules:8 net_autotune:1 slo_enforcer:1; do
+    name=${pol%%:*} ranks=${pol##*:}
+    for tier in 1 0; do
+      cp "$tmp/now.so" "$tmp/now-$name-$tier.so"
+      configs+=("now:$name-$tier=plugin:$tmp/now-$name-$tier.so:$PWD/target/policies/src/$name.o:$tier:$ranks")
+    done
+    shipped+=("$name:$ranks")
+  done
+fi
 for lib in "${libs[@]}"; do
   for cfg in none jit interp trivial; do cp "$tmp/$lib.so" "$tmp/$lib-$cfg.so"; done
   configs+=("$lib:none=plugin:$tmp/$lib-none.so"
@@ -71,9 +98,9 @@ for ((r = 1; r <= runs; r++)); do
 done >"$tmp/results"
 
 now_name="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo +changes)"
-python3 - "$tmp/results" "$base" "$now_name" "$runs" "${SEPARATE:-0}" "$period" <<'PY'
+python3 - "$tmp/results" "$base" "$now_name" "$runs" "${SEPARATE:-0}" "$period" "${shipped[@]}" <<'PY'
 import os, statistics, sys
-path, base, now, runs, separate, period = sys.argv[1:]
+path, base, now, runs, separate, period, *shipped = sys.argv[1:]
 runs_of = {}
 for line in open(path):
     _, label, *kv = line.split()
@@ -101,6 +128,14 @@ for lib, title in (("base", base), ("now", now)):
         p50, p99 = med[f"{lib}:{cfg}"]
         over = ("", "") if cfg == "none" else (f"+{p50 - z50:.1f}", f"+{p99 - z99:.1f}")
         print(f"| {title} | {names[cfg]} | {p50:.1f} | {p99:.1f} | {over[0]} | {over[1]} |")
+    if lib == "now":
+        for pol in shipped:
+            name, ranks = pol.split(":")
+            where = "" if ranks == "8" else f" ({ranks} rank, agreeing with itself)"
+            for tier, tname in (("1", "JIT"), ("0", "interpreter")):
+                p50, p99 = med[f"now:{name}-{tier}"]
+                print(f"| {title} | {name}, {tname}{where} | {p50:.1f} | {p99:.1f} "
+                      f"| +{p50 - z50:.1f} | +{p99 - z99:.1f} |")
 e50, e99 = med["empty"]
 n50, n99 = med["native"]
 print(f"| (C, in the benchmark) | size_aware's native twin, through a function pointer "

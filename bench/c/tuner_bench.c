@@ -6,8 +6,12 @@
  *   tuner_bench CONFIG...
  *
  * where each CONFIG is one of
- *   LABEL=plugin:LIB.so[:POLICY.o[:JIT]]   through the library; POLICY sets NCCL_BPF_TUNER_POLICY
- *                                          (none: unset) and JIT NCCL_BPF_JIT (default 1)
+ *   LABEL=plugin:LIB.so[:POLICY.o[:JIT[:RANKS]]]
+ *                                          through the library; POLICY sets NCCL_BPF_TUNER_POLICY
+ *                                          (none: unset), JIT NCCL_BPF_JIT (default 1), RANKS the
+ *                                          communicator's ranks (default 8 on 2 nodes; 1: one
+ *                                          rank on one node, which agrees with itself at every
+ *                                          epoch, for policies that run the agreement)
  *   LABEL=native                           size_aware's logic written in C, called through a
  *                                          function pointer (the "native twin")
  *   LABEL=empty                            a function that returns at once, through the same
@@ -98,7 +102,7 @@ _Static_assert(sizeof(ncclTunerConstants_v5_t) == 1152, "v5 constants are 1152 b
 #define SAMPLES 20000     /* kept batches per configuration */
 #define ROUND_BATCHES 9   /* batches per configuration and round, the first not kept */
 #define WARMUP_ROUNDS 100
-#define MAX_CONFIGS 16
+#define MAX_CONFIGS 32
 #define NINPUTS 4096 /* a power of two */
 #define MIN_LOG2 3   /* 8 B */
 #define MAX_LOG2 30  /* 1 GiB */
@@ -318,11 +322,17 @@ static int parse_config(char *arg, struct config *c, int index) {
     return 0;
   }
   if (strncmp(kind, "plugin:", 7) != 0) return -1;
-  char *lib = kind + 7, *policy = NULL, *jit = NULL;
+  char *lib = kind + 7, *policy = NULL, *jit = NULL, *ranks = NULL;
   if ((policy = strchr(lib, ':'))) {
     *policy++ = 0;
-    if ((jit = strchr(policy, ':'))) *jit++ = 0;
+    if ((jit = strchr(policy, ':'))) {
+      *jit++ = 0;
+      if ((ranks = strchr(jit, ':'))) *ranks++ = 0;
+    }
   }
+  size_t nranks = ranks ? strtoul(ranks, NULL, 10) : NRANKS;
+  if (nranks == 0) return -1;
+  size_t nnodes = nranks < NNODES ? nranks : NNODES;
   set_env("NCCL_BPF_TUNER_POLICY", policy);
   set_env("NCCL_BPF_JIT", jit);
   void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
@@ -341,9 +351,9 @@ static int parse_config(char *arg, struct config *c, int index) {
                       "copy (the policy is read once per library)\n", c->label, configs[i].label);
       return -2;
     }
-  ncclNvlDomainInfo_v5_t nvl = {NNODES, NRANKS / NNODES, NRANKS / NNODES};
+  ncclNvlDomainInfo_v5_t nvl = {(int)nnodes, (int)(nranks / nnodes), (int)(nranks / nnodes)};
   static ncclTunerConstants_v5_t consts; /* NCCL pre-fills these; zeros do here */
-  if (c->tuner->init(&c->ctx, 0x5eed0000ull + index, NRANKS, NNODES, logger, &nvl, &consts) != 0) {
+  if (c->tuner->init(&c->ctx, 0x5eed0000ull + index, nranks, nnodes, logger, &nvl, &consts) != 0) {
     fprintf(stderr, "tuner_bench: %s: init failed\n", c->label);
     return -2;
   }

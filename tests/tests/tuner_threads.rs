@@ -3,6 +3,10 @@
 //! decision is the policy's, and the finalize summary, like the policy's own map, counts every
 //! call. The policy is read from the environment once per process, so each case re-runs this
 //! test binary with `NCCL_BPF_TUNER_POLICY` set (JIT and interpreter).
+//!
+//! Threads that take turns on one context (NCCL's non-blocking communicators decide on a thread
+//! per group) hand over the lock each turn: the thread that called in long runs owned it (no
+//! locked instruction), the next one revoked it; no call falls outside the sequence.
 
 use ncclbpf_harness::Tuner;
 use std::path::PathBuf;
@@ -69,19 +73,12 @@ struct Shared(Tuner);
 // the library allows.
 unsafe impl Sync for Shared {}
 
-#[test]
-fn concurrent_calls_on_one_context() {
-    if std::env::var_os(CHILD).is_some() {
-        return child();
-    }
+/// Runs test `name` of this binary again as a child with the policy (JIT, then interpreter);
+/// its output must say `done`.
+fn in_children(name: &str, done: &str) {
     for jit in ["1", "0"] {
         let out = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "concurrent_calls_on_one_context",
-                "--nocapture",
-                "--test-threads=1",
-            ])
+            .args(["--exact", name, "--nocapture", "--test-threads=1"])
             .env(CHILD, "1")
             .env("NCCL_BPF_TUNER_POLICY", policy())
             .env("NCCL_BPF_JIT", jit)
@@ -93,11 +90,76 @@ fn concurrent_calls_on_one_context() {
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(out.status.success(), "NCCL_BPF_JIT={jit}:\n{text}");
-        assert!(
-            text.contains("every call decided and counted"),
-            "NCCL_BPF_JIT={jit}:\n{text}"
+        assert!(text.contains(done), "NCCL_BPF_JIT={jit}:\n{text}");
+    }
+}
+
+#[test]
+fn concurrent_calls_on_one_context() {
+    if std::env::var_os(CHILD).is_some() {
+        return child();
+    }
+    in_children(
+        "concurrent_calls_on_one_context",
+        "every call decided and counted",
+    );
+}
+
+#[test]
+fn threads_taking_turns_keep_every_call_in_the_sequence() {
+    if std::env::var_os(CHILD).is_none() {
+        return in_children(
+            "threads_taking_turns_keep_every_call_in_the_sequence",
+            "every turn sequenced",
         );
     }
+    const TURNS: usize = 12;
+    // Long turns (the thread becomes the owner) and short ones (it never does).
+    let turn_calls = |turn: usize| if turn % 3 == 2 { 3 } else { 500 };
+    let tuner = Shared(Tuner::open(Some(5), 8, 4).unwrap());
+    let costs = costs();
+    let turn = std::sync::Mutex::new(0usize);
+    let moved = std::sync::Condvar::new();
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (tuner, costs, turn, moved) = (&tuner, &costs, &turn, &moved);
+            s.spawn(move || {
+                loop {
+                    let mut now = turn.lock().unwrap();
+                    while *now < TURNS && *now % THREADS != t {
+                        now = moved.wait(now).unwrap();
+                    }
+                    if *now >= TURNS {
+                        return;
+                    }
+                    for i in 0..turn_calls(*now) {
+                        let w = &CASES[(i + t) % CASES.len()];
+                        let c = tuner
+                            .0
+                            .coll_info(w.bytes, costs, NUM_ALGO, NUM_PROTO)
+                            .unwrap();
+                        assert_eq!(c.picked(NUM_PROTO), Some(w.picked), "{} B", w.bytes);
+                    }
+                    *now += 1;
+                    moved.notify_all();
+                }
+            });
+        }
+    });
+    let mut tuner = tuner.0;
+    tuner.finalize().unwrap();
+    let calls: usize = (0..TURNS).map(turn_calls).sum();
+    let log = ncclbpf_harness::log_text();
+    let digest = log
+        .lines()
+        .find_map(|l| l.split_once("decision digest of comm ").map(|(_, s)| s))
+        .unwrap_or_else(|| panic!("no digest line at finalize:\n{log}"));
+    assert!(
+        digest.starts_with(&format!("0x0000000000c0ffee: seq {calls}, digest ")),
+        "{digest}"
+    );
+    assert!(!digest.contains("outside the sequence"), "{digest}");
+    println!("every turn sequenced: {digest}");
 }
 
 fn child() {
