@@ -31,12 +31,13 @@ use crate::buf::Buf;
 use crate::engine::{self, DataPath, StreamCtx, Task};
 use crate::error::{NetError, NetResult};
 use crate::hooks::{ConnHooks, ConnInfo, Ends};
+use crate::rxbuf::RxBuf;
 use crate::setup::Endpoint;
 use crate::wire::{self, MSG_HEADER_SIZE, Shape};
 use ncclnet_headers::NcclResult;
 use shared_maps::{ConnDirection, ProgressMark};
 use std::collections::VecDeque;
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, IoSlice, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -119,6 +120,8 @@ struct Direct {
 
 struct State {
     control: TcpStream,
+    /// What was read from `control` and not yet handed out (headers, inline payloads, frames).
+    rx: RxBuf,
     data: Vec<Arc<TcpStream>>,
     /// Who moves the data streams' chunks, once the first large message needs them.
     workers: Option<DataPath>,
@@ -267,6 +270,7 @@ impl Comm {
             worker_error: Arc::new(Mutex::new(None)),
             state: Mutex::new(State {
                 control,
+                rx: RxBuf::default(),
                 direct: data.iter().map(|_| VecDeque::new()).collect(),
                 queued: data.iter().map(|_| Arc::new(AtomicU32::new(0))).collect(),
                 direct_broken: vec![false; data.len()],
@@ -716,7 +720,7 @@ impl Comm {
         while buf.len() < len {
             let mut chunk = [0u8; 4096];
             let want = (len - buf.len()).min(chunk.len());
-            match read_some(&mut st.control, &mut chunk[..want]) {
+            match st.rx.read(&mut st.control, &mut chunk[..want]) {
                 Ok(0) => return false,
                 Ok(n) => buf.extend_from_slice(&chunk[..n]),
                 Err(e) => {
@@ -812,7 +816,7 @@ impl Comm {
         loop {
             while st.cursor < MSG_HEADER_SIZE {
                 let at = st.cursor;
-                match read_some(&mut st.control, &mut st.header[at..]) {
+                match st.rx.read(&mut st.control, &mut st.header[at..]) {
                     Ok(0) => return,
                     Ok(n) => st.cursor += n,
                     // A clean end between messages: the peer is done sending.
@@ -863,6 +867,7 @@ impl Comm {
             }
             let State {
                 control,
+                rx,
                 reqs,
                 fifo,
                 cursor,
@@ -873,7 +878,7 @@ impl Comm {
             let Some(&idx) = fifo.front() else { return };
             let r = &mut reqs[idx as usize];
             while *cursor < MSG_HEADER_SIZE {
-                match read_some(control, &mut header[*cursor..]) {
+                match rx.read(control, &mut header[*cursor..]) {
                     Ok(0) => return,
                     Ok(n) => *cursor += n,
                     Err(e) => {
@@ -931,7 +936,7 @@ impl Comm {
             // this thread (holding the comm lock) touches its inline part.
             let dst = unsafe { r.buf.sub(0, r.size).bytes_mut() };
             while *cursor - MSG_HEADER_SIZE < r.size {
-                match read_some(control, &mut dst[*cursor - MSG_HEADER_SIZE..]) {
+                match rx.read(control, &mut dst[*cursor - MSG_HEADER_SIZE..]) {
                     Ok(0) => return,
                     Ok(n) => *cursor += n,
                     Err(e) => {
@@ -987,22 +992,6 @@ fn move_some(dir: ConnDirection, s: &TcpStream, d: &mut Direct) -> io::Result<bo
         }
     }
     Ok(true)
-}
-
-/// Non-blocking read: `Ok(0)` means "nothing now"; end of stream is an error.
-fn read_some(s: &mut TcpStream, buf: &mut [u8]) -> NetResult<usize> {
-    loop {
-        return match s.read(buf) {
-            Ok(0) if !buf.is_empty() => Err(NetError::PeerClosed {
-                op: "receive on control stream",
-                detail: "end of stream".into(),
-            }),
-            Ok(n) => Ok(n),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => Err(NetError::io("receive on control stream", e)),
-        };
-    }
 }
 
 /// Test-only faults, keyed by connection id so tests running in parallel do not meet: the

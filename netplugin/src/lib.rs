@@ -6,7 +6,8 @@
 //! * [`plugin`]: process-wide state set up by `init` (devices, settings);
 //! * [`devices`]: interface selection (`NCCL_SOCKET_IFNAME`, `NCCL_SOCKET_FAMILY`);
 //! * [`setup`]: non-blocking `listen`/`connect`/`accept`;
-//! * [`comm`]: the data path, `isend`/`irecv`/`test`, the control stream;
+//! * [`comm`]: the data path, `isend`/`irecv`/`test`, the control stream ([`rxbuf`]: its
+//!   receive buffer);
 //! * [`engine`]: who moves large messages over the data streams (`NCCL_BPF_IO`: process-wide
 //!   io_uring or epoll workers, or a helper thread per stream);
 //! * [`hooks`]: where each operation is observed (per-connection counters, BPF hooks);
@@ -34,5 +35,6 @@ pub mod hooks;
 pub mod log;
 pub mod metrics_endpoint;
 pub mod plugin;
+pub mod rxbuf;
 pub mod setup;
 pub mod wire;
