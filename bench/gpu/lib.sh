@@ -32,3 +32,32 @@ run_ranks() {
 pack_logs() {
   tar -C "$OUT" -czf "$OUT/logs.tar.gz" $(cd "$OUT" && ls *-r*.log) && rm -f "$OUT"/*-r*.log
 }
+
+# wait_ranks LABEL PID...: waits for every rank process of one job. Once a rank exits non-zero,
+# the others (stuck in a collective with it) get 5 s, then SIGTERM. Returns the first non-zero
+# exit status (0 when every rank succeeded). Needs bash >= 5.1 (wait -n -p).
+wait_ranks() {
+  local label=$1
+  shift
+  local pids=("$@") live=("$@") rc first_rc=0 done_pid p stopper='' keep
+  while [ "${#live[@]}" -gt 0 ]; do
+    done_pid=
+    wait -n -p done_pid "${live[@]}"
+    rc=$?
+    [ -z "$done_pid" ] && { echo "  $label: wait failed ($rc) with ranks ${live[*]} left" >&2; break; }
+    keep=()
+    for p in "${live[@]}"; do [ "$p" != "$done_pid" ] && keep+=("$p"); done
+    live=("${keep[@]}")
+    if [ "$rc" -ne 0 ] && [ "$first_rc" -eq 0 ]; then
+      first_rc=$rc
+      echo "  $label: a rank (pid $done_pid) exited $rc; stopping the others in 5 s" >&2
+      (
+        sleep 5
+        for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+      ) &
+      stopper=$!
+    fi
+  done
+  [ -n "$stopper" ] && kill "$stopper" 2>/dev/null
+  return "$first_rc"
+}
