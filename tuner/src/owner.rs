@@ -8,12 +8,19 @@
 //!
 //! - Every thread can take `busy` (a try-lock). A thread that takes it [`GRANT_AFTER`] times in
 //!   a row, and nobody in between, becomes the **owner** (`owner` holds its thread token).
-//! - The owner enters with no locked instruction: it stores `inside = true`, then reads `owner`
-//!   again and goes in if it still names it; it leaves with a release store of `inside = false`.
+//! - The owner enters with no locked instruction: it stores `true` into its own `inside` flag,
+//!   then reads `owner` again and goes in if it still names it; it leaves with a release store
+//!   of `false`. Every thread that is ever granted has a flag of its own ([`SLOTS`] per lock,
+//!   bound to the thread's token at its first grant): a former owner that read `owner` before it
+//!   was revoked may still store into its flag, and with one shared flag that late `false` could
+//!   erase the new owner's `true` (an adversarial review found exactly that interleaving, and
+//!   `a_stale_owner_cannot_clear_the_new_owners_flag` replays it). With all slots bound, no
+//!   further thread is granted.
 //! - Any other thread takes `busy`, **revokes** the ownership (stores `owner = 0`), runs
 //!   [`heavy_barrier`] (`membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`: every running thread of
-//!   the process executes a full memory barrier before it returns), then reads `inside`: if the
-//!   former owner is inside, it does not enter (the caller falls back or retries).
+//!   the process executes a full memory barrier before it returns), then reads every `inside`
+//!   flag: if one is set, a former owner may be inside and it does not enter (the caller falls
+//!   back or retries).
 //!
 //! Why that is mutual exclusion (the asymmetric Dekker argument that userspace RCU rests on):
 //! the owner's store of `inside` and its load of `owner` have only a compiler barrier between
@@ -36,38 +43,43 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering, compiler_fe
 
 /// Consecutive acquisitions of `busy` by one thread after which it becomes the owner.
 pub const GRANT_AFTER: u32 = 16;
+/// Threads that can own one lock in its lifetime (each has its own `inside` flag); a power of
+/// two, at most the alignment of a thread token (`owner` holds token | slot).
+pub const SLOTS: usize = 4;
 
-/// The lock. `streak` is only touched under `busy`.
+/// The lock. `slots` and `streak` are only touched under `busy`.
 pub struct BiasedLock {
-    /// The owner's thread token (0: none). Written only by holders of `busy`.
+    /// The owner's thread token | its slot (0: none). Written only by holders of `busy`.
     owner: AtomicUsize,
-    /// Whether the owner is inside. Written only by the owner's thread.
-    inside: AtomicBool,
+    /// Per slot: whether its thread is inside as the owner. Written only by that thread.
+    inside: [AtomicBool; SLOTS],
     busy: AtomicBool,
+    /// The thread token each slot is bound to (0: free).
+    slots: UnsafeCell<[usize; SLOTS]>,
     /// The last holder of `busy` and how many times in a row it took it.
     streak: UnsafeCell<(usize, u32)>,
 }
 
-// SAFETY: `streak` is only read and written by the holder of `busy` (acquired with Acquire,
-// released with Release), so one thread at a time, each seeing the previous holder's writes.
-// Everything else is atomic.
+// SAFETY: `slots` and `streak` are only read and written by the holder of `busy` (acquired
+// with Acquire, released with Release), so one thread at a time, each seeing the previous
+// holder's writes. Everything else is atomic.
 unsafe impl Sync for BiasedLock {}
 
 /// Inside the lock until dropped.
 #[must_use]
 pub struct Guard<'a> {
     lock: &'a BiasedLock,
-    /// Entered as the owner (else through `busy`).
-    owner: bool,
-    /// Make this thread the owner when letting go (through `busy` only).
+    /// The owner's slot when entered as the owner; [`SLOTS`] when entered through `busy`.
+    slot: usize,
+    /// `owner`'s next value (token | slot) when letting go (through `busy` only; 0: none).
     grant: usize,
 }
 
 impl Drop for Guard<'_> {
     #[inline(always)]
     fn drop(&mut self) {
-        if self.owner {
-            self.lock.inside.store(false, Ordering::Release);
+        if let Some(f) = self.lock.inside.get(self.slot) {
+            f.store(false, Ordering::Release);
         } else {
             if self.grant != 0 {
                 self.lock.owner.store(self.grant, Ordering::Relaxed);
@@ -80,7 +92,7 @@ impl Drop for Guard<'_> {
 impl Guard<'_> {
     /// Whether this entry skipped `busy` (the owner's way in).
     pub fn as_owner(&self) -> bool {
-        self.owner
+        self.slot < SLOTS
     }
 }
 
@@ -94,30 +106,38 @@ impl BiasedLock {
     pub const fn new() -> BiasedLock {
         BiasedLock {
             owner: AtomicUsize::new(0),
-            inside: AtomicBool::new(false),
+            inside: [const { AtomicBool::new(false) }; SLOTS],
             busy: AtomicBool::new(false),
+            slots: UnsafeCell::new([0; SLOTS]),
             streak: UnsafeCell::new((0, 0)),
         }
     }
 
     /// Enters if nobody else is inside; never waits (but a thread that revokes an ownership
-    /// pays one `membarrier`, a few microseconds).
+    /// pays one `membarrier`, a few microseconds). A thread already inside does not enter again.
     #[inline(always)]
     pub fn try_enter(&self) -> Option<Guard<'_>> {
         let me = thread_token();
-        if self.owner.load(Ordering::Relaxed) == me {
-            self.inside.store(true, Ordering::Relaxed);
-            // The revoker's `heavy_barrier` stands for the hardware barrier here.
-            compiler_fence(Ordering::SeqCst);
-            if self.owner.load(Ordering::Relaxed) == me {
+        let o = self.owner.load(Ordering::Relaxed);
+        if o & !(SLOTS - 1) == me {
+            let slot = o & (SLOTS - 1);
+            let f = &self.inside[slot];
+            // Set already: this thread is inside (a nested call); the way through `busy`
+            // refuses it.
+            if !f.load(Ordering::Relaxed) {
+                f.store(true, Ordering::Relaxed);
+                // The revoker's `heavy_barrier` stands for the hardware barrier here.
                 compiler_fence(Ordering::SeqCst);
-                return Some(Guard {
-                    lock: self,
-                    owner: true,
-                    grant: 0,
-                });
+                if self.owner.load(Ordering::Relaxed) == o {
+                    compiler_fence(Ordering::SeqCst);
+                    return Some(Guard {
+                        lock: self,
+                        slot,
+                        grant: 0,
+                    });
+                }
+                f.store(false, Ordering::Release);
             }
-            self.inside.store(false, Ordering::Release);
         }
         self.try_enter_busy(me)
     }
@@ -151,25 +171,35 @@ impl BiasedLock {
             self.owner.store(0, Ordering::Relaxed);
             heavy_barrier();
         }
-        if self.inside.load(Ordering::Acquire) {
-            // A former owner is still inside (it leaves without `busy`).
+        // SAFETY: we hold `busy` (see the `Sync` impl).
+        let streak = unsafe { &mut *self.streak.get() };
+        if self.inside.iter().any(|f| f.load(Ordering::Acquire)) {
+            // A former owner is still inside (it leaves without `busy`), or is about to find
+            // itself revoked. Nobody took `busy` in between: the streak starts again.
+            *streak = (0, 0);
             self.busy.store(false, Ordering::Release);
             return None;
         }
-        // SAFETY: we hold `busy` (see the `Sync` impl).
-        let streak = unsafe { &mut *self.streak.get() };
         *streak = match *streak {
             (t, n) if t == me => (t, n.saturating_add(1)),
             _ => (me, 1),
         };
-        let grant = if streak.1 >= GRANT_AFTER && me != 0 && barrier_available() {
-            me
-        } else {
-            0
-        };
+        let mut grant = 0;
+        if streak.1 >= GRANT_AFTER && me != 0 && me & (SLOTS - 1) == 0 && barrier_available() {
+            // SAFETY: we hold `busy` (see the `Sync` impl).
+            let slots = unsafe { &mut *self.slots.get() };
+            let slot = slots.iter().position(|&t| t == me).or_else(|| {
+                let free = slots.iter().position(|&t| t == 0)?;
+                slots[free] = me;
+                Some(free)
+            });
+            if let Some(slot) = slot {
+                grant = me | slot;
+            }
+        }
         Some(Guard {
             lock: self,
-            owner: false,
+            slot: SLOTS,
             grant,
         })
     }
@@ -182,9 +212,14 @@ impl BiasedLock {
         g
     }
 
+    /// Whether the calling thread would enter as the owner (tests).
+    pub fn owned_by_me(&self) -> bool {
+        self.owner.load(Ordering::Relaxed) & !(SLOTS - 1) == thread_token()
+    }
+
     /// Whether a thread is inside now (tests).
     pub fn taken(&self) -> bool {
-        self.busy.load(Ordering::Acquire) || self.inside.load(Ordering::Acquire)
+        self.busy.load(Ordering::Acquire) || self.inside.iter().any(|f| f.load(Ordering::Acquire))
     }
 
     /// Whether a thread owns the lock now (tests, status).
@@ -261,11 +296,11 @@ fn barrier_available() -> bool {
 }
 
 /// Every running thread of the process executes a full memory barrier before this returns.
-/// Only called after a grant, so after [`barrier_available`] said yes. Should the barrier fail
-/// anyway (a forked child's new address space is not registered), the process registers
-/// again; failing that, nobody is granted an ownership any more and this waits 10 ms, by which
-/// any running thread's store buffer has long drained and a descheduled one passed the full
-/// barrier of a context switch.
+/// Only called after a grant, so after [`barrier_available`] said yes (a forked child inherits
+/// the registration). Should the barrier fail anyway, the process registers again; failing
+/// that, nobody is granted an ownership any more and this waits 10 ms, by which any running
+/// thread's store buffer has long drained and a descheduled one passed the full barrier of a
+/// context switch (sound in practice, not an architectural guarantee).
 #[cold]
 fn heavy_barrier() {
     if membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0 {
@@ -362,6 +397,122 @@ mod tests {
         assert!(!g.as_owner(), "revoked: back through busy");
         // SAFETY: inside the lock.
         assert_eq!(unsafe { *s.value.get() }, 2);
+    }
+
+    /// Makes the calling thread the owner (GRANT_AFTER entries through `busy`).
+    fn own(l: &BiasedLock) {
+        for _ in 0..GRANT_AFTER {
+            drop(l.try_enter().expect("nobody else is inside"));
+        }
+        assert!(l.owned_by_me());
+    }
+
+    /// The review's interleaving, replayed at the level of the flags: owner A reads `owner`,
+    /// stalls before storing its flag; B revokes A, is granted and is inside as the owner; A
+    /// resumes, stores its flag, finds itself revoked and clears its flag again, then tries
+    /// through `busy`. With one flag shared by all owners, A's late `false` erased B's `true`
+    /// and A entered while B was inside.
+    #[test]
+    fn a_stale_owner_cannot_clear_the_new_owners_flag() {
+        if !barrier_available() {
+            return;
+        }
+        let l = Arc::new(BiasedLock::new());
+        own(&l);
+        // What A read before it stalled.
+        let stale = l.owner.load(Ordering::Relaxed);
+        let a_slot = stale & (SLOTS - 1);
+        let (b_inside, b_release) = (
+            Arc::new(std::sync::Barrier::new(2)),
+            Arc::new(std::sync::Barrier::new(2)),
+        );
+        let b = {
+            let (l, inside, release) = (l.clone(), b_inside.clone(), b_release.clone());
+            std::thread::spawn(move || {
+                own(&l);
+                let g = l.try_enter().unwrap();
+                assert!(g.as_owner());
+                inside.wait();
+                release.wait();
+                drop(g);
+            })
+        };
+        b_inside.wait();
+        // A resumes its fast path with the stale value.
+        let f = &l.inside[a_slot];
+        f.store(true, Ordering::Relaxed);
+        assert_ne!(l.owner.load(Ordering::Relaxed), stale, "A was revoked");
+        f.store(false, Ordering::Release);
+        assert!(
+            l.try_enter().is_none(),
+            "A entered while B is inside as the owner"
+        );
+        b_release.wait();
+        b.join().unwrap();
+        assert!(l.try_enter().is_some(), "B left");
+    }
+
+    #[test]
+    fn a_thread_inside_does_not_enter_again() {
+        let l = BiasedLock::new();
+        let outer = l.try_enter().unwrap();
+        assert!(l.try_enter().is_none(), "through busy");
+        drop(outer);
+        if !barrier_available() {
+            return;
+        }
+        own(&l);
+        let outer = l.try_enter().unwrap();
+        assert!(outer.as_owner());
+        assert!(l.try_enter().is_none(), "as the owner");
+        // Another thread must still find the lock taken.
+        std::thread::scope(|s| {
+            s.spawn(|| assert!(l.try_enter().is_none()));
+        });
+        drop(outer);
+    }
+
+    #[test]
+    fn each_owner_has_a_slot_of_its_own_and_they_run_out() {
+        if !barrier_available() {
+            return;
+        }
+        let l = BiasedLock::new();
+        let turn = std::sync::Mutex::new(0usize);
+        let moved = std::sync::Condvar::new();
+        let all_done = std::sync::Barrier::new(SLOTS + 2);
+        // All threads alive at once (distinct tokens), each in its turn calling in a long run.
+        let owned: Vec<Option<usize>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..SLOTS + 2)
+                .map(|t| {
+                    let (l, turn, moved, all_done) = (&l, &turn, &moved, &all_done);
+                    s.spawn(move || {
+                        let mut now = turn.lock().unwrap();
+                        while *now != t {
+                            now = moved.wait(now).unwrap();
+                        }
+                        for _ in 0..GRANT_AFTER + 1 {
+                            drop(l.try_enter().unwrap());
+                        }
+                        let slot = l
+                            .owned_by_me()
+                            .then(|| l.owner.load(Ordering::Relaxed) & (SLOTS - 1));
+                        *now += 1;
+                        moved.notify_all();
+                        drop(now);
+                        all_done.wait();
+                        slot
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let slots: Vec<usize> = owned[..SLOTS].iter().map(|s| s.expect("granted")).collect();
+        let mut distinct = slots.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(distinct.len(), SLOTS, "one slot each: {slots:?}");
+        assert_eq!(owned[SLOTS..], [None, None], "no slot left for the others");
     }
 
     /// Threads that call in long runs (and get the ownership) and threads that cut in: every

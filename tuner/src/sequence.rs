@@ -48,7 +48,7 @@
 //! # Cost
 //!
 //! On each decision: two loads from the record, the fold, and three plain stores into it, and
-//! one relaxed increment of the decision's count (its index computed without a branch); on
+//! a plain add to the decision's count (single writer; its index computed without a branch); on
 //! every 256th, three more stores for the checkpoint. The agreement words change at epoch
 //! boundaries only (the cold path). No lock, no allocation, no system call. Without a policy nothing runs at all: the no-policy `getCollInfo` stays as it
 //! was (staged swaps would need a sequence there too; a context without a policy cannot get
@@ -58,10 +58,12 @@
 //!
 //! NCCL calls one communicator's `getCollInfo` from one thread at a time, so the decisions of
 //! a context have one order. The sequence has a single writer, the caller that holds the
-//! context's try-lock (see `ffi.rs`). A call that finds it taken (a second thread on the same
-//! context at the same moment, which NCCL does not do) is decided and counted in the summary
-//! as ever, but not sequenced: it increments word 3 instead. The order of such calls is not
-//! defined, so neither would be a digest over them; `--compare` says so when word 3 is not 0.
+//! context's lock (`crate::owner`, see `ffi.rs`). A call that finds it taken (a second thread on
+//! the same context at the same moment, which NCCL does not do) is decided and counted in the
+//! summary as ever, but not sequenced: it increments word 3 instead, and its decision is
+//! counted apart (`count_stray`) until the writer's next decision, or the context's end, folds
+//! it into the record's counts. The order of such calls is not defined, so neither would be a
+//! digest over them; `--compare` says so when word 3 is not 0.
 //!
 //! # Capacity
 //!
@@ -598,6 +600,8 @@ fn checkpoint(r: &Record, seq: u64, h: u64) {
 
 impl Drop for Sequence {
     fn drop(&mut self) {
+        // Nobody decides any more (`&mut self`): the last stray counts go into the record.
+        self.fold_stray();
         // The record stays readable (final seq and digest) until its slot is needed.
         self.out().flags.fetch_or(FLAG_FINALIZED, Ordering::Release);
     }
@@ -911,6 +915,38 @@ mod tests {
             bucket(i32::MAX, &dec(i32::MAX, i32::MAX, true)),
             COUNT_WORDS - 1
         );
+    }
+
+    #[test]
+    fn stray_counts_reach_the_record_at_the_next_decision_or_at_the_end() {
+        let dir = scratch();
+        let reg = Registry::new(dir.clone());
+        let (s, _) = Sequence::new(Some(&reg), 0xd0, 4, 1, true);
+        let total = |dir: &std::path::Path| read(dir)[0].counts.iter().map(|(_, n)| n).sum::<u64>();
+        s.count(4, &dec(1, 2, true));
+        s.count_stray(4, &dec(1, 2, true));
+        s.count_stray(2, &dec(0, 0, true));
+        assert_eq!(s.counts().sum::<u64>(), 3, "the context sees them at once");
+        assert_eq!(total(&dir), 1, "outside, not yet");
+        s.count(4, &dec(1, 2, true));
+        assert_eq!(total(&dir), 4, "folded by the writer's next decision");
+        s.count_stray(2, &dec(0, 0, true));
+        drop(s);
+        let r = &read(&dir)[0];
+        assert_eq!(
+            r.counts.iter().map(|(_, n)| n).sum::<u64>(),
+            5,
+            "and at the end"
+        );
+        assert!(r.counts.contains(&(
+            Bucket {
+                coll: Some(2),
+                algo: Some(0),
+                proto: Some(0),
+                applied: true
+            },
+            2
+        )));
     }
 
     #[test]
