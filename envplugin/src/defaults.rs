@@ -1,11 +1,18 @@
 //! The defaults the plugin supplies when neither the environment nor the file sets a name.
 //!
-//! There is one: `NCCL_NET_PLUGIN` = `<this library>,libnccl-net.so`. With it, setting only
+//! There are two. `NCCL_NET_PLUGIN` = `<this library>,libnccl-net.so`: with it, setting only
 //! `NCCL_ENV_PLUGIN` to this library also loads it as NCCL's net plugin (and NCCL 2.28+ finds
 //! the tuner and profiler in the net library by itself). The second entry is what NCCL loads
 //! when `NCCL_NET_PLUGIN` is unset, so if this library's transport cannot run (its `init`
 //! fails, or it finds no device) NCCL goes on exactly as without the default: the usual
 //! `libnccl-net.so` if there is one, then its internal IB and Socket transports.
+//!
+//! And, for NCCL 2.28 and 2.29 only, `NCCL_NET_PLUGIN_REF_COUNT` = `1`: those releases unload an
+//! external net plugin when the last communicator using it is destroyed and, doing so, forget
+//! its name (`ncclNetPluginUnload` zeroes the whole entry), so the process's next communicator
+//! fails with "Failed to initialize any NET plugin" (NVIDIA/nccl#1978; 2.30 keeps the name).
+//! A starting count of 1 keeps the plugin loaded for the life of the process, which this
+//! library is anyway (it is linked `-z nodelete`).
 //!
 //! Deliberately not defaulted: `NCCL_NET=BPF` (it would make NCCL fail, rather than fall
 //! back, when the transport cannot run) and anything else that changes NCCL's behaviour.
@@ -17,6 +24,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 pub const NET_PLUGIN: &str = "NCCL_NET_PLUGIN";
+pub const REF_COUNT: &str = "NCCL_NET_PLUGIN_REF_COUNT";
 pub const SWITCH: &str = "NCCL_BPF_ENV_DEFAULTS";
 /// What NCCL loads when `NCCL_NET_PLUGIN` is unset, kept as the fallback.
 pub const NCCL_DEFAULT_NET: &str = "libnccl-net.so";
@@ -65,21 +73,42 @@ pub fn net_plugin_value(own: &Path) -> Result<String, String> {
     Ok(format!("{path},{NCCL_DEFAULT_NET}"))
 }
 
-/// The defaults, each `(name, value)`, and a phrase for the init line.
+/// Whether NCCL `major.minor` forgets an external net plugin's name when it unloads it after
+/// its last communicator (NVIDIA/nccl#1978: 2.28.x and 2.29.x; 2.30 keeps the name).
+pub fn unload_forgets_name(nccl: (u8, u8)) -> bool {
+    matches!(nccl, (2, 28) | (2, 29))
+}
+
+/// The defaults for NCCL `nccl` (major, minor), each `(name, value)`, and a phrase for the init
+/// line.
 pub fn compute(
     switch: &Switch,
     own: impl FnOnce() -> Result<PathBuf, String>,
+    nccl: (u8, u8),
 ) -> (Vec<(String, String)>, String) {
     if *switch == Switch::Off {
         return (Vec::new(), format!("defaults off ({SWITCH}=0)"));
     }
+    let mut defaults = Vec::new();
+    let mut missing = None;
     match own().and_then(|p| net_plugin_value(&p)) {
-        Ok(v) => (
-            vec![(NET_PLUGIN.to_string(), v)],
-            format!("defaults: {NET_PLUGIN}"),
-        ),
-        Err(why) => (Vec::new(), format!("no default {NET_PLUGIN}: {why}")),
+        Ok(v) => defaults.push((NET_PLUGIN.to_string(), v)),
+        Err(why) => missing = Some(format!("no default {NET_PLUGIN}: {why}")),
     }
+    if unload_forgets_name(nccl) {
+        defaults.push((REF_COUNT.to_string(), "1".to_string()));
+    }
+    let names = defaults
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let phrase = match (missing, names.is_empty()) {
+        (None, _) => format!("defaults: {names}"),
+        (Some(m), true) => m,
+        (Some(m), false) => format!("{m}; defaults: {names}"),
+    };
+    (defaults, phrase)
 }
 
 /// Net plugin symbols NCCL 2.28+ looks for; the library must export one for the default to
@@ -191,25 +220,52 @@ mod tests {
     #[test]
     fn compute_on_off_and_unavailable() {
         let own = || Ok(PathBuf::from("/l/libnccl-net-bpf.so"));
-        let (d, note) = compute(&Switch::On, own);
-        assert_eq!(
-            d,
-            vec![(
-                "NCCL_NET_PLUGIN".to_string(),
-                "/l/libnccl-net-bpf.so,libnccl-net.so".to_string()
-            )]
+        let net = (
+            "NCCL_NET_PLUGIN".to_string(),
+            "/l/libnccl-net-bpf.so,libnccl-net.so".to_string(),
         );
+        let (d, note) = compute(&Switch::On, own, (2, 30));
+        assert_eq!(d, vec![net.clone()]);
         assert_eq!(note, "defaults: NCCL_NET_PLUGIN");
         // An invalid switch keeps them on (the warning is the caller's).
-        assert_eq!(compute(&Switch::Invalid("x".into()), own).0.len(), 1);
-        let (d, note) = compute(&Switch::Off, || -> Result<PathBuf, String> {
-            panic!("not asked when off")
-        });
+        assert_eq!(
+            compute(&Switch::Invalid("x".into()), own, (2, 30)).0.len(),
+            1
+        );
+        let (d, note) = compute(
+            &Switch::Off,
+            || -> Result<PathBuf, String> { panic!("not asked when off") },
+            (2, 28),
+        );
         assert!(d.is_empty());
         assert_eq!(note, "defaults off (NCCL_BPF_ENV_DEFAULTS=0)");
-        let (d, note) = compute(&Switch::On, || Err("no library".into()));
+        let (d, note) = compute(&Switch::On, || Err("no library".into()), (2, 30));
         assert!(d.is_empty());
         assert_eq!(note, "no default NCCL_NET_PLUGIN: no library");
+    }
+
+    #[test]
+    fn nccl_2_28_and_2_29_keep_the_net_plugin_loaded() {
+        let own = || Ok(PathBuf::from("/l/libnccl-net-bpf.so"));
+        let count = ("NCCL_NET_PLUGIN_REF_COUNT".to_string(), "1".to_string());
+        for v in [(2, 28), (2, 29)] {
+            let (d, note) = compute(&Switch::On, own, v);
+            assert_eq!(d.len(), 2, "{v:?}");
+            assert_eq!(d[1], count);
+            assert_eq!(note, "defaults: NCCL_NET_PLUGIN, NCCL_NET_PLUGIN_REF_COUNT");
+            // Also when this library is not the net plugin's default: the bug hits any
+            // external net plugin.
+            let (d, note) = compute(&Switch::On, || Err("no library".into()), v);
+            assert_eq!(d, vec![count.clone()]);
+            assert_eq!(
+                note,
+                "no default NCCL_NET_PLUGIN: no library; defaults: NCCL_NET_PLUGIN_REF_COUNT"
+            );
+        }
+        for v in [(2, 27), (2, 30), (2, 31), (3, 28)] {
+            assert!(!unload_forgets_name(v), "{v:?}");
+            assert_eq!(compute(&Switch::On, own, v).0.len(), 1, "{v:?}");
+        }
     }
 
     #[test]

@@ -110,6 +110,7 @@ pub fn init(caller: &Caller) {
             &|name| std::env::var_os(name),
             defaults::own_library,
             &banner,
+            (caller.major, caller.minor),
         );
         lines = Some(loaded.lines);
         loaded.settings

@@ -117,6 +117,7 @@ pub fn load(
     env: &dyn Fn(&str) -> Option<OsString>,
     own: impl FnOnce() -> Result<PathBuf, String>,
     banner: &str,
+    nccl: (u8, u8),
 ) -> Loaded {
     let mut lines = Vec::new();
     let mut settings_file = None;
@@ -177,7 +178,7 @@ pub fn load(
             ),
         ));
     }
-    let (defaults, defaults_phrase) = defaults::compute(&switch, own);
+    let (defaults, defaults_phrase) = defaults::compute(&switch, own, nccl);
     lines.push((
         Level::Info,
         format!("{banner}: {file_phrase}; {defaults_phrase}"),
@@ -221,13 +222,22 @@ mod tests {
 
     #[test]
     fn no_file_defaults_on() {
-        let l = load(&env_of(&[]), lib, "init (NCCL 2.28.9, env v1)");
+        let l = load(&env_of(&[]), lib, "init (NCCL 2.28.9, env v1)", (2, 28));
         assert_eq!(
             texts(&l),
             vec![(
                 Level::Info,
-                "init (NCCL 2.28.9, env v1): no settings file (NCCL_BPF_ENV_FILE unset); defaults: NCCL_NET_PLUGIN"
+                "init (NCCL 2.28.9, env v1): no settings file (NCCL_BPF_ENV_FILE unset); defaults: NCCL_NET_PLUGIN, NCCL_NET_PLUGIN_REF_COUNT"
             )]
+        );
+        assert_eq!(
+            l.settings
+                .default_for("NCCL_NET_PLUGIN_REF_COUNT")
+                .unwrap()
+                .value
+                .to_str()
+                .unwrap(),
+            "1"
         );
         assert_eq!(l.settings.file_len(), 0);
         let d = l.settings.default_for("NCCL_NET_PLUGIN").unwrap();
@@ -240,7 +250,7 @@ mod tests {
             "NCCL_NET_PLUGIN=/l/libnccl-net-bpf.so,libnccl-net.so (default)"
         );
         // An empty NCCL_BPF_ENV_FILE is no file.
-        let l = load(&env_of(&[("NCCL_BPF_ENV_FILE", "")]), lib, "b");
+        let l = load(&env_of(&[("NCCL_BPF_ENV_FILE", "")]), lib, "b", (2, 30));
         assert!(l.lines[0].1.contains("no settings file"));
     }
 
@@ -248,7 +258,7 @@ mod tests {
     fn a_good_file_is_loaded_and_counted() {
         let p = tmp_file("good", b"NCCL_A=1\n# c\nNCCL_B=\"two words\"\n");
         let ps = p.to_str().unwrap();
-        let l = load(&env_of(&[("NCCL_BPF_ENV_FILE", ps)]), lib, "b");
+        let l = load(&env_of(&[("NCCL_BPF_ENV_FILE", ps)]), lib, "b", (2, 30));
         assert_eq!(
             texts(&l),
             vec![(
@@ -278,7 +288,7 @@ mod tests {
     fn a_bad_file_is_ignored_whole_and_every_error_is_a_warning() {
         let p = tmp_file("bad", b"NCCL_A=1\n1X=2\nNCCL_C=3\nNCCL_A=4\n");
         let ps = p.to_str().unwrap();
-        let l = load(&env_of(&[("NCCL_BPF_ENV_FILE", ps)]), lib, "b");
+        let l = load(&env_of(&[("NCCL_BPF_ENV_FILE", ps)]), lib, "b", (2, 30));
         assert_eq!(
             texts(&l),
             vec![
@@ -320,6 +330,7 @@ mod tests {
             &env_of(&[("NCCL_BPF_ENV_FILE", "/nonexistent/x.env")]),
             lib,
             "b",
+            (2, 30),
         );
         assert_eq!(
             texts(&l),
@@ -341,7 +352,7 @@ mod tests {
         let text = "x\n".repeat(MAX_LOGGED_ERRORS + 7);
         let p = tmp_file("many", text.as_bytes());
         let ps = p.to_str().unwrap();
-        let l = load(&env_of(&[("NCCL_BPF_ENV_FILE", ps)]), lib, "b");
+        let l = load(&env_of(&[("NCCL_BPF_ENV_FILE", ps)]), lib, "b", (2, 30));
         let warns: Vec<_> = l.lines.iter().filter(|l| l.0 == Level::Warn).collect();
         assert_eq!(warns.len(), MAX_LOGGED_ERRORS + 1);
         assert_eq!(
@@ -358,7 +369,12 @@ mod tests {
 
     #[test]
     fn defaults_switch_from_the_environment_or_the_file() {
-        let l = load(&env_of(&[("NCCL_BPF_ENV_DEFAULTS", "0")]), lib, "b");
+        let l = load(
+            &env_of(&[("NCCL_BPF_ENV_DEFAULTS", "0")]),
+            lib,
+            "b",
+            (2, 30),
+        );
         assert!(l.settings.default_for("NCCL_NET_PLUGIN").is_none());
         assert!(
             l.lines[0]
@@ -368,18 +384,24 @@ mod tests {
 
         let p = tmp_file("switch", b"NCCL_BPF_ENV_DEFAULTS=0\n");
         let ps = p.to_str().unwrap();
-        let l = load(&env_of(&[("NCCL_BPF_ENV_FILE", ps)]), lib, "b");
+        let l = load(&env_of(&[("NCCL_BPF_ENV_FILE", ps)]), lib, "b", (2, 30));
         assert!(l.settings.default_for("NCCL_NET_PLUGIN").is_none());
         // The environment beats the file here too.
         let l = load(
             &env_of(&[("NCCL_BPF_ENV_FILE", ps), ("NCCL_BPF_ENV_DEFAULTS", "1")]),
             lib,
             "b",
+            (2, 30),
         );
         assert!(l.settings.default_for("NCCL_NET_PLUGIN").is_some());
         let _ = std::fs::remove_file(p);
 
-        let l = load(&env_of(&[("NCCL_BPF_ENV_DEFAULTS", "off")]), lib, "b");
+        let l = load(
+            &env_of(&[("NCCL_BPF_ENV_DEFAULTS", "off")]),
+            lib,
+            "b",
+            (2, 30),
+        );
         assert_eq!(
             texts(&l)[0],
             (
@@ -392,7 +414,7 @@ mod tests {
 
     #[test]
     fn no_library_path_no_default() {
-        let l = load(&env_of(&[]), || Err("why".into()), "b");
+        let l = load(&env_of(&[]), || Err("why".into()), "b", (2, 30));
         assert!(l.settings.default_for("NCCL_NET_PLUGIN").is_none());
         assert!(l.lines[0].1.ends_with("no default NCCL_NET_PLUGIN: why"));
     }

@@ -246,6 +246,8 @@ fn v1_as_nccl_2_28_calls_it() {
             assert_eq!(get("NCCLBPF_ENV_T_NOWHERE"), None);
             assert!(get_raw(None).is_null());
             assert_eq!(get("NCCL_NET_PLUGIN"), Some(expected_net_plugin()));
+            // 2.28 forgets an unloaded net plugin's name (NVIDIA/nccl#1978): kept loaded.
+            assert_eq!(get("NCCL_NET_PLUGIN_REF_COUNT").as_deref(), Some("1"));
             assert_eq!(finalize(), 0);
             assert_eq!(get("NCCLBPF_ENV_T_FILE").as_deref(), Some("from file"));
         },
@@ -287,6 +289,8 @@ fn v2_as_nccl_2_30_calls_it_and_it_logs_once_what_it_supplied() {
                 assert_eq!(get("NCCLBPF_ENV_T_FILE").as_deref(), Some("from file"));
                 assert_eq!(get("NCCL_NET_PLUGIN"), Some(expected_net_plugin()));
             }
+            // 2.30 reloads a net plugin by its name: nothing to work around.
+            assert_eq!(get("NCCL_NET_PLUGIN_REF_COUNT"), None);
             let from_file = format!("ENV/BPF NCCLBPF_ENV_T_FILE=from file (from {path}:2)\n");
             let default = format!(
                 "ENV/BPF NCCL_NET_PLUGIN={} (default)\n",
