@@ -792,7 +792,12 @@ def cmd_report(a):
                "- NCCL_PAT_ENABLE=1 would skip PAT's one-rank-per-node check, but NCCL says PAT supports one GPU per node "
                "only; the sweep does not force it (ALGOS=PAT on one node shows `n/a`).\n")
     pngname = os.path.basename(a.png) if a.png else None
-    if a.png and plot(work, a.png, notes):
+    try:
+        plotted = bool(a.png) and plot(work, a.png, notes)
+    except Exception as e:  # a plot must never cost the report (e.g. no positive data to log-scale)
+        plotted = False
+        notes.append(f"No plot: {type(e).__name__}: {e}")
+    if plotted:
         out.append(f"## Plot\n\n![{name}]({pngname})\n")
     for n_ in notes:
         out.append(f"{n_}\n")
