@@ -37,6 +37,10 @@
 //!
 //! Where `membarrier` is not available (kernels before 4.14, seccomp), nobody is ever granted
 //! the ownership, and every call takes `busy`, as before.
+//!
+//! Assumed, as by every lock: threads are pthreads (each its own thread pointer, so its own
+//! token), and a process does not fork while another thread is inside (the child would find the
+//! flag set for ever, as it would find a mutex held; NCCL does not support a fork after init).
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering, compiler_fence};
@@ -47,9 +51,13 @@ pub const GRANT_AFTER: u32 = 16;
 /// two, at most the alignment of a thread token (`owner` holds token | slot).
 pub const SLOTS: usize = 4;
 
+/// `owner` when nobody owns the lock: no thread token matches it (tokens are user-space
+/// addresses; a thread whose token read 0 would match a 0 here and enter unlocked).
+const NONE: usize = usize::MAX;
+
 /// The lock. `slots` and `streak` are only touched under `busy`.
 pub struct BiasedLock {
-    /// The owner's thread token | its slot (0: none). Written only by holders of `busy`.
+    /// The owner's thread token | its slot ([`NONE`]: none). Written only by holders of `busy`.
     owner: AtomicUsize,
     /// Per slot: whether its thread is inside as the owner. Written only by that thread.
     inside: [AtomicBool; SLOTS],
@@ -73,6 +81,8 @@ pub struct Guard<'a> {
     slot: usize,
     /// `owner`'s next value (token | slot) when letting go (through `busy` only; 0: none).
     grant: usize,
+    /// Not `Send`: an owner's guard must let go on the owner's thread (only it writes its flag).
+    _here: std::marker::PhantomData<*const ()>,
 }
 
 impl Drop for Guard<'_> {
@@ -105,7 +115,7 @@ impl Default for BiasedLock {
 impl BiasedLock {
     pub const fn new() -> BiasedLock {
         BiasedLock {
-            owner: AtomicUsize::new(0),
+            owner: AtomicUsize::new(NONE),
             inside: [const { AtomicBool::new(false) }; SLOTS],
             busy: AtomicBool::new(false),
             slots: UnsafeCell::new([0; SLOTS]),
@@ -117,7 +127,12 @@ impl BiasedLock {
     /// pays one `membarrier`, a few microseconds). A thread already inside does not enter again.
     #[inline(always)]
     pub fn try_enter(&self) -> Option<Guard<'_>> {
-        let me = thread_token();
+        self.try_enter_as(thread_token())
+    }
+
+    /// [`try_enter`](Self::try_enter) for the thread whose token is `me`.
+    #[inline(always)]
+    fn try_enter_as(&self, me: usize) -> Option<Guard<'_>> {
         let o = self.owner.load(Ordering::Relaxed);
         if o & !(SLOTS - 1) == me {
             let slot = o & (SLOTS - 1);
@@ -134,6 +149,7 @@ impl BiasedLock {
                         lock: self,
                         slot,
                         grant: 0,
+                        _here: std::marker::PhantomData,
                     });
                 }
                 f.store(false, Ordering::Release);
@@ -167,8 +183,8 @@ impl BiasedLock {
         {
             return None;
         }
-        if self.owner.load(Ordering::Relaxed) != 0 {
-            self.owner.store(0, Ordering::Relaxed);
+        if self.owner.load(Ordering::Relaxed) != NONE {
+            self.owner.store(NONE, Ordering::Relaxed);
             heavy_barrier();
         }
         // SAFETY: we hold `busy` (see the `Sync` impl).
@@ -201,11 +217,13 @@ impl BiasedLock {
             lock: self,
             slot: SLOTS,
             grant,
+            _here: std::marker::PhantomData,
         })
     }
 
-    /// Takes `busy` and keeps it until the guard is dropped, granting nothing (tests: another
-    /// thread that calls meanwhile finds the context taken).
+    /// Enters (as the owner, if the caller is one; else through `busy`) and stays inside until
+    /// the guard is dropped, granting nothing (tests: another thread that calls meanwhile finds
+    /// the context taken).
     pub fn hold(&self) -> Guard<'_> {
         let mut g = self.enter();
         g.grant = 0;
@@ -224,7 +242,7 @@ impl BiasedLock {
 
     /// Whether a thread owns the lock now (tests, status).
     pub fn owned(&self) -> bool {
-        self.owner.load(Ordering::Relaxed) != 0
+        self.owner.load(Ordering::Relaxed) != NONE
     }
 }
 
@@ -450,6 +468,21 @@ mod tests {
         b_release.wait();
         b.join().unwrap();
         assert!(l.try_enter().is_some(), "B left");
+    }
+
+    /// A thread whose token read 0 (a runtime that points the thread register elsewhere) must
+    /// not match "nobody owns the lock".
+    #[test]
+    fn no_token_matches_an_unowned_lock() {
+        let l = BiasedLock::new();
+        assert!(!l.owned());
+        let held = l.hold();
+        assert!(
+            l.try_enter_as(0).is_none(),
+            "token 0 entered while busy was held"
+        );
+        drop(held);
+        assert!(l.try_enter_as(0).is_some_and(|g| !g.as_owner()));
     }
 
     #[test]
