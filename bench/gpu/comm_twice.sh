@@ -9,7 +9,7 @@
 # Prints a table (arm, communicator, ok) and writes $OUT/comm_twice.md and the logs' tarball.
 # Expects build/ from scripts/stage.sh. Usage: bench/gpu/comm_twice.sh [outdir]
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 OUT=${1:-${OUT:-/tmp/ncclbpf-comm-twice}}
 W=$(mktemp -d)
 mkdir -p "$OUT"

@@ -15,21 +15,12 @@ import re
 import statistics
 import sys
 
+from report_common import fmt_bytes, kv
+
 COLL_ORDER = ["all_reduce", "all_gather", "reduce_scatter", "broadcast"]
 GOAL_BIG = 4 << 20  # from this size on, busbw >= 2x best Socket
 GOAL_BW = 2.0
 GOAL_DECODE = 0.6
-
-
-def kv(line):
-    return dict(t.split("=", 1) for t in line.split()[1:] if "=" in t)
-
-
-def fmt_bytes(b):
-    for unit, s in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
-        if b >= unit and b % unit == 0:
-            return f"{b // unit} {s}"
-    return f"{b} B"
 
 
 def f(x, nd=2):

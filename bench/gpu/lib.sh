@@ -61,3 +61,11 @@ wait_ranks() {
   [ -n "$stopper" ] && kill "$stopper" 2>/dev/null
   return "$first_rc"
 }
+
+# round_order ROUND WORD...: the words in order, reversed in even rounds (arms alternated, so
+# that no arm always runs first or last in a round).
+round_order() {
+  local round=$1
+  shift
+  if [ $((round % 2)) -eq 0 ]; then printf '%s\n' "$@" | tac | tr '\n' ' '; else echo "$*"; fi
+}

@@ -530,10 +530,8 @@ fi
 if has_phase compare; then
   echo "== compare ($MODE, $RANKS ranks) at $(since) s"
   for round in $(seq 1 "$ROUNDS"); do
-    order=$ARMS
     # shellcheck disable=SC2086
-    [ $((round % 2)) -eq 0 ] && order=$(echo $order | tr ' ' '\n' | tac | tr '\n' ' ')
-    for arm in $order; do
+    for arm in $(round_order "$round" $ARMS); do
       if [ "$arm" = rules ] && [ "$DRY" != 1 ] && [ ! -f "$W/rules/final.conf" ]; then
         echo "SKIPPED phase=compare arm=rules round=$round label=rules-r$round reason=no-rules-file" | tee -a "$W/jobs.txt"
         continue
@@ -547,10 +545,8 @@ fi
 if has_phase net; then
   echo "== net ($NET_RANKS ranks on $((NET_RANKS < G ? NET_RANKS : G)) GPU(s), P2P and SHM off) at $(since) s"
   for round in $(seq 1 "$NET_ROUNDS"); do
-    order=$NET_ARMS
     # shellcheck disable=SC2086
-    [ $((round % 2)) -eq 0 ] && order=$(echo $order | tr ' ' '\n' | tac | tr '\n' ' ')
-    for arm in $order; do
+    for arm in $(round_order "$round" $NET_ARMS); do
       job net "$arm" "$round" "net-$arm-r$round" "$NET_RANKS" "$NET_COLLS" "$NET_SIZES" "$(net_env "$arm")"
     done
   done

@@ -36,6 +36,8 @@ import re
 import statistics
 import sys
 
+from report_common import fmt_bytes, kv
+
 COLL_ORDER = ["all_reduce", "all_gather", "reduce_scatter"]
 FUNC_COLL = {"AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter"}
 RULES_COLL = {"all_reduce": "allreduce", "all_gather": "allgather", "reduce_scatter": "reducescatter"}
@@ -46,17 +48,6 @@ PROTO_NAME = {"ll": "LL", "ll128": "LL128", "simple": "Simple"}
 FLAG = 1.01
 TUNING_RE = re.compile(r"NCCL INFO (\w+): (\d+) Bytes -> Algo (\S+) proto (\S+) channel\{Lo\.\.Hi\}=\{(\d+)\.\.(\d+)\}")
 COMPARE_ARMS = ["nolib", "lib", "rules", "autotune", "size_aware"]
-
-
-def kv(line):
-    return dict(t.split("=", 1) for t in line.split()[1:] if "=" in t)
-
-
-def fmt_bytes(b):
-    for unit, s in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
-        if b >= unit and b % unit == 0:
-            return f"{b // unit} {s}"
-    return f"{b} B"
 
 
 def fnum(x, nd=2):

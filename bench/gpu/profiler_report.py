@@ -27,6 +27,8 @@ import re
 import statistics
 import sys
 
+from report_common import fmt_bytes, kv
+
 TOL_REL = float(os.environ.get("TOL_REL", "0.10"))  # accuracy: relative tolerance ...
 TOL_US = float(os.environ.get("TOL_US", "5"))  # ... or this many µs, whichever is larger
 OVH_GOAL = 0.01  # overhead goal: on / off <= 1.01 ...
@@ -54,17 +56,6 @@ NOT_LOADED = {
     "env": [r"External env plugin .* is unsupported", r"ENV/Plugin: .*: "],
 }
 NOISE = re.compile(r"NET/BPF closed |via NET/")
-
-
-def kv(line):
-    return dict(t.split("=", 1) for t in line.split()[1:] if "=" in t)
-
-
-def fmt_bytes(b):
-    for unit, s in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
-        if b >= unit and b % unit == 0:
-            return f"{b // unit} {s}"
-    return f"{b} B"
 
 
 def f(x, nd=2):
