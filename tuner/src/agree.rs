@@ -361,26 +361,12 @@ impl Drop for ViewGuard {
 }
 
 fn lock_views() -> ViewGuard {
-    acquire(&VIEW_LOCK);
+    crate::owner::spin_until(|| {
+        VIEW_LOCK
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+    });
     ViewGuard(())
-}
-
-/// Takes `flag` (false → true), spinning briefly and then yielding while another thread holds
-/// it: for locks held only across a program run or an agreement wait, never across a call into
-/// NCCL.
-pub(crate) fn acquire(flag: &AtomicBool) {
-    let mut spins = 0u32;
-    while flag
-        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
-        spins += 1;
-        if spins < 64 {
-            std::hint::spin_loop();
-        } else {
-            std::thread::yield_now();
-        }
-    }
 }
 
 /// One context's agreed contents (a value per entry of each agreed map) and its config maps'.

@@ -160,18 +160,7 @@ impl BiasedLock {
 
     /// Enters, waiting (spinning briefly, then yielding) while another thread is inside.
     pub fn enter(&self) -> Guard<'_> {
-        let mut spins = 0u32;
-        loop {
-            if let Some(g) = self.try_enter() {
-                return g;
-            }
-            spins += 1;
-            if spins < 64 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        }
+        spin_until(|| self.try_enter())
     }
 
     #[inline(never)]
@@ -243,6 +232,23 @@ impl BiasedLock {
     /// Whether a thread owns the lock now (tests, status).
     pub fn owned(&self) -> bool {
         self.owner.load(Ordering::Relaxed) != NONE
+    }
+}
+
+/// Retries `attempt` until it succeeds, spinning briefly and then yielding between tries: for
+/// locks held only across a program run or an agreement wait, never across a call into NCCL.
+pub(crate) fn spin_until<T>(mut attempt: impl FnMut() -> Option<T>) -> T {
+    let mut spins = 0u32;
+    loop {
+        if let Some(v) = attempt() {
+            return v;
+        }
+        spins += 1;
+        if spins < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
     }
 }
 
