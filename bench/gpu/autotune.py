@@ -19,6 +19,21 @@ Runs a plan of phases, one all_reduce size at a time, and checks every result on
                           The tuner runs there too, but with one usable table entry every
                           candidate of net_autotune runs as NCCL's choice and is skipped.
 
+  ab:BYTES:B:R:ARMS       the in-process static sweep on net_autotune's own communicator: blocks
+                          of B all_reduces as in size:, one per arm of ARMS (comma-separated: 'a'
+                          net_autotune deciding, a number c: candidate c pinned, 0 NCCL's choice),
+                          R rounds, the arms rotated by one each round; every pin is staged
+                          before the phase (rank 0 runs `ncclbpf config --at-seq N PID...
+                          autotune_pin CLASS=c+1`, NCCLBPF_CLI, one call per block, while every
+                          rank waits on a gloo barrier), so all ranks switch at the same
+                          collective and nothing pauses inside the phase; B >= 65 lead-in
+                          all_reduces run first (net_autotune deciding, traced <name>_lead);
+                          blocks are traced <name>_<round>_<arm> (a, c0 .. c7);
+  abdec:BYTES:T:R:ARMS[:PER]  the same on the decode pattern, blocks of T tokens;
+  floodon:0 / floodoff:0  start / stop the loopback flood (as contend:) between phases;
+  fsize:BYTES:N           as size:, named apart (the report takes size: phases as the sizes to
+                          converge on; fsize: runs into and out of a flood).
+
 Phases are separated by ';' in PLAN. No other collective is issued (no barrier), so the k-th
 all_reduce of the run is the tuner's k-th decision (its sequence number), and NCCL's TUNING
 line k of rank 0 says what was applied to it.
@@ -137,12 +152,20 @@ def parse_plan(text):
     for i, item in enumerate(p for p in text.split(";") if p.strip()):
         f = item.strip().split(":")
         kind, nbytes = f[0], int(f[1])
-        if kind == "size":
+        if kind in ("size", "fsize"):
             phases.append(dict(kind=kind, bytes=nbytes, n=int(f[2])))
         elif kind == "decode":
             phases.append(dict(kind=kind, bytes=nbytes, tokens=int(f[2]), per=int(f[3]) if len(f) > 3 else 160))
         elif kind == "contend":
             phases.append(dict(kind=kind, bytes=nbytes, a=int(f[2]), b=int(f[3]), c=int(f[4])))
+        elif kind in ("ab", "abdec"):
+            arms = ["a" if a == "a" else int(a) for a in f[4].split(",")]
+            phases.append(dict(kind=kind, bytes=nbytes, block=int(f[2]), rounds=int(f[3]), arms=arms,
+                               per=int(f[5]) if len(f) > 5 else 160))
+            if phases[-1]["block"] * (phases[-1]["per"] if kind == "abdec" else 1) < 65:
+                raise SystemExit(f"{item!r}: a block must be at least 65 all_reduces (a stage is 64 ahead)")
+        elif kind in ("floodon", "floodoff"):
+            phases.append(dict(kind=kind, bytes=nbytes))
         elif kind == "isweep":
             phases.append(dict(kind=kind, bytes=nbytes, n=int(f[2]), cands=[int(c) for c in f[3].split(",")]))
         else:
@@ -175,7 +198,8 @@ def main():
         exp = sum(values(r, n, dtype, lo, hi).float() for r in range(world)).to(dtype)
         return values(rank, n, dtype, lo, hi), exp
 
-    seq = 0
+    seq = 0  # all_reduces of every communicator (the trace's numbering, NCCL's TUNING lines)
+    dseq = 0  # those of the default group: net_autotune's decisions there (its sequence number)
     checks = bad_total = 0
     flood = None
     # timeout(1) sends SIGTERM: unwind (the finally below stops the flood) instead of dying.
@@ -240,6 +264,52 @@ def main():
         groups[c] = g
         return g
 
+    # Pins (ab, abdec phases): a gloo group keeps the ranks in step while rank 0 stages them.
+    gloo = pids = None
+    if any(ph["kind"] in ("ab", "abdec") for ph in plan):
+        gloo = dist.new_group(list(range(world)), backend="gloo")
+        pids = [None] * world
+        dist.all_gather_object(pids, os.getpid(), group=gloo)
+    cli = os.environ.get("NCCLBPF_CLI", "ncclbpf")
+
+    def size_class(b):
+        for k, lim in enumerate((1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24)):
+            if b < lim:
+                return k
+        return 7
+
+    def schedule(ph, per_block):
+        """Stages the phase's pins (every rank calls it with nothing in flight); returns the
+        blocks as (round, arm) and the lead-in's length in all_reduces."""
+        arms, blocks = ph["arms"], []
+        for r in range(ph["rounds"]):
+            k = r % len(arms)
+            blocks += [(r, a) for a in arms[k:] + arms[:k]]
+        lead = per_block  # >= 65: the first stage must be 64 decisions ahead (tuner/src/stage.rs)
+        torch.cuda.synchronize()
+        dist.barrier(group=gloo)
+        result = [None]
+        if rank == 0:
+            cls, at, out = size_class(ph["bytes"]), dseq + lead + 1, []
+            for _, a in blocks + [(None, "a")]:  # and back to net_autotune at the end
+                cmd = [cli, "config", "--at-seq", str(at), *map(str, pids), "autotune_pin",
+                       f"{cls}={0 if a == 'a' else a + 1}"]
+                t0 = time.perf_counter()
+                r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+                out.append(f"PIN at={at} class={cls} arm={a} rc={r.returncode} ms={(time.perf_counter() - t0) * 1e3:.0f}"
+                           + ("" if r.returncode == 0 else f" output={r.stdout.strip()!r}"))
+                if r.returncode != 0:
+                    break
+                at += per_block
+            result[0] = out
+        dist.broadcast_object_list(result, src=0, group=gloo)
+        if rank == 0:
+            print("\n".join(result[0]), flush=True)
+        if any(" rc=0 " not in l for l in result[0]):
+            raise SystemExit(f"{ph['name']}: staging a pin failed: {result[0][-1]}")
+        return blocks, lead
+
+    flooding = 0  # 1 while the flood runs (the trace's last column)
     import gc
     try:
         for pi, ph in enumerate(plan):
@@ -267,13 +337,68 @@ def main():
                             trace.write(f"{seq} {seq} {pi} {ph['name']}_c{c} {ph['bytes']} {us:.1f} 0\n")
                     done += ph["n"]
                 hist = acc.reshape(1)
-            elif ph["kind"] in ("size", "contend"):
+            elif ph["kind"] in ("floodon", "floodoff"):
+                if ph["kind"] == "floodon":
+                    flood_start()
+                    flooding = 1
+                else:
+                    flood_stop()
+                    flooding = 0
+                done = 0
+                hist = acc.reshape(1)
+            elif ph["kind"] == "ab":
                 src, exp = inputs(ph["bytes"], torch.float32, -1000, 1000)
                 buf = torch.empty_like(src)
-                n = ph["n"] if ph["kind"] == "size" else ph["a"] + ph["b"] + ph["c"]
+                B = ph["block"]
+                blocks, lead = schedule(ph, B)
+                names = [f"{ph['name']}_lead"] * lead
+                for r, a in blocks:
+                    names += [f"{ph['name']}_{r}_{'a' if a == 'a' else 'c' + str(a)}"] * B
+                hist = torch.zeros(len(names), dtype=torch.int64, device=dev)
+                for i, name in enumerate(names):
+                    buf.copy_(src)
+                    torch.cuda.synchronize()
+                    t0 = time.perf_counter()
+                    dist.all_reduce(buf)
+                    torch.cuda.synchronize()
+                    us = (time.perf_counter() - t0) * 1e6
+                    seq += 1
+                    dseq += 1
+                    acc += (buf != exp).any()
+                    hist[i] = acc
+                    if trace:
+                        trace.write(f"{seq} {seq} {pi} {name} {ph['bytes']} {us:.1f} {flooding}\n")
+                done = len(names)
+            elif ph["kind"] == "abdec":
+                src, exp = inputs(ph["bytes"], torch.bfloat16, -4, 5)
+                per, T = ph["per"], ph["block"]
+                blocks, lead = schedule(ph, T * per)
+                names = [f"{ph['name']}_lead"] * -(-lead // per)
+                for r, a in blocks:
+                    names += [f"{ph['name']}_{r}_{'a' if a == 'a' else 'c' + str(a)}"] * T
+                bufs = torch.empty((per, src.numel()), dtype=src.dtype, device=dev)
+                hist = torch.zeros(len(names), dtype=torch.int64, device=dev)
+                for tok, name in enumerate(names):
+                    bufs.copy_(src.expand(per, -1))
+                    torch.cuda.synchronize()
+                    t0 = time.perf_counter()
+                    for j in range(per):
+                        dist.all_reduce(bufs[j])
+                    torch.cuda.synchronize()
+                    us = (time.perf_counter() - t0) * 1e6
+                    acc += (bufs != exp).any(dim=1).sum()
+                    hist[tok] = acc
+                    if trace:
+                        trace.write(f"{seq + 1} {seq + per} {pi} {name} {ph['bytes']} {us:.1f} {flooding}\n")
+                    seq += per
+                    dseq += per
+                done = len(names) * per
+            elif ph["kind"] in ("size", "fsize", "contend"):
+                src, exp = inputs(ph["bytes"], torch.float32, -1000, 1000)
+                buf = torch.empty_like(src)
+                n = ph["a"] + ph["b"] + ph["c"] if ph["kind"] == "contend" else ph["n"]
                 on_at = ph.get("a", -1)
                 off_at = ph.get("a", 0) + ph.get("b", 0)
-                flooding = 0
                 hist = torch.zeros(n, dtype=torch.int64, device=dev)  # wrong ones so far, per all_reduce
                 for i in range(n):
                     if ph["kind"] == "contend" and i == on_at:
@@ -289,11 +414,14 @@ def main():
                     torch.cuda.synchronize()
                     us = (time.perf_counter() - t0) * 1e6
                     seq += 1
+                    dseq += 1
                     acc += (buf != exp).any()
                     hist[i] = acc
                     if trace:
                         trace.write(f"{seq} {seq} {pi} {ph['name']} {ph['bytes']} {us:.1f} {flooding}\n")
-                flood_stop()
+                if ph["kind"] == "contend":
+                    flood_stop()
+                    flooding = 0
                 done = n
             else:  # decode
                 src, exp = inputs(ph["bytes"], torch.bfloat16, -4, 5)
@@ -311,8 +439,9 @@ def main():
                     acc += (bufs != exp).any(dim=1).sum()
                     hist[tok] = acc
                     if trace:
-                        trace.write(f"{seq + 1} {seq + per} {pi} {ph['name']} {ph['bytes']} {us:.1f} 0\n")
+                        trace.write(f"{seq + 1} {seq + per} {pi} {ph['name']} {ph['bytes']} {us:.1f} {flooding}\n")
                     seq += per
+                    dseq += per
                 done = ph["tokens"] * per
             gc.enable()
             bad = int(acc.item())

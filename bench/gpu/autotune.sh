@@ -3,7 +3,14 @@
 # (shared/docs/gpu-testbed.md): every rank a separate "host" on one GPU (MPS), all traffic
 # through our net plugin, NCCL_NET_PLUGIN and NCCL_TUNER_PLUGIN both the library.
 # For each rank count (RANKS, default "2 4"), in one script:
-#   1. static sweep: one job per candidate of net_autotune (0 NCCL's own choice, 1 Ring/Simple,
+#   The criterion's comparison is in-process (AB_*): after each net_autotune size phase, and
+#   before, during and after a loopback flood, blocks of net_autotune alternate with blocks of
+#   every candidate pinned on the same communicator (autotune.py ab / abdec phases; pins staged
+#   with `ncclbpf config --at-seq`, so every rank switches at the same collective), AB_ROUNDS
+#   rounds with the order rotated; bench/gpu/autotune_ab.py compares each round's blocks. The
+#   earlier readings below (separate static jobs, the sweep on communicators of their own,
+#   contend: with before / after times) stay available: CANDS="0 1 2 3 4 5 6 7" ISWEEP=... etc.
+#   1. static sweep (CANDS, default none): one job per candidate of net_autotune (0 NCCL's own choice, 1 Ring/Simple,
 #      2 Ring/LL, 3 Ring/LL128, 4 Tree/Simple, 5 Tree/LL, 6 Tree/LL128, 7 Ring/Simple on 2
 #      channels), forced with NCCL_ALGO / NCCL_PROTO (/ NCCL_MAX_NCHANNELS=2), no tuner policy;
 #      the same all_reduce sizes and decode pattern as below (SWEEP_PLAN);
@@ -67,11 +74,11 @@ RANKS=${RANKS:-2 4}
 K=${K:-32}
 D=${D:-2}
 KDEC=${KDEC:-160}
-CANDS=${CANDS:-0 1 2 3 4 5 6 7}
+CANDS=${CANDS-}
 FLOOD_PAIRS=${FLOOD_PAIRS:-4}
 CONTEND=${CONTEND:-1048576:320:3200:1792}
-CONTEND_STATIC=${CONTEND_STATIC:-1}
-LL128=${LL128:-1}
+CONTEND_STATIC=${CONTEND_STATIC:-0}
+LL128=${LL128:-0}
 ROUNDS=${ROUNDS:-1}
 NOOP_AGREE=${NOOP_AGREE:-0}
 REFRESH=${REFRESH:-job}
@@ -82,9 +89,23 @@ PIN=${PIN:-0}
 command -v taskset >/dev/null || PIN=0
 SWEEP_PLAN=${SWEEP_PLAN:-size:65536:300;size:1048576:200;size:16777216:40;decode:262144:12}
 ISWEEP_CANDS=${ISWEEP_CANDS:-1,2,4,5}
-ISWEEP=${ISWEEP:-isweep:65536:300:$ISWEEP_CANDS;isweep:1048576:200:$ISWEEP_CANDS;isweep:16777216:40:$ISWEEP_CANDS}
-AUTO_PLAN=${AUTO_PLAN:-$ISWEEP;size:65536:1792;size:1048576:1792;size:16777216:1792;$ISWEEP;contend:$CONTEND}
-DEC_PLAN=${DEC_PLAN:-decode:262144:60}
+# ISWEEP=isweep:65536:300:$ISWEEP_CANDS;isweep:1048576:200:$ISWEEP_CANDS;isweep:16777216:40:$ISWEEP_CANDS
+# runs the earlier reading (a communicator per candidate) before and after the size phases.
+ISWEEP=${ISWEEP-}
+# The in-process comparison: arms (a: net_autotune; c: candidate c pinned; 3 and 6, LL128, run as
+# NCCL's choice here unless NCCL_PROTO names it), rounds, block lengths (all_reduces; tokens).
+AB_ARMS=${AB_ARMS:-a,0,1,2,4,5,7}
+AB_ROUNDS=${AB_ROUNDS:-4}
+AB_BLOCK=${AB_BLOCK:-128}
+AB_BLOCK_LARGE=${AB_BLOCK_LARGE:-80}
+AB_TOKENS=${AB_TOKENS:-4}
+ab() { echo "ab:$1:$2:$AB_ROUNDS:$AB_ARMS"; }
+CB=${CONTEND%%:*}
+# Into the flood (long enough to notice, explore again and settle), the comparison during it, out
+# of it (long enough to probe the old choice again), the comparison after it.
+CONTEND_PLAN=${CONTEND_PLAN:-floodon:0;fsize:$CB:3200;$(ab "$CB" "$AB_BLOCK");floodoff:0;fsize:$CB:1792;$(ab "$CB" "$AB_BLOCK")}
+AUTO_PLAN=${AUTO_PLAN:-${ISWEEP:+$ISWEEP;}size:65536:1792;$(ab 65536 "$AB_BLOCK");size:1048576:1792;$(ab 1048576 "$AB_BLOCK");size:16777216:1792;$(ab 16777216 "$AB_BLOCK_LARGE");${ISWEEP:+$ISWEEP;}$CONTEND_PLAN}
+DEC_PLAN=${DEC_PLAN:-decode:262144:60;abdec:262144:$AB_TOKENS:$AB_ROUNDS:$AB_ARMS}
 # The report's windows: the last MEASURE all_reduces of each net_autotune size phase, the last
 # MEASURE_TOKENS tokens of its decode phase, the last SWEEP_FRACTION of each static phase.
 MEASURE=${MEASURE:-256}
@@ -93,9 +114,9 @@ MEASURE_TOKENS=${MEASURE_TOKENS:-12}
 # 88a60e5, 2 before), for the report's convergence bound.
 LEARN=${LEARN:-4}
 SWEEP_FRACTION=${SWEEP_FRACTION:-0.6}
-DEADLINE=${DEADLINE:-500}
+DEADLINE=${DEADLINE:-540}
 T_STATIC=${T_STATIC:-150}
-T_AUTO=${T_AUTO:-240}
+T_AUTO=${T_AUTO:-300}
 t_start=$(date +%s)
 since() { echo $(($(date +%s) - t_start)); }
 
@@ -126,6 +147,7 @@ trap finish EXIT
   echo "SWEEP_PLAN=$SWEEP_PLAN"
   echo "AUTO_PLAN=$AUTO_PLAN"
   echo "DEC_PLAN=$DEC_PLAN"
+  echo "AB_ARMS=$AB_ARMS AB_ROUNDS=$AB_ROUNDS AB_BLOCK=$AB_BLOCK AB_BLOCK_LARGE=$AB_BLOCK_LARGE AB_TOKENS=$AB_TOKENS"
   echo "POLICY=$POLICY $(sha256sum "$POLICY" | cut -c1-16) LIB $(sha256sum "$LIB" | cut -c1-16)"
 } | tee "$W/meta.txt"
 
@@ -183,7 +205,7 @@ job() {
         RANK=$r WORLD_SIZE=$n LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
         NCCL_HOSTID=host$r NCCL_SOCKET_IFNAME=lo NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
         NVSHMEM_DISABLE_NVLS=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,TUNING PYTHONUNBUFFERED=1 \
-        NCCL_NET_PLUGIN=$LIB NCCL_NET=BPF NCCL_TUNER_PLUGIN=$LIB \
+        NCCL_NET_PLUGIN=$LIB NCCL_NET=BPF NCCL_TUNER_PLUGIN=$LIB NCCLBPF_CLI="$CLI" \
         $(pin_cmd "$r" "$n") timeout -k 5 "$tmo" python3 bench/gpu/autotune.py "$label" >"$W/$label-n$n-r$r.log" 2>&1
       echo $? >"$W/$label-n$n-r$r.rc"
     ) &
@@ -238,9 +260,9 @@ for round in $(seq 1 "$ROUNDS"); do
       job "noopagree$sfx" "$n" "$T_STATIC" $((6 + 2 * n)) 0 "$SWEEP_PLAN" NCCL_BPF_POLICY="$B/noop.o" NCCL_BPF_AGREEMENT=on \
         NCCL_BPF_AGREEMENT_EPOCH="$K" NCCL_BPF_AGREEMENT_DELAY="$D" NCCL_BPF_AGREEMENT_TIMEOUT=30
     fi
-    job "auto$sfx" "$n" "$T_AUTO" $((24 + 12 * n)) 1 "$AUTO_PLAN" NCCL_BPF_POLICY="$POLICY" \
+    job "auto$sfx" "$n" "$T_AUTO" $((40 + 30 * n)) 1 "$AUTO_PLAN" NCCL_BPF_POLICY="$POLICY" \
       NCCL_BPF_AGREEMENT_EPOCH="$K" NCCL_BPF_AGREEMENT_DELAY="$D" NCCL_BPF_AGREEMENT_TIMEOUT=30
-    job "autodec$sfx" "$n" "$T_STATIC" $((5 + 2 * n)) 1 "$DEC_PLAN" NCCL_BPF_POLICY="$POLICY" \
+    job "autodec$sfx" "$n" "$T_STATIC" $((10 + 5 * n)) 1 "$DEC_PLAN" NCCL_BPF_POLICY="$POLICY" \
       NCCL_BPF_AGREEMENT_EPOCH="$KDEC" NCCL_BPF_AGREEMENT_DELAY="$D" NCCL_BPF_AGREEMENT_TIMEOUT=30
     if [ "$CONTEND_STATIC" = 1 ] && [ "$round" = 1 ]; then
       best=$(timeout 60 python3 bench/gpu/autotune_report.py --best "$W" "$n" "${CONTEND%%:*}" 2>/dev/null)

@@ -42,6 +42,17 @@
  * below, valid 1 the entry itself, any other valid removes the slot. Built in: NCCL's choice,
  * Ring/Simple, Ring/LL, Ring/LL128, Tree/Simple, Tree/LL, Tree/LL128, Ring/Simple on 2 channels.
  *
+ * Pins (autotune_pin, NCCLBPF_CONFIG, changed by staged updates): one u64 per class; 0 (the
+ * default) lets the policy decide, c + 1 applies candidate c (0: NCCL's choice) to the class
+ * from the staged collective on, on every rank alike, until the pin is set back to 0 (a slot
+ * that holds no candidate applies NCCL's choice). The state is left as it is: an epoch that ran
+ * a pinned candidate other than the one the state applies teaches nothing (the epoch program
+ * learns only from epochs that ran the state's own candidate), so unpinning returns the class
+ * to where it was. What for: an operator works around a bad choice without unloading the
+ * policy, or compares candidates on the running communicator, in turn, against the policy's
+ * own choice (bench/gpu/autotune.sh does, with `ncclbpf config --at-seq N PID... autotune_pin
+ * CLASS=VALUE`).
+ *
  * State (autotune_state, NCCLBPF_AGREED_STATE: state[4*c .. 4*c+3] for class c):
  *   [0] apply     the candidate the tuner program applies (0: NCCL's choice, no opinion)
  *   [1] ctl       phase (bits 0-7: 0 new, 1 exploring, 2 settled, 3 probing); bits 8-15:
@@ -82,6 +93,14 @@ struct {
   __uint(max_entries, AUTOTUNE_CANDIDATES);
   NCCLBPF_CONFIG;
 } autotune_candidates SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __type(key, __u32);
+  __type(value, __u64);
+  __uint(max_entries, AUTOTUNE_CLASSES);
+  NCCLBPF_CONFIG;
+} autotune_pin SEC(".maps");
 
 static const volatile struct autotune_candidate autotune_builtin[AUTOTUNE_CANDIDATES] = {
     {NCCL_ALGO_UNDEF, NCCL_PROTO_UNDEF, 0, 1}, {NCCL_ALGO_RING, NCCL_PROTO_SIMPLE, 0, 1},
@@ -223,6 +242,8 @@ int net_autotune(struct ncclbpf_tuner_ctx *ctx) {
   __u32 cand = 0;
   struct autotune_class_state *st = bpf_map_lookup_elem(&autotune_state, &k);
   if (st) cand = st->apply & (AUTOTUNE_CANDIDATES - 1);
+  __u64 *pin = bpf_map_lookup_elem(&autotune_pin, &k);
+  if (pin && *pin) cand = (*pin - 1) & (AUTOTUNE_CANDIDATES - 1);
   struct autotune_candidate c;
   __u64 same = 0;
   if (cand && autotune_candidate(cand, &c)) {

@@ -665,6 +665,60 @@ fn autotune_candidates_come_from_the_config_map() {
     assert_eq!(phase(&s), EXPLORING);
 }
 
+#[test]
+fn autotune_pins_apply_a_candidate_and_leave_the_state_alone() {
+    let mut s = autotune(Tier::Jit);
+    autotune_until(&mut s, 1, 60, &|s| phase(s) == SETTLED);
+    assert_eq!(s.class(CLASS_1M)[0], 3, "Ring/LL128 kept");
+    let pin = s.map("autotune_pin");
+    let set = |class: usize, v: u64| {
+        pin.update(&(class as u32).to_le_bytes(), &v.to_le_bytes(), 0)
+            .unwrap()
+    };
+    // Pinned to Tree/LL (candidate 5), ten times slower than its normal cost: applied from the
+    // next decision, every decision of the class, and never learnt from (no drift, no new
+    // exploration, no changed reference).
+    set(CLASS_1M, 5 + 1);
+    let slow = |c: &TunerCtx| autotune_cost(c) * 10;
+    let mut state = s.state;
+    for e in 0..24 {
+        let d = s.run_epoch(&|_| MIB, &slow);
+        assert_eq!(one(&d), (TREE, LL, 0));
+        // The epochs before the pin still reach the epoch program, D epochs late.
+        if e == D {
+            state = s.state;
+        }
+    }
+    assert_eq!(s.state, state, "pinned epochs change nothing");
+    // Another class is not pinned: 64 KiB collectives keep being decided by the policy (a new
+    // class, so no opinion yet).
+    let d = s.run_epoch(&|_| 64 << 10, &autotune_cost);
+    assert_eq!(one(&d), (-1, -1, 0));
+    // Pinned to NCCL's choice (value 1), then to a slot without a candidate (NCCL's choice).
+    set(CLASS_1M, 1);
+    assert_eq!(one(&s.run_epoch(&|_| MIB, &slow)), (-1, -1, 0));
+    s.map("autotune_candidates")
+        .update(
+            &2u32.to_le_bytes(),
+            &[0u8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0],
+            0,
+        )
+        .unwrap();
+    set(CLASS_1M, 2 + 1);
+    assert_eq!(one(&s.run_epoch(&|_| MIB, &slow)), (-1, -1, 0));
+    // Unpinned: the kept candidate again, and the state it left behind goes on from there.
+    set(CLASS_1M, 0);
+    for _ in 0..D + 2 {
+        assert_eq!(
+            one(&s.run_epoch(&|_| MIB, &autotune_cost)),
+            (RING, LL128, 0)
+        );
+    }
+    assert_eq!(phase(&s), SETTLED);
+    assert_eq!(s.class(CLASS_1M)[0], 3);
+    assert_eq!(rounds(&s), 1, "no exploration");
+}
+
 // ---------------------------------------------------------------- slo_enforcer
 
 const SLO: &str = "src/slo_enforcer.o";
