@@ -95,10 +95,10 @@ ISWEEP=${ISWEEP-}
 # The in-process comparison: arms (a: net_autotune; c: candidate c pinned; 3 and 6, LL128, run as
 # NCCL's choice here unless NCCL_PROTO names it), rounds, block lengths (all_reduces; tokens).
 AB_ARMS=${AB_ARMS:-a,0,1,2,4,5,7}
-AB_ROUNDS=${AB_ROUNDS:-4}
-AB_BLOCK=${AB_BLOCK:-128}
-AB_BLOCK_LARGE=${AB_BLOCK_LARGE:-80}
-AB_TOKENS=${AB_TOKENS:-4}
+AB_ROUNDS=${AB_ROUNDS:-10}
+AB_BLOCK=${AB_BLOCK:-96}
+AB_BLOCK_LARGE=${AB_BLOCK_LARGE:-72}
+AB_TOKENS=${AB_TOKENS:-3}
 ab() { echo "ab:$1:$2:$AB_ROUNDS:$AB_ARMS"; }
 CB=${CONTEND%%:*}
 # Into the flood (long enough to notice, explore again and settle), the comparison during it, out
