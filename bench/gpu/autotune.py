@@ -369,30 +369,6 @@ def main():
                     if trace:
                         trace.write(f"{seq} {seq} {pi} {name} {ph['bytes']} {us:.1f} {flooding}\n")
                 done = len(names)
-            elif ph["kind"] == "abdec":
-                src, exp = inputs(ph["bytes"], torch.bfloat16, -4, 5)
-                per, T = ph["per"], ph["block"]
-                blocks, lead = schedule(ph, T * per)
-                names = [f"{ph['name']}_lead"] * -(-lead // per)
-                for r, a in blocks:
-                    names += [f"{ph['name']}_{r}_{'a' if a == 'a' else 'c' + str(a)}"] * T
-                bufs = torch.empty((per, src.numel()), dtype=src.dtype, device=dev)
-                hist = torch.zeros(len(names), dtype=torch.int64, device=dev)
-                for tok, name in enumerate(names):
-                    bufs.copy_(src.expand(per, -1))
-                    torch.cuda.synchronize()
-                    t0 = time.perf_counter()
-                    for j in range(per):
-                        dist.all_reduce(bufs[j])
-                    torch.cuda.synchronize()
-                    us = (time.perf_counter() - t0) * 1e6
-                    acc += (bufs != exp).any(dim=1).sum()
-                    hist[tok] = acc
-                    if trace:
-                        trace.write(f"{seq + 1} {seq + per} {pi} {name} {ph['bytes']} {us:.1f} {flooding}\n")
-                    seq += per
-                    dseq += per
-                done = len(names) * per
             elif ph["kind"] in ("size", "fsize", "contend"):
                 src, exp = inputs(ph["bytes"], torch.float32, -1000, 1000)
                 buf = torch.empty_like(src)
@@ -423,12 +399,20 @@ def main():
                     flood_stop()
                     flooding = 0
                 done = n
-            else:  # decode
+            else:  # decode, abdec: the same tokens; abdec names them by block
                 src, exp = inputs(ph["bytes"], torch.bfloat16, -4, 5)
                 per = ph["per"]
+                if ph["kind"] == "abdec":
+                    T = ph["block"]
+                    blocks, lead = schedule(ph, T * per)
+                    names = [f"{ph['name']}_lead"] * -(-lead // per)
+                    for r, a in blocks:
+                        names += [f"{ph['name']}_{r}_{'a' if a == 'a' else 'c' + str(a)}"] * T
+                else:
+                    names = [ph["name"]] * ph["tokens"]
                 bufs = torch.empty((per, src.numel()), dtype=src.dtype, device=dev)
-                hist = torch.zeros(ph["tokens"], dtype=torch.int64, device=dev)
-                for tok in range(ph["tokens"]):
+                hist = torch.zeros(len(names), dtype=torch.int64, device=dev)
+                for tok, name in enumerate(names):
                     bufs.copy_(src.expand(per, -1))
                     torch.cuda.synchronize()
                     t0 = time.perf_counter()
@@ -439,10 +423,10 @@ def main():
                     acc += (bufs != exp).any(dim=1).sum()
                     hist[tok] = acc
                     if trace:
-                        trace.write(f"{seq + 1} {seq + per} {pi} {ph['name']} {ph['bytes']} {us:.1f} {flooding}\n")
+                        trace.write(f"{seq + 1} {seq + per} {pi} {name} {ph['bytes']} {us:.1f} {flooding}\n")
                     seq += per
                     dseq += per
-                done = ph["tokens"] * per
+                done = len(names) * per
             gc.enable()
             bad = int(acc.item())
             checks += done

@@ -415,11 +415,13 @@ def report(w, outdir):
             convs = [p[3] or 10**9 for p in per]
             conv_ok = max(convs) <= bound and all(p[4] for p in per)
             cr = [choice_time(st, n, b, p[1], allowed) / best[1] if best else float("nan") for p in per]
-            verdicts.append((V(f"{n} ranks, {fmt_bytes(b)}: settled choice {', '.join(sorted({p[1] for p in per}))}, its static time / best static "
-                               f"{fl(cr, 3)}; converged at {', '.join(str(c) for c in convs)} (bound {bound}) [static jobs: separate processes]"),
-                             conv_ok and all(x <= TOL for x in cr), "xproc" + sfx)) if st else None
-            verdicts.append((V(f"{n} ranks, {fmt_bytes(b)}: time measured in the net_autotune job {fnum(t)} µs vs best static {fnum(best[1]) if best else '?'} "
-                               f"(ratio {fnum(ratio, 3)}; separate processes)"), ratio <= TOL, sfx + "time")) if st else None
+            if st:
+                verdicts.append((V(f"{n} ranks, {fmt_bytes(b)}: settled choice {', '.join(sorted({p[1] for p in per}))}, its static time / best static "
+                                   f"{fl(cr, 3)}; converged at {', '.join(str(c) for c in convs)} (bound {bound}) [static jobs: separate processes]"),
+                                 conv_ok and all(x <= TOL for x in cr), "xproc" + sfx))
+            if st:
+                verdicts.append((V(f"{n} ranks, {fmt_bytes(b)}: time measured in the net_autotune job {fnum(t)} µs vs best static {fnum(best[1]) if best else '?'} "
+                                   f"(ratio {fnum(ratio, 3)}; separate processes)"), ratio <= TOL, sfx + "time"))
             okk = conv_ok and all(x <= TOL for x in cr)
             same = [agg(v) for c, v in st.get((n, b), {}).items() if v and v[0][2] == per[-1][1] and c in allowed]
             sizes_rows.append(
@@ -474,10 +476,12 @@ def report(w, outdir):
             conv_ok = max(convs) <= bound_tok and all(p[4] for p in per)
             cr = [choice_time(st, n, "decode", p[1], allowed) / best[1] if best else float("nan") for p in per]
             okk = conv_ok and all(x <= TOL for x in cr)
-            verdicts.append((V(f"{n} ranks, decode {fmt_bytes(b)}: settled choice {', '.join(sorted({p[1] for p in per}))}, its static time / best static "
-                               f"{fl(cr, 3)}; converged at token {', '.join(str(c) for c in convs)} (bound {bound_tok}) [static jobs: separate processes]"), okk, "xproc" + sfx)) if st else None
-            verdicts.append((V(f"{n} ranks, decode {fmt_bytes(b)}: time measured in the net_autotune job {fnum(t, 2)} ms/token vs best static {fnum(bt, 2)} "
-                               f"(ratio {fnum(ratio, 3)}; separate processes)"), ratio <= TOL, sfx + "time")) if st else None
+            if st:
+                verdicts.append((V(f"{n} ranks, decode {fmt_bytes(b)}: settled choice {', '.join(sorted({p[1] for p in per}))}, its static time / best static "
+                                   f"{fl(cr, 3)}; converged at token {', '.join(str(c) for c in convs)} (bound {bound_tok}) [static jobs: separate processes]"), okk, "xproc" + sfx))
+            if st:
+                verdicts.append((V(f"{n} ranks, decode {fmt_bytes(b)}: time measured in the net_autotune job {fnum(t, 2)} ms/token vs best static {fnum(bt, 2)} "
+                                   f"(ratio {fnum(ratio, 3)}; separate processes)"), ratio <= TOL, sfx + "time"))
             same = [agg(v) / 1e3 for c, v in st.get((n, "decode"), {}).items() if v and v[0][2] == per[-1][1] and c in allowed]
             dec_rows.append(
                 f"| {n} | {fmt_bytes(b)} × 160 | {who} | {best[0] if best else '?'} {CANDS[best[0]] if best else ''} → {best[2] if best else '?'} | "
