@@ -340,8 +340,12 @@ def report(w, outdir):
     # policy.
     learn = int(meta.get("LEARN", 2))
     cyc = D + learn - 1
-    bound = (NCAND * cyc + 2 * D + 1) * K
-    bound_tok = NCAND * cyc + 2 * D + 1
+    # A duel of DUEL pairs (runs before DUEL was written had none) when the runner-up came
+    # within 1/4: 2 DUEL + D epochs more, the choice alternating.
+    duel = int(meta.get("DUEL", 0))
+    duel_ep = 2 * duel + D if duel else 0
+    bound = (NCAND * cyc + 2 * D + 1 + duel_ep) * K
+    bound_tok = NCAND * cyc + 2 * D + 1 + duel_ep
     st = static_table(runs, meta)
     ranks = sorted({n for _, n in runs})
     nrounds = max([split_label(l)[1] for l, _ in runs] or [1])
@@ -362,9 +366,10 @@ def report(w, outdir):
       "'Best static' is the fastest of the candidates a tuner can apply here (0, 1, 2, 4, 5, 7; LL128 is off in NCCL here unless NCCL_PROTO "
       "names it, so net_autotune's candidates 3 and 6 run NCCL's choice) whose runs were all right; the fastest including LL128 is shown beside it. "
       f"Convergence: the first collective of the phase from which NCCL's applied choice stays the same to the phase's end; stated bound "
-      f"({NCAND}·(D + {learn - 1}) + 2·D + 1)·K = {bound} collectives ({bound_tok} tokens for decode): each candidate runs D + {learn - 1} epochs "
+      f"({NCAND}·(D + {learn - 1}) + 2·D + 1{f' + 2·{duel} + D' if duel else ''})·K = {bound} collectives ({bound_tok} tokens for decode): each candidate runs D + {learn - 1} epochs "
       f"({learn} learnt from: {'one discarded, the median of three measured' if learn == 4 else 'one discarded, the mean of two measured' if learn == 3 else 'one discarded, one measured' if learn == 2 else 'see LEARN'}; "
-      f"D - 1 more while the last one's figures are agreed; one that runs as NCCL's own choice is skipped after D); the first phase also waits 2·D epochs for the first opinion. "
+      f"D - 1 more while the last one's figures are agreed; one that runs as NCCL's own choice is skipped after D); the first phase also waits 2·D epochs for the first opinion"
+      f"{f'; a runner-up within 1/4 duels with the fastest for {duel} pairs of alternating epochs (2·{duel} + D)' if duel else ''}. "
       f"'In-process': what the same job measured per applied choice while exploring (first epoch of each run left out) against its settled window. "
       f"Pass (by choice): in every round, the static time of the choice net_autotune settled on (the best static time among the candidates NCCL "
       f"applied as that choice) ≤ {TOL:.2f} × the best static time, converged within the bound, the choice constant over the window. "

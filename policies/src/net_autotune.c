@@ -22,8 +22,18 @@
  *              falls back to it; after the last candidate the class settles on the fastest
  *              (ties: the earlier, so NCCL's own choice, candidate 0, wins them), and that median
  *              is the reference. The policy never settles on something slower than NCCL's
- *              choice measured the same way.
- *              The runner-up is remembered when it came within 1/8 of the fastest.
+ *              choice measured the same way. When the runner-up came within 1/4 of the
+ *              fastest, a duel decides between the two before the class settles:
+ *   duel       the two alternate, one epoch each (the state flips between them every epoch);
+ *              each epoch of the runner-up is set against the fastest's epoch just before it,
+ *              so that a slow drift of the whole machine (which ranked candidates explored
+ *              minutes apart) weighs on both alike. After 8 such pairs the runner-up takes the
+ *              class when it was faster in at least 5 of them (a 4:4 tie keeps the fastest),
+ *              and the winner's explored median is the reference. Epochs that ran neither
+ *              (the D epochs the last explored candidate still runs) teach the duel nothing.
+ *              A duel costs 2 * 8 + D epochs once per exploration, half of them on a choice
+ *              within 1/4 of the best. The loser is the runner-up from then on when their
+ *              explored medians came within 1/8 of each other.
  *   settled    t of the kept candidate is tracked (EWMA 7/8, the reference); t above 3/2 of the
  *              reference in three measured epochs in a row (not one or two stalls) starts a new
  *              exploration, and the kept candidate becomes the class's home (what it was
@@ -55,17 +65,20 @@
  *
  * State (autotune_state, NCCLBPF_AGREED_STATE: state[4*c .. 4*c+3] for class c):
  *   [0] apply     the candidate the tuner program applies (0: NCCL's choice, no opinion)
- *   [1] ctl       phase (bits 0-7: 0 new, 1 exploring, 2 settled, 3 probing); bits 8-15:
+ *   [1] ctl       phase (bits 0-7: 0 new, 1 exploring, 2 settled, 3 probing, 4 duel); bits 8-15:
  *                 exploring: the candidate being explored, else the runner-up (0xff: none);
- *                 16-23: epochs the explored or probed candidate ran; 24-31: exploring: best
- *                 so far, else the kept candidate; 32-39: drift count; 40-47: explorations
+ *                 16-23: epochs the explored or probed candidate ran (duel: pairs); 24-31:
+ *                 exploring: best so far, else the kept candidate; 32-39: drift count (duel:
+ *                 the runner-up's wins); 40-47: explorations
  *                 started (saturating); 48-55: home (0xff: none); 56-63: exploring: the
  *                 runner-up so far, else settled epochs since the last probe
- *   [2] time_ns   exploring: the best candidate's time (bits 0-31) and the runner-up's (32-63);
- *                 else the reference (the kept candidate's)
+ *   [2] time_ns   exploring and duel: the best candidate's time (bits 0-31) and the
+ *                 runner-up's (32-63); else the reference (the kept candidate's)
  *   [3] exploring and probing: the candidate's first two measured t (bits 0-31, 32-63, ns,
- *                 capped at 2^32 - 1); settled: the agreed net bytes (all ranks' completions,
- *                 sent and received) of the last epoch measured for the class, for observers */
+ *                 capped at 2^32 - 1); duel: the fastest's last t (bits 0-31) and whether it
+ *                 waits for its pair (bit 32); settled: the agreed net bytes (all ranks'
+ *                 completions, sent and received) of the last epoch measured for the class, for
+ *                 observers */
 #include "ncclbpf.h"
 
 #define AUTOTUNE_CLASSES 8
@@ -74,6 +87,9 @@
 #define AUTOTUNE_EXPLORING 1
 #define AUTOTUNE_SETTLED 2
 #define AUTOTUNE_PROBING 3
+#define AUTOTUNE_DUEL 4
+#define AUTOTUNE_DUEL_PAIRS 8 /* epochs of the runner-up, each against the fastest's before it */
+#define AUTOTUNE_DUEL_WINS 5  /* of those the runner-up must win to take the class */
 #define AUTOTUNE_NEVER (~0ull)
 #define AUTOTUNE_T_NONE 0xffffffffull /* no time (32 bits) */
 #define AUTOTUNE_NONE 0xff            /* no slot */
@@ -365,7 +381,7 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
     if (rounds < 255) rounds++;                                                                 \
   } while (0)
   int again = 0;
-  if (phase < AUTOTUNE_EXPLORING || phase > AUTOTUNE_PROBING) { /* new (or unknown): explore */
+  if (phase < AUTOTUNE_EXPLORING || phase > AUTOTUNE_DUEL) { /* new (or unknown): explore */
     home = AUTOTUNE_NONE;
     AUTOTUNE_EXPLORE_AGAIN;
   }
@@ -410,16 +426,53 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
         idx = apply = next;
         seen = 0;
       } else {
-        /* Settled on the fastest; the runner-up is kept for probes only when it came within
-         * 1/8 (a close second that noise may have ranked wrong). */
         __u64 bt = time & 0xffffffff, rt = time >> 32;
-        idx = rt <= bt + bt / 8 ? aux : AUTOTUNE_NONE;
-        phase = AUTOTUNE_SETTLED;
-        apply = best;
-        time = bt; /* the reference */
-        if (home == best) home = AUTOTUNE_NONE;
-        seen = drift = aux = 0;
+        if (aux != AUTOTUNE_NONE && rt <= bt + bt / 4) {
+          /* A close second: the two alternate in a duel before the class settles. */
+          phase = AUTOTUNE_DUEL;
+          idx = aux;
+          apply = best;
+          seen = drift = aux = first = 0;
+        } else {
+          /* Settled on the fastest, with no runner-up to probe (none came within 1/4). */
+          idx = AUTOTUNE_NONE;
+          phase = AUTOTUNE_SETTLED;
+          apply = best;
+          time = bt; /* the reference */
+          if (home == best) home = AUTOTUNE_NONE;
+          seen = drift = aux = 0;
+        }
       }
+    }
+  } else if (phase == AUTOTUNE_DUEL && !again) {
+    if (idx == AUTOTUNE_NONE) { /* the runner-up's slot was removed: the fastest stays */
+      seen = AUTOTUNE_DUEL_PAIRS;
+      drift = 0;
+    } else if (used == best) {
+      first = t32 | 1ull << 32;
+    } else if (used == idx && (first >> 32)) {
+      ++seen;
+      drift += t32 < (first & 0xffffffff);
+      first = 0;
+    }
+    apply = apply == best ? idx : best; /* the next one runs the other (D epochs on) */
+    if (seen >= AUTOTUNE_DUEL_PAIRS) {
+      /* The runner-up is kept for probes only when the two came within 1/8 (a close second
+       * that noise may still rank wrong). */
+      __u64 bt = time & 0xffffffff, rt = time >> 32;
+      __u64 loser = best;
+      time = rt;
+      if (drift < AUTOTUNE_DUEL_WINS) {
+        loser = idx;
+        time = bt;
+      }
+      best = loser == best ? idx : best;
+      __u64 lo = bt < rt ? bt : rt, hi = bt < rt ? rt : bt;
+      idx = loser != AUTOTUNE_NONE && hi <= lo + lo / 8 ? loser : AUTOTUNE_NONE;
+      phase = AUTOTUNE_SETTLED;
+      apply = best;
+      if (home == best) home = AUTOTUNE_NONE;
+      seen = drift = aux = 0;
     }
   } else if (phase == AUTOTUNE_SETTLED && used == apply && !again) {
     if (t > time + time / 2) {

@@ -255,6 +255,8 @@ const AUTOTUNE: &str = "src/net_autotune.o";
 const CLASS_1M: usize = 5; // [1 MiB, 4 MiB)
 const EXPLORING: u64 = 1;
 const SETTLED: u64 = 2;
+const DUEL: u64 = 4;
+const DUEL_PAIRS: usize = 8;
 
 fn autotune(tier: Tier) -> Sim {
     Sim::new(
@@ -422,12 +424,14 @@ fn autotune_skips_candidates_that_run_as_nccls_choice() {
         };
         let mut seen = vec![];
         let mut n = 0;
-        while phase(&s) != SETTLED {
+        while ![DUEL, SETTLED].contains(&phase(&s)) {
             n += 1;
             assert!(n <= 60, "class state {:?}", s.class(CLASS_1M));
             seen.push(one(&s.run_epoch(&|_| MIB, &cost)));
         }
-        // The last epoch ran on the settled state already.
+        // The last epoch ran on the next state already: NCCL's choice (90 us) came within 1/4
+        // of Tree/Simple (80 us), so the two duel, the fastest first.
+        assert_eq!(phase(&s), DUEL);
         assert_eq!(seen.last(), Some(&(TREE, SIMPLE, 0)));
         let explored = &seen[..seen.len() - 1];
         let runs = |c: (i32, i32, u32)| explored.iter().filter(|&&d| d == c).count();
@@ -443,8 +447,23 @@ fn autotune_skips_candidates_that_run_as_nccls_choice() {
             assert_eq!(runs(c), 3 + D as usize, "{c:?}: {seen:?}");
         }
         assert_eq!(n, 5 * (3 + D as usize) + 3 * D as usize + 1, "{seen:?}");
-        let [apply, _, time, _] = s.class(CLASS_1M);
+        // The duel: one epoch each in turn, 8 pairs (and the D epochs still deciding on the
+        // state before it), won by Tree/Simple in every pair.
+        let (m, duel) = run_until(&mut s, &cost, 2 * DUEL_PAIRS + D as usize + 1, &|s| {
+            phase(s) == SETTLED
+        });
+        assert!(m >= 2 * DUEL_PAIRS, "{m} epochs: {duel:?}");
+        for w in duel[..duel.len() - 1].windows(2) {
+            assert_ne!(w[0], w[1], "the two alternate: {duel:?}");
+            assert!([(TREE, SIMPLE, 0), (-1, -1, 0)].contains(&w[0]), "{duel:?}");
+        }
+        let [apply, ctl, time, _] = s.class(CLASS_1M);
         assert_eq!((apply, time), (4, 80_000), "Tree/Simple");
+        assert_eq!(
+            (ctl >> 8) & 0xff,
+            0,
+            "NCCL's choice, within 1/8, is the runner-up"
+        );
         states.push(s.state);
     }
     assert_eq!(states[0], states[1], "JIT and interpreter agree");
@@ -600,6 +619,108 @@ fn autotune_probes_a_close_runner_up_and_only_that() {
     assert_eq!((s.class(CLASS_1M)[1] >> 8) & 0xff, 4);
     assert_eq!(s.class(CLASS_1M)[2], 74_000);
     assert_eq!(rounds(&s), 1, "no exploration");
+}
+
+/// Costs on a machine that slows down by 1% per epoch: Tree/Simple (80 us) is truly faster
+/// than Ring/Simple (85 us), but explored 15 epochs later it measures slower; the rest are far
+/// behind. `stalled` is the duel epoch (counted from 0) of Tree/Simple that stalls tenfold.
+fn drifting(
+    epoch: &std::cell::Cell<u64>,
+    stalled: Option<u64>,
+    duel_epochs: &std::cell::Cell<u64>,
+) -> impl Fn(&TunerCtx) -> u64 {
+    move |c: &TunerCtx| {
+        let base = match decision(c) {
+            (TREE, SIMPLE, 0) => 80_000,
+            (RING, SIMPLE, 0) => 85_000,
+            _ => 200_000,
+        };
+        let stall = decision(c) == (TREE, SIMPLE, 0) && stalled == Some(duel_epochs.get());
+        base * (100 + epoch.get()) / 100 * if stall { 10 } else { 1 }
+    }
+}
+
+/// Exploration measures candidates one after another, so a machine that drifts ranks them by
+/// when they ran: Ring/Simple explores faster than the truly faster Tree/Simple. The two came
+/// within 1/4, so they duel, epoch for epoch: Tree/Simple wins every pair and keeps the class
+/// with Ring/Simple as its runner-up, and one stalled epoch of Tree/Simple in the duel (one
+/// pair lost) does not change that.
+#[test]
+fn autotune_duel_decides_between_two_close_candidates_epoch_for_epoch() {
+    use std::cell::Cell;
+    for stalled in [None, Some(3)] {
+        let (epoch, duel_epochs) = (Cell::new(0), Cell::new(0));
+        let cost = drifting(&epoch, stalled, &duel_epochs);
+        let mut s = autotune(Tier::Jit);
+        let mut explored = vec![];
+        while phase(&s) != DUEL {
+            assert!(epoch.get() < 60, "no duel: {:?}", s.class(CLASS_1M));
+            explored.push(one(&s.run_epoch(&|_| MIB, &cost)));
+            epoch.set(epoch.get() + 1);
+        }
+        // Ring/Simple explored first and measured faster: it is the fastest of the duel.
+        let [_, ctl, time, _] = s.class(CLASS_1M);
+        assert_eq!(
+            ((ctl >> 24) & 0xff, (ctl >> 8) & 0xff),
+            (1, 4),
+            "{explored:?}"
+        );
+        assert!(
+            time & 0xffff_ffff < time >> 32,
+            "Ring/Simple measured faster"
+        );
+        let mut duel = vec![];
+        while phase(&s) == DUEL {
+            assert!(duel.len() <= 2 * DUEL_PAIRS + D as usize, "{duel:?}");
+            let d = one(&s.run_epoch(&|_| MIB, &cost));
+            duel_epochs.set(duel_epochs.get() + u64::from(d == (TREE, SIMPLE, 0)));
+            duel.push(d);
+            epoch.set(epoch.get() + 1);
+        }
+        let [apply, ctl, time, _] = s.class(CLASS_1M);
+        assert_eq!(phase(&s), SETTLED);
+        assert_eq!(apply, 4, "Tree/Simple won the duel ({stalled:?}): {duel:?}");
+        assert_eq!(
+            (ctl >> 8) & 0xff,
+            1,
+            "Ring/Simple, within 1/8, is the runner-up"
+        );
+        assert!(
+            time > 80_000,
+            "the reference is Tree/Simple's explored median: {time}"
+        );
+        let d = s.run_epoch(&|_| MIB, &cost);
+        assert_eq!(one(&d), (TREE, SIMPLE, 0));
+    }
+}
+
+/// A runner-up that loses the duel leaves the fastest in place; Ring/Simple, 1/16 slower at
+/// every moment, wins no pair.
+#[test]
+fn autotune_duel_keeps_the_fastest_against_a_slower_runner_up() {
+    let cost = |c: &TunerCtx| match decision(c) {
+        (TREE, SIMPLE, 0) => 80_000,
+        (RING, SIMPLE, 0) => 85_000,
+        _ => 200_000,
+    };
+    let mut s = autotune(Tier::Jit);
+    run_until(&mut s, &cost, 60, &|s| phase(s) == DUEL);
+    assert_eq!(kept_and_home(&s).0, 4);
+    let (n, duel) = run_until(&mut s, &cost, 2 * DUEL_PAIRS + D as usize + 1, &|s| {
+        phase(s) == SETTLED
+    });
+    assert!(n >= 2 * DUEL_PAIRS, "{duel:?}");
+    assert_eq!(s.class(CLASS_1M)[0], 4, "Tree/Simple stays");
+    assert_eq!(
+        s.class(CLASS_1M)[2],
+        80_000,
+        "its explored median is the reference"
+    );
+    assert_eq!(
+        ((s.class(CLASS_1M)[1] >> 32) & 0xff),
+        0,
+        "the duel's count is cleared"
+    );
 }
 
 #[test]

@@ -702,7 +702,12 @@ impl Agreement {
         match verdict {
             Verdict::Agreed(c) => {
                 let first = self.status == Status::Waiting && verified;
+                let before = self.state;
                 self.apply(&c);
+                if log_epochs() {
+                    let line = epoch_line(self.comm_id, &records, &before, &self.state);
+                    crate::tlog!(INFO, TUNING, "{line}");
+                }
                 if !verified {
                     self.show(ShownState::Starting);
                     return Boundary::Nothing;
@@ -855,6 +860,61 @@ impl Agreement {
     }
 }
 
+/// `NCCL_BPF_AGREEMENT_LOG`: `1` logs one line per applied epoch (INFO, TUNING): every rank's
+/// wall time for it and the state words the epoch program changed; for studying a policy on a
+/// real job. Unset or `0`: nothing.
+pub const LOG_ENV: &str = "NCCL_BPF_AGREEMENT_LOG";
+
+/// Whether `NCCL_BPF_AGREEMENT_LOG` asks for a line per applied epoch (read once).
+fn log_epochs() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(
+        || match std::env::var(LOG_ENV).ok().as_deref().map(str::trim) {
+            None | Some("") | Some("0") => false,
+            Some("1") => true,
+            Some(v) => {
+                crate::tlog!(
+                    WARN,
+                    TUNING,
+                    "{LOG_ENV}={v:?}: expected 0 or 1; no epoch lines"
+                );
+                false
+            }
+        },
+    )
+}
+
+/// `NCCL_BPF_AGREEMENT_LOG=1`'s line for an applied epoch: each rank's wall time for it (in
+/// the records' order, by origin) and the words of the epoch program's state it changed.
+fn epoch_line(
+    comm_id: u64,
+    records: &[agreement::Record],
+    before: &[u64],
+    after: &[u64],
+) -> String {
+    let times: Vec<String> = records
+        .iter()
+        .map(|r| format!("{:.1}", r.duration_ns as f64 / 1e3))
+        .collect();
+    let changed: Vec<String> = after
+        .iter()
+        .zip(before)
+        .enumerate()
+        .filter(|(_, (a, b))| a != b)
+        .map(|(i, (a, _))| format!("[{i}]={a:#x}"))
+        .collect();
+    format!(
+        "comm {comm_id:#018x}: epoch {} applied: rank times (us) {}; state {}",
+        records.first().map_or(0, |r| r.epoch),
+        times.join(" "),
+        if changed.is_empty() {
+            "unchanged".to_string()
+        } else {
+            changed.join(" ")
+        }
+    )
+}
+
 /// `NCCL_BPF_AGREEMENT`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
@@ -959,5 +1019,40 @@ impl Setting {
             _ => Agreement::new(comm_id, nranks, prog, self.epoch, self.params, out.cloned())
                 .map(Some),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_epoch_line_names_each_ranks_time_and_the_changed_state_words() {
+        let rec = |origin: u64, duration_ns: u64| agreement::Record {
+            comm_id: 1,
+            origin,
+            epoch: 41,
+            nranks: 2,
+            colls: 32,
+            pid: 7,
+            host: "h".into(),
+            config: 0,
+            decisions: 0,
+            duration_ns,
+            bytes: 0,
+            members: 0,
+            words: vec![],
+        };
+        let records = [rec(1, 1_234_500), rec(2, 987_000)];
+        let line = epoch_line(0xab, &records, &[1, 2, 3], &[1, 5, 3]);
+        assert_eq!(
+            line,
+            "comm 0x00000000000000ab: epoch 41 applied: rank times (us) 1234.5 987.0; state [1]=0x5"
+        );
+        let same = epoch_line(0xab, &records[..1], &[1, 2], &[1, 2]);
+        assert!(
+            same.ends_with("rank times (us) 1234.5; state unchanged"),
+            "{same}"
+        );
     }
 }
