@@ -97,9 +97,10 @@ def analyse(run, ph):
                 pins_ok=pins_ok)
 
 
-def section(runs, cands, conv_of, bound, bound_tok):
+def section(runs, cands, conv_of, bound_of):
     """(markdown lines, verdicts [(text, ok, group)]) for every auto job's ab/abdec phases.
-    conv_of(run, rows, dec) -> (kept choice, converged at) of a net_autotune phase."""
+    conv_of(run, rows, dec) -> (kept choice, converged at) of a net_autotune phase;
+    bound_of(run, rows, dec) -> (its convergence bound, the duels it had)."""
     lines, verdicts = [], []
     rows_md = []
     for (label, n), run in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[0][0])):
@@ -125,9 +126,10 @@ def section(runs, cands, conv_of, bound, bound_tok):
             conv_txt, conv_ok = "", True
             if prev and when == "settled":
                 ch, conv = conv_of(run, prev[-1][1], dec)
-                bd = bound_tok if dec else bound
+                bd, duels = bound_of(run, prev[-1][1], dec)
                 conv_ok = conv is not None and conv <= bd
-                conv_txt = f"; the phase before settled on {ch} at {'token ' if dec else 'collective '}{conv} (bound {bd})"
+                conv_txt = (f"; the phase before settled on {ch} at {'token ' if dec else 'collective '}{conv} "
+                            f"(bound {bd}, {duels} duel{'' if duels == 1 else 's'})")
             ok = a["choice_ratio"] <= TOL and a["pins_ok"]
             extra = ""
             if when == "settled":

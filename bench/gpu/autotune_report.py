@@ -28,6 +28,8 @@ CANDS = ["NCCL's choice", "Ring/Simple", "Ring/LL", "Ring/LL128", "Tree/Simple",
 NCAND = len(CANDS)
 TUNING = re.compile(r"AllReduce: (\d+) Bytes -> Algo (\S+) proto (\S+) channel\{Lo\.\.Hi\}=\{(\d+)\.\.(\d+)\}")
 DIGEST = re.compile(r"decision digest of comm (0x[0-9a-f]+): seq (\d+), digest (0x[0-9a-f]+)(.*)")
+EPOCH = re.compile(r"epoch (\d+) applied: rank times \(us\) [\d. ]+; state (.*)")
+STATE_WORD = re.compile(r"\[(\d+)\]=0x([0-9a-f]+)")
 AGREE = re.compile(r"(agreement of comm 0x[0-9a-f]+: .*)")
 DONE = re.compile(r"^DONE rank=(\d+) label=\S+ checks=(\d+) bad=(\d+)")
 FLOOD = re.compile(r"^FLOOD pairs=(\d+) seconds=([\d.]+) bytes=(\d+) gibps=([\d.]+)")
@@ -117,6 +119,19 @@ class Run:
             if j < len(tun):
                 self.choice[s] = f"{tun[j][1]}/{tun[j][2]}/{tun[j][3]}ch"
                 j += 1
+        # Epochs at whose application a class entered a duel (NCCL_BPF_AGREEMENT_LOG=1, rank 0):
+        # the ctl word of class c is state word 4 c + 1, its phase the low byte (4: duel).
+        self.duel_starts = []
+        words = {}
+        for l in self.logs.get(0, []):
+            m = EPOCH.search(l)
+            if not m:
+                continue
+            for w in STATE_WORD.finditer(m.group(2)):
+                i, v = int(w.group(1)), int(w.group(2), 16)
+                if i % 4 == 1 and v & 0xFF == 4 and words.get(i, 0) & 0xFF != 4:
+                    self.duel_starts.append(int(m.group(1)))
+                words[i] = v
         self.digests = {}
         self.agreements = {}
         self.done = {}
@@ -340,12 +355,20 @@ def report(w, outdir):
     # policy.
     learn = int(meta.get("LEARN", 2))
     cyc = D + learn - 1
-    # A duel of DUEL pairs (runs before DUEL was written had none) when the runner-up came
-    # within 1/4: 2 DUEL + D epochs more, the choice alternating.
+    # A duel of DUEL pairs per candidate that explored within 1/4 of the best so far: 2 DUEL + D
+    # epochs more each, the choice alternating. How many a phase had comes from the job's epoch
+    # log (NCCL_BPF_AGREEMENT_LOG=1; runs before DUEL was written had none); the stated bound
+    # without duels, and the one of a phase with its duels.
     duel = int(meta.get("DUEL", 0))
     duel_ep = 2 * duel + D if duel else 0
-    bound = (NCAND * cyc + 2 * D + 1 + duel_ep) * K
-    bound_tok = NCAND * cyc + 2 * D + 1 + duel_ep
+    bound = (NCAND * cyc + 2 * D + 1) * K
+    bound_tok = NCAND * cyc + 2 * D + 1
+
+    def bound_of(run, rows, dec):
+        k = KDEC if dec else K
+        lo, hi = rows[0][0], rows[-1][1]
+        d = sum(1 for e in run.duel_starts if lo <= (e + D) * k + 1 <= hi)
+        return (bound_tok + d * duel_ep) if dec else bound + d * duel_ep * K, d
     st = static_table(runs, meta)
     ranks = sorted({n for _, n in runs})
     nrounds = max([split_label(l)[1] for l, _ in runs] or [1])
@@ -366,10 +389,10 @@ def report(w, outdir):
       "'Best static' is the fastest of the candidates a tuner can apply here (0, 1, 2, 4, 5, 7; LL128 is off in NCCL here unless NCCL_PROTO "
       "names it, so net_autotune's candidates 3 and 6 run NCCL's choice) whose runs were all right; the fastest including LL128 is shown beside it. "
       f"Convergence: the first collective of the phase from which NCCL's applied choice stays the same to the phase's end; stated bound "
-      f"({NCAND}·(D + {learn - 1}) + 2·D + 1{f' + 2·{duel} + D' if duel else ''})·K = {bound} collectives ({bound_tok} tokens for decode): each candidate runs D + {learn - 1} epochs "
+      f"({NCAND}·(D + {learn - 1}) + 2·D + 1{f' + d·(2·{duel} + D)' if duel else ''})·K = {bound}{f' + d·{duel_ep * K}' if duel else ''} collectives ({bound_tok}{f' + d·{duel_ep}' if duel else ''} tokens for decode){', d the duels the phase had (from the epoch log)' if duel else ''}: each candidate runs D + {learn - 1} epochs "
       f"({learn} learnt from: {'one discarded, the median of three measured' if learn == 4 else 'one discarded, the mean of two measured' if learn == 3 else 'one discarded, one measured' if learn == 2 else 'see LEARN'}; "
       f"D - 1 more while the last one's figures are agreed; one that runs as NCCL's own choice is skipped after D); the first phase also waits 2·D epochs for the first opinion"
-      f"{f'; a runner-up within 1/4 duels with the fastest for {duel} pairs of alternating epochs (2·{duel} + D)' if duel else ''}. "
+      f"{f'; a candidate within 1/4 of the best so far duels with it for {duel} pairs of alternating epochs (2·{duel} + D)' if duel else ''}. "
       f"'In-process': what the same job measured per applied choice while exploring (first epoch of each run left out) against its settled window. "
       f"Pass (by choice): in every round, the static time of the choice net_autotune settled on (the best static time among the candidates NCCL "
       f"applied as that choice) ≤ {TOL:.2f} × the best static time, converged within the bound, the choice constant over the window. "
@@ -528,7 +551,7 @@ def report(w, outdir):
     # beside it.
     ab_lines, ab_verdicts = autotune_ab.section(
         runs, CANDS, lambda run, rows, dec: settle(run, rows, probe=cyc if dec else cyc * K, last=mtok if dec else measure),
-        bound, bound_tok)
+        bound_of)
     if ab_verdicts:
         verdicts = [(t, v, "earlier" if g == "" and ("same job's static sweep" in t or "flood at" in t) else g)
                     for t, v, g in verdicts]

@@ -19,21 +19,21 @@
  *              (NCCL cannot use it here, or it is NCCL's pick: the tuner program reads that
  *              from NCCL's cost table, which is the same on every rank) is skipped from its first
  *              epoch, so NCCL's choice is measured once, in slot 0, not again in every slot that
- *              falls back to it; after the last candidate the class settles on the fastest
- *              (ties: the earlier, so NCCL's own choice, candidate 0, wins them), and that median
- *              is the reference. The policy never settles on something slower than NCCL's
- *              choice measured the same way. When the runner-up came within 1/4 of the
- *              fastest, a duel decides between the two before the class settles:
- *   duel       the two alternate, one epoch each (the state flips between them every epoch);
- *              each epoch of the runner-up is set against the fastest's epoch just before it,
- *              so that a slow drift of the whole machine (which ranked candidates explored
- *              minutes apart) weighs on both alike. After 8 such pairs the runner-up takes the
- *              class when it was faster in at least 5 of them (a 4:4 tie keeps the fastest),
- *              and the winner's explored median is the reference. Epochs that ran neither
- *              (the D epochs the last explored candidate still runs) teach the duel nothing.
- *              A duel costs 2 * 8 + D epochs once per exploration, half of them on a choice
- *              within 1/4 of the best. The loser is the runner-up from then on when their
- *              explored medians came within 1/8 of each other.
+ *              falls back to it. A candidate far (more than 1/4) ahead of the best so far
+ *              becomes the best; one far behind is dropped; one within 1/4 either way duels
+ *              with the best; after the last candidate the class settles on the best (NCCL's
+ *              own choice, candidate 0, is the first best: a later one must beat it), and its
+ *              explored median is the reference.
+ *   duel       the best so far and the challenger alternate, one epoch each (the state flips
+ *              between them every epoch); each epoch of the challenger is set against the
+ *              best's epoch just before it, so that a slow drift of the whole machine (which
+ *              ranks candidates explored minutes apart by when they ran) weighs on both alike.
+ *              After 6 such pairs the challenger becomes the best when it was faster in at
+ *              least 4 of them (a 3:3 tie keeps the best); the loser is the runner-up when the
+ *              two explored within 1/8 of each other. Epochs that ran neither (the D epochs
+ *              the explored candidate still runs) teach the duel nothing. A duel costs 2 * 6 + D
+ *              epochs, half of them on a choice within 1/4 of the best, per close candidate;
+ *              exploration then goes on with the next one.
  *   settled    t of the kept candidate is tracked (EWMA 7/8, the reference); t above 3/2 of the
  *              reference in three measured epochs in a row (not one or two stalls) starts a new
  *              exploration, and the kept candidate becomes the class's home (what it was
@@ -66,14 +66,15 @@
  * State (autotune_state, NCCLBPF_AGREED_STATE: state[4*c .. 4*c+3] for class c):
  *   [0] apply     the candidate the tuner program applies (0: NCCL's choice, no opinion)
  *   [1] ctl       phase (bits 0-7: 0 new, 1 exploring, 2 settled, 3 probing, 4 duel); bits 8-15:
- *                 exploring: the candidate being explored, else the runner-up (0xff: none);
+ *                 exploring: the candidate being explored (duel: the challenger), else the
+ *                 runner-up (0xff: none);
  *                 16-23: epochs the explored or probed candidate ran (duel: pairs); 24-31:
- *                 exploring: best so far, else the kept candidate; 32-39: drift count (duel:
- *                 the runner-up's wins); 40-47: explorations
- *                 started (saturating); 48-55: home (0xff: none); 56-63: exploring: the
- *                 runner-up so far, else settled epochs since the last probe
- *   [2] time_ns   exploring and duel: the best candidate's time (bits 0-31) and the
- *                 runner-up's (32-63); else the reference (the kept candidate's)
+ *                 exploring and duel: best so far, else the kept candidate; 32-39: drift count
+ *                 (duel: the challenger's wins); 40-47: explorations
+ *                 started (saturating); 48-55: home (0xff: none); 56-63: exploring and duel:
+ *                 the runner-up so far, else settled epochs since the last probe
+ *   [2] time_ns   exploring: the best candidate's time (bits 0-31); duel: that and the
+ *                 challenger's (32-63); else the reference (the kept candidate's)
  *   [3] exploring and probing: the candidate's first two measured t (bits 0-31, 32-63, ns,
  *                 capped at 2^32 - 1); duel: the fastest's last t (bits 0-31) and whether it
  *                 waits for its pair (bit 32); settled: the agreed net bytes (all ranks'
@@ -88,8 +89,8 @@
 #define AUTOTUNE_SETTLED 2
 #define AUTOTUNE_PROBING 3
 #define AUTOTUNE_DUEL 4
-#define AUTOTUNE_DUEL_PAIRS 8 /* epochs of the runner-up, each against the fastest's before it */
-#define AUTOTUNE_DUEL_WINS 5  /* of those the runner-up must win to take the class */
+#define AUTOTUNE_DUEL_PAIRS 6 /* epochs of the runner-up, each against the fastest's before it */
+#define AUTOTUNE_DUEL_WINS 4  /* of those the runner-up must win to take the class */
 #define AUTOTUNE_NEVER (~0ull)
 #define AUTOTUNE_T_NONE 0xffffffffull /* no time (32 bits) */
 #define AUTOTUNE_NONE 0xff            /* no slot */
@@ -389,13 +390,15 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
    * its probe, and a home or runner-up there is forgotten. */
   if (phase >= AUTOTUNE_SETTLED && best && !autotune_slot(best)) again = 1;
   if (!autotune_slot(home)) home = AUTOTUNE_NONE;
-  if (phase == AUTOTUNE_EXPLORING && !autotune_slot(aux)) aux = AUTOTUNE_NONE;
+  if ((phase == AUTOTUNE_EXPLORING || phase == AUTOTUNE_DUEL) && !autotune_slot(aux))
+    aux = AUTOTUNE_NONE;
   if (phase >= AUTOTUNE_SETTLED && !autotune_slot(idx)) idx = AUTOTUNE_NONE;
   if (phase == AUTOTUNE_PROBING && !again && !autotune_slot(apply)) {
     phase = AUTOTUNE_SETTLED;
     apply = best;
     seen = drift = aux = 0;
   }
+  int advance = 0; /* on to the next candidate, or settle after the last */
   if (phase == AUTOTUNE_EXPLORING) {
     /* A candidate that ran as NCCL's own choice all epoch (not usable, or NCCL's pick) would
      * measure slot 0 again: skipped from its first epoch on; so is one whose slot was removed
@@ -407,45 +410,27 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
       if (seen == 3) first = (first & 0xffffffff) | t32 << 32;
     }
     if (skip || (used == idx && seen >= 4)) { /* measured three times: the median counts */
+      advance = 1;
       if (!skip) {
         __u64 m = autotune_median(first, t32);
-        __u64 bt = time & 0xffffffff, rt = time >> 32;
-        if (m < bt) {
-          aux = bt == AUTOTUNE_T_NONE ? AUTOTUNE_NONE : best;
-          rt = bt;
-          bt = m;
-          best = idx;
-        } else if (m < rt) {
-          aux = idx;
-          rt = m;
-        }
-        time = bt | rt << 32;
-      }
-      __u32 next = autotune_next(idx);
-      if (next < AUTOTUNE_CANDIDATES) {
-        idx = apply = next;
-        seen = 0;
-      } else {
-        __u64 bt = time & 0xffffffff, rt = time >> 32;
-        if (aux != AUTOTUNE_NONE && rt <= bt + bt / 4) {
-          /* A close second: the two alternate in a duel before the class settles. */
+        __u64 bt = time & 0xffffffff;
+        if (bt != AUTOTUNE_T_NONE && m <= bt + bt / 4 && bt <= m + m / 4) {
+          /* Within 1/4 of the best so far, either way: the two duel. */
           phase = AUTOTUNE_DUEL;
-          idx = aux;
           apply = best;
-          seen = drift = aux = first = 0;
-        } else {
-          /* Settled on the fastest, with no runner-up to probe (none came within 1/4). */
-          idx = AUTOTUNE_NONE;
-          phase = AUTOTUNE_SETTLED;
-          apply = best;
-          time = bt; /* the reference */
-          if (home == best) home = AUTOTUNE_NONE;
-          seen = drift = aux = 0;
+          time = bt | m << 32;
+          seen = drift = first = 0;
+          advance = 0;
+        } else if (m < bt) {
+          /* Far ahead: the new best, and the runner-up of the old one is far behind it. */
+          best = idx;
+          time = m | AUTOTUNE_T_NONE << 32;
+          aux = AUTOTUNE_NONE;
         }
       }
     }
   } else if (phase == AUTOTUNE_DUEL && !again) {
-    if (idx == AUTOTUNE_NONE) { /* the runner-up's slot was removed: the fastest stays */
+    if (idx == AUTOTUNE_NONE) { /* the challenger's slot was removed: the best stays */
       seen = AUTOTUNE_DUEL_PAIRS;
       drift = 0;
     } else if (used == best) {
@@ -457,20 +442,36 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
     }
     apply = apply == best ? idx : best; /* the next one runs the other (D epochs on) */
     if (seen >= AUTOTUNE_DUEL_PAIRS) {
-      /* The runner-up is kept for probes only when the two came within 1/8 (a close second
-       * that noise may still rank wrong). */
-      __u64 bt = time & 0xffffffff, rt = time >> 32;
-      __u64 loser = best;
-      time = rt;
-      if (drift < AUTOTUNE_DUEL_WINS) {
-        loser = idx;
-        time = bt;
+      __u64 bt = time & 0xffffffff, ct = time >> 32;
+      __u64 won = drift >= AUTOTUNE_DUEL_WINS;
+      __u64 loser = won ? best : idx, lt = won ? bt : ct;
+      if (won) {
+        best = idx;
+        bt = ct;
       }
-      best = loser == best ? idx : best;
-      __u64 lo = bt < rt ? bt : rt, hi = bt < rt ? rt : bt;
-      idx = loser != AUTOTUNE_NONE && hi <= lo + lo / 8 ? loser : AUTOTUNE_NONE;
+      /* The loser is the runner-up (probed now and then) when the two explored within 1/8 of
+       * each other: a close second that noise may still rank wrong. */
+      __u64 lo = bt < lt ? bt : lt, hi = bt < lt ? lt : bt;
+      if (loser != AUTOTUNE_NONE && hi <= lo + lo / 8)
+        aux = loser;
+      else if (won)
+        aux = AUTOTUNE_NONE;
+      time = bt | AUTOTUNE_T_NONE << 32;
+      phase = AUTOTUNE_EXPLORING;
+      advance = 1;
+    }
+  }
+  if (advance) {
+    __u32 next = autotune_next(idx);
+    if (next < AUTOTUNE_CANDIDATES) {
+      idx = apply = next;
+      seen = 0;
+    } else {
+      /* Settled on the best; the runner-up, if any, is probed now and then. */
+      idx = aux;
       phase = AUTOTUNE_SETTLED;
       apply = best;
+      time = time & 0xffffffff; /* the reference */
       if (home == best) home = AUTOTUNE_NONE;
       seen = drift = aux = 0;
     }
