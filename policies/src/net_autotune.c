@@ -39,11 +39,13 @@
  *              exploration, and the kept candidate becomes the class's home (what it was
  *              before the slowdown). Every 32 settled epochs a probe:
  *   probing    the home (has the slowdown ended?), or else the close runner-up (did noise
- *              rank the two wrong?), runs like an explored candidate (one discarded epoch, the
- *              median of three); faster than the reference by 1/16, it is kept from then on
- *              (the old one becomes the runner-up; home is cleared), else the class goes back
- *              to its kept candidate. A probe costs D + 3 epochs of the other candidate per
- *              32 + D + 3, and none at all when there is neither a home nor a close second.
+ *              rank the two wrong?), duels with the kept candidate as in exploring (6 pairs of
+ *              alternating epochs, adjacent epochs compared); with 4 wins it is kept from then
+ *              on (home is cleared; the reference stays and the EWMA follows the new choice;
+ *              the old one is the runner-up unless it lost every pair), else the class goes
+ *              back to its kept candidate.
+ *              A probe costs 6 epochs of the other candidate per 32 + 2 * 6 + D, and none at all
+ *              when there is neither a home nor a close second.
  * Every decision depends on agreed values only (the state, the config table, msg_size), so
  * every rank decides the same; the verifier checks it.
  *
@@ -68,15 +70,16 @@
  *   [1] ctl       phase (bits 0-7: 0 new, 1 exploring, 2 settled, 3 probing, 4 duel); bits 8-15:
  *                 exploring: the candidate being explored (duel: the challenger), else the
  *                 runner-up (0xff: none);
- *                 16-23: epochs the explored or probed candidate ran (duel: pairs); 24-31:
+ *                 16-23: epochs the explored or probed candidate ran (duel, probing: pairs); 24-31:
  *                 exploring and duel: best so far, else the kept candidate; 32-39: drift count
- *                 (duel: the challenger's wins); 40-47: explorations
+ *                 (duel and probing: the challenger's wins); 40-47: explorations
  *                 started (saturating); 48-55: home (0xff: none); 56-63: exploring and duel:
- *                 the runner-up so far, else settled epochs since the last probe
+ *                 the runner-up so far; probing: the challenger; settled: settled epochs
+ *                 since the last probe
  *   [2] time_ns   exploring: the best candidate's time (bits 0-31); duel: that and the
  *                 challenger's (32-63); else the reference (the kept candidate's)
- *   [3] exploring and probing: the candidate's first two measured t (bits 0-31, 32-63, ns,
- *                 capped at 2^32 - 1); duel: the fastest's last t (bits 0-31) and whether it
+ *   [3] exploring: the candidate's first two measured t (bits 0-31, 32-63, ns, capped at
+ *                 2^32 - 1); duel and probing: the best's last t (bits 0-31) and whether it
  *                 waits for its pair (bit 32); settled: the agreed net bytes (all ranks'
  *                 completions, sent and received) of the last epoch measured for the class, for
  *                 observers */
@@ -393,7 +396,7 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
   if ((phase == AUTOTUNE_EXPLORING || phase == AUTOTUNE_DUEL) && !autotune_slot(aux))
     aux = AUTOTUNE_NONE;
   if (phase >= AUTOTUNE_SETTLED && !autotune_slot(idx)) idx = AUTOTUNE_NONE;
-  if (phase == AUTOTUNE_PROBING && !again && !autotune_slot(apply)) {
+  if (phase == AUTOTUNE_PROBING && !again && !autotune_slot(aux)) {
     phase = AUTOTUNE_SETTLED;
     apply = best;
     seen = drift = aux = 0;
@@ -429,19 +432,20 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
         }
       }
     }
-  } else if (phase == AUTOTUNE_DUEL && !again) {
-    if (idx == AUTOTUNE_NONE) { /* the challenger's slot was removed: the best stays */
+  } else if ((phase == AUTOTUNE_DUEL || phase == AUTOTUNE_PROBING) && !again) {
+    __u64 ch = phase == AUTOTUNE_DUEL ? idx : aux; /* the challenger */
+    if (ch == AUTOTUNE_NONE) { /* the challenger's slot was removed: the best stays */
       seen = AUTOTUNE_DUEL_PAIRS;
       drift = 0;
     } else if (used == best) {
       first = t32 | 1ull << 32;
-    } else if (used == idx && (first >> 32)) {
+    } else if (used == ch && (first >> 32)) {
       ++seen;
       drift += t32 < (first & 0xffffffff);
       first = 0;
     }
-    apply = apply == best ? idx : best; /* the next one runs the other (D epochs on) */
-    if (seen >= AUTOTUNE_DUEL_PAIRS) {
+    apply = apply == best ? ch : best; /* the next one runs the other (D epochs on) */
+    if (seen >= AUTOTUNE_DUEL_PAIRS && phase == AUTOTUNE_DUEL) {
       __u64 bt = time & 0xffffffff, ct = time >> 32;
       __u64 won = drift >= AUTOTUNE_DUEL_WINS;
       __u64 loser = won ? best : idx, lt = won ? bt : ct;
@@ -459,6 +463,42 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
       time = bt | AUTOTUNE_T_NONE << 32;
       phase = AUTOTUNE_EXPLORING;
       advance = 1;
+    } else if (seen >= AUTOTUNE_DUEL_PAIRS) {
+      /* A probe's end: a challenger that won takes the class (the reference stays, and the
+       * EWMA follows it), and the old one is the runner-up unless it lost every pair; one
+       * that lost leaves it all as it was. */
+      if (drift >= AUTOTUNE_DUEL_WINS) {
+        idx = drift < AUTOTUNE_DUEL_PAIRS ? best : AUTOTUNE_NONE;
+        best = ch;
+        if (ch == home) home = AUTOTUNE_NONE;
+      }
+      phase = AUTOTUNE_SETTLED;
+      apply = best;
+      seen = drift = aux = first = 0;
+    }
+  } else if (phase == AUTOTUNE_SETTLED && used == apply && !again) {
+    if (t > time + time / 2) {
+      if (++drift >= 3) { /* slower by half three times in a row: explore again */
+        if (home == AUTOTUNE_NONE) home = best; /* what to come back to once it is over */
+        again = 1;
+      }
+    } else {
+      drift = 0;
+      time = time - time / 8 + t / 8;
+      if (++aux >= AUTOTUNE_PROBE_EVERY) {
+        /* A probe: the choice kept before a slowdown (has it recovered?), else a close
+         * runner-up (was it ranked right?), duels with the kept one. */
+        __u64 target = AUTOTUNE_NONE;
+        if (idx != best && autotune_slot(idx)) target = idx;
+        if (home != best && autotune_slot(home)) target = home;
+        aux = 0;
+        if (target != AUTOTUNE_NONE) {
+          phase = AUTOTUNE_PROBING;
+          aux = target;
+          apply = best;
+          seen = drift = first = 0;
+        }
+      }
     }
   }
   if (advance) {
@@ -473,45 +513,6 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
       apply = best;
       time = time & 0xffffffff; /* the reference */
       if (home == best) home = AUTOTUNE_NONE;
-      seen = drift = aux = 0;
-    }
-  } else if (phase == AUTOTUNE_SETTLED && used == apply && !again) {
-    if (t > time + time / 2) {
-      if (++drift >= 3) { /* slower by half three times in a row: explore again */
-        if (home == AUTOTUNE_NONE) home = best; /* what to come back to once it is over */
-        again = 1;
-      }
-    } else {
-      drift = 0;
-      time = time - time / 8 + t / 8;
-      if (++aux >= AUTOTUNE_PROBE_EVERY) {
-        /* A probe: the choice kept before a slowdown (has it recovered?), else a close
-         * runner-up (was it ranked right?). */
-        __u64 target = AUTOTUNE_NONE;
-        if (idx != best && autotune_slot(idx)) target = idx;
-        if (home != best && autotune_slot(home)) target = home;
-        aux = 0;
-        if (target != AUTOTUNE_NONE) {
-          phase = AUTOTUNE_PROBING;
-          apply = target;
-          seen = 0;
-        }
-      }
-    }
-  } else if (phase == AUTOTUNE_PROBING && used == apply && !again) {
-    ++seen; /* as in exploring: one discarded, the median of three */
-    if (seen == 2) first = t32;
-    if (seen == 3) first = (first & 0xffffffff) | t32 << 32;
-    if (seen >= 4) {
-      __u64 m = autotune_median(first, t32);
-      if (m < time - time / 16) { /* faster by a sixteenth: keep it */
-        if (apply == home) home = AUTOTUNE_NONE;
-        idx = time <= m + m / 8 ? best : AUTOTUNE_NONE; /* the old one: a runner-up if close */
-        best = apply;
-        time = m;
-      }
-      phase = AUTOTUNE_SETTLED;
-      apply = best;
       seen = drift = aux = 0;
     }
   }
