@@ -57,10 +57,10 @@
  * Pins (autotune_pin, NCCLBPF_CONFIG, changed by staged updates): one u64 per class; 0 (the
  * default) lets the policy decide, c + 1 applies candidate c (0: NCCL's choice) to the class
  * from the staged collective on, on every rank alike, until the pin is set back to 0 (a slot
- * that holds no candidate applies NCCL's choice). The state is left as it is: an epoch that ran
- * a pinned candidate other than the one the state applies teaches nothing (the epoch program
- * learns only from epochs that ran the state's own candidate), so unpinning returns the class
- * to where it was. What for: an operator works around a bad choice without unloading the
+ * that holds no candidate applies NCCL's choice). The state is left as it is: an epoch with a
+ * pinned collective in its class teaches nothing (the tuner program counts them in
+ * autotune_calls; the epoch program skips such epochs, even where the pin names a candidate
+ * the state would apply or is dueling), so unpinning returns the class to where it was. What for: an operator works around a bad choice without unloading the
  * policy, or compares candidates on the running communicator, in turn, against the policy's
  * own choice (bench/gpu/autotune.sh does, with `ncclbpf config --at-seq N PID... autotune_pin
  * CLASS=VALUE`).
@@ -137,6 +137,7 @@ struct autotune_calls {
                      * the candidate (every call of an epoch sees the same state) */
   __u64 same;       /* collectives whose candidate ran as NCCL's own choice: NCCL cannot use
                      * it (not usable in its cost table) or it is NCCL's pick already */
+  __u64 pinned;     /* collectives an autotune_pin decided: their epoch teaches nothing */
 };
 
 struct {
@@ -263,7 +264,11 @@ int net_autotune(struct ncclbpf_tuner_ctx *ctx) {
   struct autotune_class_state *st = bpf_map_lookup_elem(&autotune_state, &k);
   if (st) cand = st->apply & (AUTOTUNE_CANDIDATES - 1);
   __u64 *pin = bpf_map_lookup_elem(&autotune_pin, &k);
-  if (pin && *pin) cand = (*pin - 1) & (AUTOTUNE_CANDIDATES - 1);
+  __u64 pinned = 0;
+  if (pin && *pin) {
+    cand = (*pin - 1) & (AUTOTUNE_CANDIDATES - 1);
+    pinned = 1;
+  }
   struct autotune_candidate c;
   __u64 same = 0;
   if (cand && autotune_candidate(cand, &c)) {
@@ -280,6 +285,7 @@ int net_autotune(struct ncclbpf_tuner_ctx *ctx) {
   __sync_fetch_and_add(&calls->bytes, n);
   __sync_fetch_and_add(&calls->cand_plus1, cand + 1);
   __sync_fetch_and_add(&calls->same, same);
+  __sync_fetch_and_add(&calls->pinned, pinned);
   return 0;
 }
 
@@ -359,6 +365,7 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
   __u64 used1 = c->cand_plus1 / n;
   if (used1 == 0 || used1 > AUTOTUNE_CANDIDATES || used1 * n != c->cand_plus1)
     return 0; /* not one candidate for the whole epoch: nothing to learn */
+  if (c->pinned) return 0; /* an operator's (or a benchmark's) pin decided: nothing to learn */
   __u64 used = used1 - 1;
   __u32 zero = 0;
   struct autotune_net *net = bpf_map_lookup_elem(&autotune_net_agreed, &zero);

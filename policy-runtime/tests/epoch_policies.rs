@@ -863,6 +863,20 @@ fn autotune_pins_apply_a_candidate_and_leave_the_state_alone() {
         .unwrap();
     set(CLASS_1M, 2 + 1);
     assert_eq!(one(&s.run_epoch(&|_| MIB, &slow)), (-1, -1, 0));
+    // Pinned to the kept candidate itself, ten times slower: still nothing learnt (the pin,
+    // not the policy, decided those epochs), so no drift and no exploration.
+    set(CLASS_1M, 3 + 1);
+    for _ in 0..D + 1 {
+        s.run_epoch(&|_| MIB, &slow);
+    }
+    let state = s.state;
+    for _ in 0..8 {
+        assert_eq!(one(&s.run_epoch(&|_| MIB, &slow)), (RING, LL128, 0));
+    }
+    assert_eq!(
+        s.state, state,
+        "epochs pinned to the kept candidate change nothing"
+    );
     // Unpinned: the kept candidate again, and the state it left behind goes on from there.
     set(CLASS_1M, 0);
     for _ in 0..D + 2 {
