@@ -33,15 +33,15 @@
 # NCCL's own choice (LL128 not usable, or NCCL's pick) only D before it is skipped: a size class
 # new at an epoch boundary settles by collective 8 (D + 3) K + 1 = 1281 of its phase, the first
 # phase of a communicator 2 D epochs later (no opinion before 2 D K + 1): 45 epochs, 1440
-# collectives. Each candidate that explores within 1/4 of the best so far then duels with it for
-# DUEL=6 pairs of epochs (2 DUEL + D = 14 epochs, the choice alternating): bound
-# (45 + 14 d) K for a phase with d duels (the report counts them from the epoch log,
-# NCCL_BPF_AGREEMENT_LOG=1). The sizes run 3200 = 100 epochs each (room for 3 duels before the
-# last MEASURE=256 are measured, from 2945 on). Drift is three slow epochs in a row, so the
-# flood lasts 100 epochs: 3 to notice, D of delay, then the exploration and its duels; 100
-# epochs after it (an exploration still running at the flood's end, then the measured window).
-# Decode: K=$KDEC makes an epoch one token, settled by token 45 + 14 d; 100 tokens, the last
-# MEASURE_TOKENS=12 measured.
+# collectives. Each candidate that explores within 1/4 of the best so far then duels with it:
+# pairs of alternating epochs until one side leads by 4, at most DUEL=16 pairs (2 DUEL + D = 34
+# epochs, the choice alternating): bound (45 + 34 d) K for a phase with d duels (the report
+# counts them from the epoch log, NCCL_BPF_AGREEMENT_LOG=1; a clear duel takes 4-7 pairs). The
+# sizes run 4800 = 150 epochs each (the last MEASURE=256 measured). Drift is three slow epochs in
+# a row, so the flood lasts 150 epochs: 3 to notice, D of delay, then the exploration and its
+# duels; 150 epochs after it (an exploration still running at the flood's end, then the
+# measured window). Decode: K=$KDEC makes an epoch one token, settled by token 45 + 34 d; 150
+# tokens, the last MEASURE_TOKENS=12 measured.
 # LEARN and DUEL go into meta.txt for the report.
 # LL128=1 (default) adds jobs 2 and 3 again with NCCL_PROTO=LL,LL128,Simple (labels autoll128,
 # autodecll128): NCCL here leaves LL128 off unless NCCL_PROTO names it, and a tuner's LL128
@@ -80,7 +80,7 @@ D=${D:-2}
 KDEC=${KDEC:-160}
 CANDS=${CANDS-}
 FLOOD_PAIRS=${FLOOD_PAIRS:-4}
-CONTEND=${CONTEND:-1048576:320:3200:3200}
+CONTEND=${CONTEND:-1048576:320:4800:4800}
 CONTEND_STATIC=${CONTEND_STATIC:-0}
 LL128=${LL128:-0}
 ROUNDS=${ROUNDS:-1}
@@ -107,9 +107,9 @@ ab() { echo "ab:$1:$2:$AB_ROUNDS:$AB_ARMS"; }
 CB=${CONTEND%%:*}
 # Into the flood (long enough to notice, explore again and settle), the comparison during it, out
 # of it (long enough to probe the old choice again), the comparison after it.
-CONTEND_PLAN=${CONTEND_PLAN:-floodon:0;fsize:$CB:3200;$(ab "$CB" "$AB_BLOCK");floodoff:0;fsize:$CB:3200;$(ab "$CB" "$AB_BLOCK")}
-AUTO_PLAN=${AUTO_PLAN:-${ISWEEP:+$ISWEEP;}size:65536:3200;$(ab 65536 "$AB_BLOCK");size:1048576:3200;$(ab 1048576 "$AB_BLOCK");size:16777216:3200;$(ab 16777216 "$AB_BLOCK_LARGE");${ISWEEP:+$ISWEEP;}$CONTEND_PLAN}
-DEC_PLAN=${DEC_PLAN:-decode:262144:100;abdec:262144:$AB_TOKENS:$AB_ROUNDS:$AB_ARMS}
+CONTEND_PLAN=${CONTEND_PLAN:-floodon:0;fsize:$CB:4800;$(ab "$CB" "$AB_BLOCK");floodoff:0;fsize:$CB:4800;$(ab "$CB" "$AB_BLOCK")}
+AUTO_PLAN=${AUTO_PLAN:-${ISWEEP:+$ISWEEP;}size:65536:4800;$(ab 65536 "$AB_BLOCK");size:1048576:4800;$(ab 1048576 "$AB_BLOCK");size:16777216:4800;$(ab 16777216 "$AB_BLOCK_LARGE");${ISWEEP:+$ISWEEP;}$CONTEND_PLAN}
+DEC_PLAN=${DEC_PLAN:-decode:262144:150;abdec:262144:$AB_TOKENS:$AB_ROUNDS:$AB_ARMS}
 # The report's windows: the last MEASURE all_reduces of each net_autotune size phase, the last
 # MEASURE_TOKENS tokens of its decode phase, the last SWEEP_FRACTION of each static phase.
 MEASURE=${MEASURE:-256}
@@ -117,7 +117,7 @@ MEASURE_TOKENS=${MEASURE_TOKENS:-12}
 # Epochs net_autotune learns from per candidate (4 with the median of three; 3 from commit
 # 88a60e5, 2 before), for the report's convergence bound.
 LEARN=${LEARN:-4}
-DUEL=${DUEL:-6}
+DUEL=${DUEL:-16}
 SWEEP_FRACTION=${SWEEP_FRACTION:-0.6}
 DEADLINE=${DEADLINE:-540}
 T_STATIC=${T_STATIC:-150}

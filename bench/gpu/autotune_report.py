@@ -355,8 +355,8 @@ def report(w, outdir):
     # policy.
     learn = int(meta.get("LEARN", 2))
     cyc = D + learn - 1
-    # A duel of DUEL pairs per candidate that explored within 1/4 of the best so far: 2 DUEL + D
-    # epochs more each, the choice alternating. How many a phase had comes from the job's epoch
+    # A duel of at most DUEL pairs per candidate that explored within 1/4 of the best so far:
+    # 2 DUEL + D epochs more each at most, the choice alternating. How many a phase had comes from the job's epoch
     # log (NCCL_BPF_AGREEMENT_LOG=1; runs before DUEL was written had none); the stated bound
     # without duels, and the one of a phase with its duels.
     duel = int(meta.get("DUEL", 0))
@@ -392,7 +392,7 @@ def report(w, outdir):
       f"({NCAND}·(D + {learn - 1}) + 2·D + 1{f' + d·(2·{duel} + D)' if duel else ''})·K = {bound}{f' + d·{duel_ep * K}' if duel else ''} collectives ({bound_tok}{f' + d·{duel_ep}' if duel else ''} tokens for decode){', d the duels the phase had (from the epoch log)' if duel else ''}: each candidate runs D + {learn - 1} epochs "
       f"({learn} learnt from: {'one discarded, the median of three measured' if learn == 4 else 'one discarded, the mean of two measured' if learn == 3 else 'one discarded, one measured' if learn == 2 else 'see LEARN'}; "
       f"D - 1 more while the last one's figures are agreed; one that runs as NCCL's own choice is skipped after D); the first phase also waits 2·D epochs for the first opinion"
-      f"{f'; a candidate within 1/4 of the best so far duels with it for {duel} pairs of alternating epochs (2·{duel} + D)' if duel else ''}. "
+      f"{f'; a candidate within 1/4 of the best so far duels with it, pairs of alternating epochs until one side leads by 4 (at most {duel} pairs, 2·{duel} + D epochs; runs before the sequential duel: exactly {duel} pairs)' if duel else ''}. "
       f"'In-process': what the same job measured per applied choice while exploring (first epoch of each run left out) against its settled window. "
       f"Pass (by choice): in every round, the static time of the choice net_autotune settled on (the best static time among the candidates NCCL "
       f"applied as that choice) ≤ {TOL:.2f} × the best static time, converged within the bound, the choice constant over the window. "

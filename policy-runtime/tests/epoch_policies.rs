@@ -256,10 +256,13 @@ const CLASS_1M: usize = 5; // [1 MiB, 4 MiB)
 const EXPLORING: u64 = 1;
 const SETTLED: u64 = 2;
 const DUEL: u64 = 4;
-const DUEL_PAIRS: usize = 6;
+/// Pairs won ahead that end a duel (so the pairs of a duel with one side winning every pair).
+const DUEL_MARGIN: usize = 4;
+/// Pairs a duel has at most.
+const DUEL_MAX: usize = 16;
 /// Epochs within which a new class settles: every candidate explored, each of the 7 after slot 0
-/// in a duel (2 * DUEL_PAIRS + D epochs at most).
-const SETTLE_MAX: usize = 8 * (3 + D as usize) + 1 + 7 * (2 * DUEL_PAIRS + D as usize);
+/// in a duel (2 * DUEL_MAX + D epochs at most).
+const SETTLE_MAX: usize = 8 * (3 + D as usize) + 1 + 7 * (2 * DUEL_MAX + D as usize);
 
 fn autotune(tier: Tier) -> Sim {
     Sim::new(
@@ -337,14 +340,14 @@ fn autotune_explores_every_candidate_and_keeps_the_fastest() {
         // measured) and D - 1 more while the last one's figures were agreed; Ring/Simple
         // (90 us) came within 1/4 of NCCL's choice (100 us), the best then: one duel.
         assert!(
-            n <= 8 * (3 + D as usize) + 1 + 2 * DUEL_PAIRS + D as usize,
+            n <= 8 * (3 + D as usize) + 1 + 2 * DUEL_MAX + D as usize,
             "settled after {n} epochs"
         );
         let alternations = seen
             .windows(3)
             .filter(|w| w[0] == w[2] && w[0] != w[1])
             .count();
-        assert!(alternations >= 2 * DUEL_PAIRS - 2, "one duel: {seen:?}");
+        assert!(alternations >= 2 * DUEL_MARGIN - 2, "one duel: {seen:?}");
         for c in [
             (-1, -1, 0),
             (RING, SIMPLE, 0),
@@ -460,10 +463,10 @@ fn autotune_skips_candidates_that_run_as_nccls_choice() {
         // epochs per pair more on those two.
         assert_eq!(duels, 2, "{seen:?}");
         for c in [(TREE, SIMPLE, 0), (RING, SIMPLE, 2)] {
-            assert!(runs(c) >= 3 + D as usize + DUEL_PAIRS, "{c:?}: {seen:?}");
+            assert!(runs(c) >= 3 + D as usize + DUEL_MARGIN, "{c:?}: {seen:?}");
         }
         let n = seen.len();
-        let bound = 5 * (3 + D as usize) + 3 * D as usize + 1 + 2 * (2 * DUEL_PAIRS + D as usize);
+        let bound = 5 * (3 + D as usize) + 3 * D as usize + 1 + 2 * (2 * DUEL_MAX + D as usize);
         assert!(n <= bound, "{n} epochs: {seen:?}");
         let [apply, ctl, time, _] = s.class(CLASS_1M);
         assert_eq!((apply, time), (4, 80_000), "Tree/Simple");
@@ -557,7 +560,7 @@ fn autotune_comes_back_home_when_contention_ends() {
     assert!(probes > 0, "home was probed");
     assert_eq!(kept_and_home(&s), (6, 3));
     // Over: back home within a probe period and a probe (a duel).
-    let back = PROBE_EVERY + 2 * DUEL_PAIRS + 2 * D as usize + 2;
+    let back = PROBE_EVERY + 2 * DUEL_MAX + 2 * D as usize + 2;
     let (n, _) = autotune_until(&mut s, 1, back, &|s| {
         kept_and_home(s) == (3, 0xff) && phase(s) == SETTLED
     });
@@ -615,7 +618,7 @@ fn autotune_probes_a_close_runner_up_and_only_that() {
             .all(|&d| d == (TREE, SIMPLE, 0))
     );
     // The probe is a duel: the two alternate, epoch for epoch.
-    let (_, duel) = run_until(&mut s, &close, 2 * DUEL_PAIRS + D as usize + 1, &settled);
+    let (_, duel) = run_until(&mut s, &close, 2 * DUEL_MAX + D as usize + 1, &settled);
     assert!(duel.contains(&(RING, SIMPLE, 0)) && duel.contains(&(TREE, SIMPLE, 0)));
     assert_eq!(kept_and_home(&s).0, 4);
     assert_eq!((s.class(CLASS_1M)[1] >> 8) & 0xff, 1, "still the runner-up");
@@ -625,7 +628,7 @@ fn autotune_probes_a_close_runner_up_and_only_that() {
         (RING, SIMPLE, 0) => 74_000,
         _ => close(c),
     };
-    let bound = PROBE_EVERY + 2 * DUEL_PAIRS + 2 * D as usize + 2;
+    let bound = PROBE_EVERY + 2 * DUEL_MAX + 2 * D as usize + 2;
     let (n, _) = run_until(&mut s, &faster, bound, &|s| {
         settled(s) && kept_and_home(s).0 == 1
     });
@@ -684,7 +687,7 @@ fn autotune_duel_decides_between_two_close_candidates_epoch_for_epoch() {
         );
         let mut duel = vec![];
         while phase(&s) == DUEL {
-            assert!(duel.len() <= 2 * DUEL_PAIRS + D as usize, "{duel:?}");
+            assert!(duel.len() <= 2 * DUEL_MAX + D as usize, "{duel:?}");
             let d = one(&s.run_epoch(&|_| MIB, &cost));
             duel_epochs.set(duel_epochs.get() + u64::from(d == (TREE, SIMPLE, 0)));
             duel.push(d);
@@ -735,10 +738,15 @@ fn autotune_duel_keeps_the_best_against_a_slower_challenger() {
         (1, 4),
         "Ring/Simple against Tree/Simple"
     );
-    let (n, duel) = run_until(&mut s, &cost, 2 * DUEL_PAIRS + D as usize + 1, &|s| {
+    let (n, duel) = run_until(&mut s, &cost, 2 * DUEL_MAX + D as usize + 1, &|s| {
         phase(s) != DUEL
     });
-    assert!(n >= 2 * DUEL_PAIRS, "{duel:?}");
+    // Every pair to the best: over once it leads by DUEL_MARGIN (plus the D epochs still
+    // running the explored candidate), long before DUEL_MAX.
+    assert!(
+        n >= 2 * DUEL_MARGIN && n <= 2 * DUEL_MARGIN + D as usize + 1,
+        "{n}: {duel:?}"
+    );
     assert_eq!(kept_and_home(&s).0, 1, "Ring/Simple stays the best");
     assert_eq!(
         (s.class(CLASS_1M)[1] >> 32) & 0xff,
@@ -757,6 +765,46 @@ fn autotune_duel_keeps_the_best_against_a_slower_challenger() {
         4,
         "Tree/Simple, within 1/8, is the runner-up"
     );
+}
+
+/// A close duel goes on: Tree/Simple, the challenger, alternates between 75 and 95 us in the
+/// duel (Ring/Simple, the best, runs 85), so it wins every other pair and neither side ever
+/// leads by DUEL_MARGIN; after DUEL_MAX pairs the 8:8 tie keeps the best.
+#[test]
+fn autotune_duel_goes_on_while_close_and_a_tie_keeps_the_best() {
+    use std::cell::Cell;
+    let (in_duel, tree_epochs) = (Cell::new(false), Cell::new(0u64));
+    let cost = |c: &TunerCtx| match decision(c) {
+        (TREE, SIMPLE, 0) if in_duel.get() => {
+            if tree_epochs.get() % 2 == 0 {
+                75_000
+            } else {
+                95_000
+            }
+        }
+        (TREE, SIMPLE, 0) => 90_000,
+        (RING, SIMPLE, 0) => 85_000,
+        _ => 200_000,
+    };
+    let mut s = autotune(Tier::Jit);
+    run_until(&mut s, &cost, SETTLE_MAX, &|s| phase(s) == DUEL);
+    assert_eq!(kept_and_home(&s).0, 1);
+    in_duel.set(true);
+    let mut duel = vec![];
+    while phase(&s) == DUEL {
+        assert!(duel.len() <= 2 * DUEL_MAX + D as usize, "{duel:?}");
+        let d = one(&s.run_epoch(&|_| MIB, &cost));
+        if d == (TREE, SIMPLE, 0) {
+            tree_epochs.set(tree_epochs.get() + 1);
+        }
+        duel.push(d);
+    }
+    assert!(
+        duel.len() >= 2 * DUEL_MAX,
+        "{} epochs: {duel:?}",
+        duel.len()
+    );
+    assert_eq!(kept_and_home(&s).0, 1, "a tie keeps Ring/Simple: {duel:?}");
 }
 
 #[test]
@@ -1104,7 +1152,7 @@ fn autotune_after_coming_home_probes_no_distant_runner_up() {
     autotune_until(
         &mut s,
         1,
-        PROBE_EVERY + 2 * DUEL_PAIRS + 2 * D as usize + 2,
+        PROBE_EVERY + 2 * DUEL_MAX + 2 * D as usize + 2,
         &|s| kept_and_home(s) == (3, 0xff) && phase(s) == SETTLED,
     );
     // Let the last probe's epochs drain, then count what else runs.
