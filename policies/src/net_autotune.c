@@ -34,11 +34,15 @@
  *              the epoch-to-epoch noise of the GPU machine's jobs, a challenger 10 % faster
  *              wins 98.6 % of duels, one 5 % slower 5.5 %, against 87.5 % and 8.6 % for a
  *              fixed 6 pairs: bench/gpu/autotune_duel_power.py). The loser is the runner-up
- *              when the two explored
- *              within 1/8 of each other. Epochs that ran neither (the D epochs the explored
- *              candidate still runs) teach the duel nothing. A duel costs at most 2 * 16 + D
- *              epochs, half of them on a choice within 1/4 of the best, per close candidate;
- *              exploration then goes on with the next one.
+ *              when the two explored within 1/8 of each other. Only a challenger epoch right
+ *              after a best epoch (by the agreed epoch numbers) makes a pair: not the D epochs
+ *              the explored candidate still runs when the duel starts, nor two epochs a gap
+ *              (pins, other classes' epochs) apart. A duel costs at most 2 * 16 + D epochs,
+ *              half of them on a choice within 1/4 of the best, per close candidate; one that
+ *              cannot form pairs (its class dominant only in short bursts, so the flips do not
+ *              alternate what runs) ends 64 epochs after it began, by the pairs it had.
+ *              Exploration then goes on with the next candidate (after a removed challenger's
+ *              slot too).
  *   settled    t of the kept candidate is tracked (EWMA 7/8, the reference); t above 3/2 of the
  *              reference in three measured epochs in a row (not one or two stalls) starts a new
  *              exploration, and the kept candidate becomes the class's home (what it was
@@ -84,8 +88,9 @@
  *   [2] time_ns   exploring: the best candidate's time (bits 0-31); duel: that and the
  *                 challenger's (32-63); else the reference (the kept candidate's)
  *   [3] exploring: the candidate's first two measured t (bits 0-31, 32-63, ns, capped at
- *                 2^32 - 1); duel and probing: the best's last t (bits 0-31) and whether it
- *                 waits for its pair (bit 32); settled: the agreed net bytes (all ranks'
+ *                 2^32 - 1); duel and probing: the best's last t (bits 0-31), whether it
+ *                 waits for its pair (bit 32), its epoch (33-47, mod 2^15) and the duel's
+ *                 first epoch (48-63, mod 2^16); settled: the agreed net bytes (all ranks'
  *                 completions, sent and received) of the last epoch measured for the class, for
  *                 observers */
 #include "ncclbpf.h"
@@ -99,6 +104,7 @@
 #define AUTOTUNE_DUEL 4
 #define AUTOTUNE_DUEL_MARGIN 4 /* pairs won ahead, by either side, that end a duel */
 #define AUTOTUNE_DUEL_MAX 16   /* pairs at most; then the one with more wins (a tie: the best) */
+#define AUTOTUNE_DUEL_EPOCHS (4 * AUTOTUNE_DUEL_MAX) /* epochs at most, counted from its first */
 #define AUTOTUNE_NEVER (~0ull)
 #define AUTOTUNE_T_NONE 0xffffffffull /* no time (32 bits) */
 #define AUTOTUNE_NONE 0xff            /* no slot */
@@ -388,6 +394,7 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
   __u64 best = (ctl >> 24) & 0xff, drift = (ctl >> 32) & 0xff, rounds = (ctl >> 40) & 0xff;
   __u64 home = (ctl >> 48) & 0xff, aux = (ctl >> 56) & 0xff;
   __u64 t32 = t > 0xffffffff ? 0xffffffff : t;
+  __u64 ep = ctx->epoch; /* agreed: the epoch just combined */
 #define AUTOTUNE_EXPLORE_AGAIN                                                                  \
   do {                                                                                          \
     phase = AUTOTUNE_EXPLORING;                                                                 \
@@ -407,7 +414,8 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
   if (!autotune_slot(home)) home = AUTOTUNE_NONE;
   if ((phase == AUTOTUNE_EXPLORING || phase == AUTOTUNE_DUEL) && !autotune_slot(aux))
     aux = AUTOTUNE_NONE;
-  if (phase >= AUTOTUNE_SETTLED && !autotune_slot(idx)) idx = AUTOTUNE_NONE;
+  if ((phase == AUTOTUNE_SETTLED || phase == AUTOTUNE_PROBING) && !autotune_slot(idx))
+    idx = AUTOTUNE_NONE;
   if (phase == AUTOTUNE_PROBING && !again && !autotune_slot(aux)) {
     phase = AUTOTUNE_SETTLED;
     apply = best;
@@ -434,7 +442,8 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
           phase = AUTOTUNE_DUEL;
           apply = best;
           time = bt | m << 32;
-          seen = drift = first = 0;
+          seen = drift = 0;
+          first = (ep & 0xffff) << 48; /* the duel's first epoch */
           advance = 0;
         } else if (m < bt) {
           /* Far ahead: the new best, and the runner-up of the old one is far behind it. */
@@ -446,21 +455,30 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
     }
   } else if ((phase == AUTOTUNE_DUEL || phase == AUTOTUNE_PROBING) && !again) {
     __u64 ch = phase == AUTOTUNE_DUEL ? idx : aux; /* the challenger */
-    if (ch == AUTOTUNE_NONE) { /* the challenger's slot was removed: the best stays */
+    __u64 start = first & 0xffff000000000000ull;
+    /* A pair is a challenger epoch right after a best epoch (the epoch numbers are agreed),
+     * never two epochs a gap (pins, other classes' epochs) apart. */
+    int removed = !autotune_slot(ch);
+    if (removed) { /* the challenger's slot was removed: the best stays */
       seen = AUTOTUNE_DUEL_MAX;
       drift = 0;
     } else if (used == best) {
-      first = t32 | 1ull << 32;
-    } else if (used == ch && (first >> 32)) {
+      first = start | (ep & 0x7fff) << 33 | 1ull << 32 | t32;
+    } else if (used == ch && ((first >> 32) & 1) && ((ep - (first >> 33)) & 0x7fff) == 1) {
       ++seen;
       drift += t32 < (first & 0xffffffff);
-      first = 0;
+      first = start;
+    } else {
+      first = start;
     }
     apply = apply == best ? ch : best; /* the next one runs the other (D epochs on) */
-    /* Sequential: a clear lead ends the duel early, a close one goes on to DUEL_MAX pairs. */
+    /* Sequential: a clear lead ends the duel early, a close one goes on to DUEL_MAX pairs;
+     * one that cannot form pairs (the class dominant only now and then, so that the flips
+     * do not alternate what runs) ends after DUEL_EPOCHS, by the pairs it had. */
     __u64 lost = seen - drift;
     __u64 over = seen >= AUTOTUNE_DUEL_MAX || drift >= lost + AUTOTUNE_DUEL_MARGIN ||
-                 lost >= drift + AUTOTUNE_DUEL_MARGIN;
+                 lost >= drift + AUTOTUNE_DUEL_MARGIN ||
+                 ((ep - (start >> 48)) & 0xffff) >= AUTOTUNE_DUEL_EPOCHS;
     __u64 won = drift > lost;
     if (over && phase == AUTOTUNE_DUEL) {
       __u64 bt = time & 0xffffffff, ct = time >> 32;
@@ -472,12 +490,13 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
       /* The loser is the runner-up (probed now and then) when the two explored within 1/8 of
        * each other: a close second that noise may still rank wrong. */
       __u64 lo = bt < lt ? bt : lt, hi = bt < lt ? lt : bt;
-      if (loser != AUTOTUNE_NONE && hi <= lo + lo / 8)
+      if (!removed && hi <= lo + lo / 8)
         aux = loser;
       else if (won)
         aux = AUTOTUNE_NONE;
       time = bt | AUTOTUNE_T_NONE << 32;
       phase = AUTOTUNE_EXPLORING;
+      first = 0;
       advance = 1;
     } else if (over) {
       /* A probe's end: a challenger that won takes the class (the reference stays, and the
@@ -512,7 +531,8 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
           phase = AUTOTUNE_PROBING;
           aux = target;
           apply = best;
-          seen = drift = first = 0;
+          seen = drift = 0;
+          first = (ep & 0xffff) << 48; /* the duel's first epoch */
         }
       }
     }

@@ -260,6 +260,8 @@ const DUEL: u64 = 4;
 const DUEL_MARGIN: usize = 4;
 /// Pairs a duel has at most.
 const DUEL_MAX: usize = 16;
+/// Epochs a duel lasts at most, counted from its first, pairs or not.
+const DUEL_EPOCHS: usize = 4 * DUEL_MAX;
 /// Epochs within which a new class settles: every candidate explored, each of the 7 after slot 0
 /// in a duel (2 * DUEL_MAX + D epochs at most).
 const SETTLE_MAX: usize = 8 * (3 + D as usize) + 1 + 7 * (2 * DUEL_MAX + D as usize);
@@ -1106,6 +1108,54 @@ fn autotune_exploration_goes_on_when_the_explored_slot_is_removed() {
         }
     }
     assert_eq!(last, SETTLED, "stuck: class state {:?}", s.class(CLASS_1M));
+}
+
+/// A challenger's slot removed during its duel ends the duel (the best stays, the removed slot
+/// is no runner-up) and exploration goes on with the candidates after it: default costs, where
+/// Ring/Simple (slot 1, 90 us) duels NCCL's choice (100 us), and Ring/LL128 (slot 3, 50 us)
+/// must still be found.
+#[test]
+fn autotune_duel_ends_and_exploration_goes_on_when_the_challenger_is_removed() {
+    let mut s = autotune(Tier::Jit);
+    run_until(&mut s, &autotune_cost, SETTLE_MAX, &|s| phase(s) == DUEL);
+    assert_eq!(
+        (s.class(CLASS_1M)[1] >> 8) & 0xff,
+        1,
+        "Ring/Simple challenges"
+    );
+    s.map("autotune_candidates")
+        .update(&1u32.to_le_bytes(), &candidate_entry(0, 0, 0, 2), 0)
+        .unwrap();
+    let cost = |c: &TunerCtx| match decision(c) {
+        (RING, SIMPLE, 0) => panic!("a removed candidate ran"),
+        _ => autotune_cost(c),
+    };
+    run_until(&mut s, &cost, SETTLE_MAX, &|s| phase(s) == SETTLED);
+    let [apply, ctl, _, _] = s.class(CLASS_1M);
+    assert_eq!(apply, 3, "Ring/LL128, explored after the duel ended");
+    assert_ne!((ctl >> 8) & 0xff, 1, "the removed slot is no runner-up");
+    assert_eq!(rounds(&s), 1);
+}
+
+/// A class dominant only in bursts of D epochs (here 1 MiB for 2 epochs, then 1 KiB for 8)
+/// flips its duel's choice twice per burst, so what runs never alternates and no pair forms:
+/// the duel ends by its epoch bound instead of running one candidate for good.
+#[test]
+fn autotune_duel_without_pairs_ends_by_its_epoch_bound() {
+    let mut s = autotune(Tier::Jit);
+    run_until(&mut s, &autotune_cost, SETTLE_MAX, &|s| phase(s) == DUEL);
+    let mut n = 0;
+    while phase(&s) == DUEL {
+        n += 1;
+        assert!(
+            n <= 20 * DUEL_EPOCHS,
+            "a duel without pairs went on: {:?}",
+            s.class(CLASS_1M)
+        );
+        let size = if n % 10 < D as usize { MIB } else { 1024 };
+        s.run_epoch(&|_| size, &autotune_cost);
+    }
+    assert_ne!(phase(&s), DUEL);
 }
 
 /// The same for a probe: the probed runner-up's slot removed while it is probed leaves the

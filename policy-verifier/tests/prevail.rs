@@ -493,10 +493,16 @@ fn prevail_verdict(src: &Source, timeout: Duration) -> platform::Verdict {
     v
 }
 
+/// Programs up to this many instructions get the base timeout; a longer one gets it once per
+/// this many instructions (net_autotune's epoch program, about 1,300 instructions, takes
+/// PREVAIL 1.5 to 3 s on the 2-core build machine).
+const TIMEOUT_INSNS: usize = 256;
+
 fn compare(name: &str, src: &Source, timeout: Duration) -> Outcome {
     let (prog, maps) = src.load();
     let ours = policy_verifier::verify(&prog, &map_infos(&maps), Limits::default());
-    let theirs = prevail_verdict(src, timeout);
+    let scale = prog.insns.len().div_ceil(TIMEOUT_INSNS).max(1) as u32;
+    let theirs = prevail_verdict(src, timeout * scale);
     let class = match (ours.is_ok(), theirs.accepted) {
         (true, true) => Class::BothAccept,
         (false, false) => Class::BothReject,
@@ -535,7 +541,8 @@ fn listing(p: &Program, at: Option<usize>) -> String {
 
 /// Compares every case, a few at a time (each PREVAIL run is a child process).
 fn compare_all(cases: &[(String, Source)]) -> Vec<Outcome> {
-    // PREVAIL verifies each of these programs in milliseconds when it finishes at all; an
+    // PREVAIL verifies most of these programs in milliseconds when it finishes at all, the
+    // largest in seconds (the timeout grows with a program's length: TIMEOUT_INSNS); an
     // unoptimized build is ten times slower.
     let default = if cfg!(debug_assertions) { 30_000 } else { 3000 };
     let timeout = Duration::from_millis(env_u64("NCCLBPF_PREVAIL_TIMEOUT_MS", default));
