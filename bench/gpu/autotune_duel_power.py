@@ -17,11 +17,9 @@ e.g. for the logs kept in bench/results:
 """
 import glob
 import math
-import re
 import sys
 
-EPOCH = re.compile(r"epoch (\d+) applied: rank times \(us\) ([\d. ]+); state (.*)")
-WORD = re.compile(r"\[(\d+)\]=")
+from autotune_report import EPOCH, STATE_WORD  # the epoch line's format, in one place
 
 
 def ratios(dirs):
@@ -31,7 +29,7 @@ def ratios(dirs):
         for line in open(f, errors="replace"):
             m = EPOCH.search(line)
             if m:
-                applies = any(int(i) % 4 == 0 for i in WORD.findall(m.group(3)))
+                applies = any(int(w.group(1)) % 4 == 0 for w in STATE_WORD.finditer(m.group(3)))
                 ep.append((int(m.group(1)), max(float(x) for x in m.group(2).split()), applies))
         for (e1, t1, c1), (e2, t2, c2) in zip(ep, ep[1:]):
             if e2 == e1 + 1 and not c1 and not c2 and t1 > 0 and 0.2 < t2 / t1 < 5:

@@ -28,7 +28,8 @@ CANDS = ["NCCL's choice", "Ring/Simple", "Ring/LL", "Ring/LL128", "Tree/Simple",
 NCAND = len(CANDS)
 TUNING = re.compile(r"AllReduce: (\d+) Bytes -> Algo (\S+) proto (\S+) channel\{Lo\.\.Hi\}=\{(\d+)\.\.(\d+)\}")
 DIGEST = re.compile(r"decision digest of comm (0x[0-9a-f]+): seq (\d+), digest (0x[0-9a-f]+)(.*)")
-EPOCH = re.compile(r"epoch (\d+) applied: rank times \(us\) [\d. ]+; state (.*)")
+# NCCL_BPF_AGREEMENT_LOG=1's line: epoch, every rank's time (µs), changed state words.
+EPOCH = re.compile(r"epoch (\d+) applied: rank times \(us\) ([\d. ]+); state (.*)")
 STATE_WORD = re.compile(r"\[(\d+)\]=0x([0-9a-f]+)")
 AGREE = re.compile(r"(agreement of comm 0x[0-9a-f]+: .*)")
 DONE = re.compile(r"^DONE rank=(\d+) label=\S+ checks=(\d+) bad=(\d+)")
@@ -127,7 +128,7 @@ class Run:
             m = EPOCH.search(l)
             if not m:
                 continue
-            for w in STATE_WORD.finditer(m.group(2)):
+            for w in STATE_WORD.finditer(m.group(3)):
                 i, v = int(w.group(1)), int(w.group(2), 16)
                 if i % 4 == 1 and v & 0xFF == 4 and words.get(i, 0) & 0xFF != 4:
                     self.duel_starts.append(int(m.group(1)))

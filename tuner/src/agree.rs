@@ -702,9 +702,9 @@ impl Agreement {
         match verdict {
             Verdict::Agreed(c) => {
                 let first = self.status == Status::Waiting && verified;
-                let before = self.state;
+                let before = log_epochs().then_some(self.state);
                 self.apply(&c);
-                if log_epochs() {
+                if let Some(before) = before {
                     let line = epoch_line(self.comm_id, &records, &before, &self.state);
                     crate::tlog!(INFO, TUNING, "{line}");
                 }
