@@ -1082,6 +1082,21 @@ fn candidate_entry(algo: i32, proto: i32, nch: u32, valid: u32) -> Vec<u8> {
     .concat()
 }
 
+/// Removes slot `slot` with a staged-style config update (valid 2).
+fn remove_slot(s: &Sim, slot: u32) {
+    s.map("autotune_candidates")
+        .update(&slot.to_le_bytes(), &candidate_entry(0, 0, 0, 2), 0)
+        .unwrap();
+}
+
+/// The default costs, where `removed` must never run.
+fn without(removed: (i32, i32, u32)) -> impl Fn(&TunerCtx) -> u64 {
+    move |c: &TunerCtx| {
+        assert_ne!(decision(c), removed, "a removed candidate ran");
+        autotune_cost(c)
+    }
+}
+
 /// A staged config update that removes the slot being explored: the tuner program then applies
 /// NCCL's choice (candidate 0), so `used == idx` never comes and the exploration never ends.
 #[test]
@@ -1092,13 +1107,8 @@ fn autotune_exploration_goes_on_when_the_explored_slot_is_removed() {
         let [apply, ctl, _, _] = s.class(CLASS_1M);
         phase(s) == EXPLORING && (ctl >> 8) & 0xff == 3 && apply == 3
     });
-    s.map("autotune_candidates")
-        .update(&3u32.to_le_bytes(), &candidate_entry(0, 0, 0, 2), 0)
-        .unwrap();
-    let cost = |c: &TunerCtx| match decision(c) {
-        (RING, LL128, 0) => panic!("a removed candidate ran"),
-        _ => autotune_cost(c),
-    };
+    remove_slot(&s, 3);
+    let cost = without((RING, LL128, 0));
     let mut last = 0;
     for _ in 0..120 {
         s.run_epoch(&|_| MIB, &cost);
@@ -1123,13 +1133,8 @@ fn autotune_duel_ends_and_exploration_goes_on_when_the_challenger_is_removed() {
         1,
         "Ring/Simple challenges"
     );
-    s.map("autotune_candidates")
-        .update(&1u32.to_le_bytes(), &candidate_entry(0, 0, 0, 2), 0)
-        .unwrap();
-    let cost = |c: &TunerCtx| match decision(c) {
-        (RING, SIMPLE, 0) => panic!("a removed candidate ran"),
-        _ => autotune_cost(c),
-    };
+    remove_slot(&s, 1);
+    let cost = without((RING, SIMPLE, 0));
     run_until(&mut s, &cost, SETTLE_MAX, &|s| phase(s) == SETTLED);
     let [apply, ctl, _, _] = s.class(CLASS_1M);
     assert_eq!(apply, 3, "Ring/LL128, explored after the duel ended");
@@ -1175,9 +1180,7 @@ fn autotune_probe_ends_when_the_probed_slot_is_removed() {
         phase(s) == PROBING
     });
     assert_eq!(s.class(CLASS_1M)[1] >> 56, 1, "probing Ring/Simple");
-    s.map("autotune_candidates")
-        .update(&1u32.to_le_bytes(), &candidate_entry(0, 0, 0, 2), 0)
-        .unwrap();
+    remove_slot(&s, 1);
     let mut seen = vec![];
     for _ in 0..3 * PROBE_EVERY {
         seen.push(one(&s.run_epoch(&|_| MIB, &close)));
