@@ -118,6 +118,11 @@ MEASURE_TOKENS=${MEASURE_TOKENS:-12}
 # 88a60e5, 2 before), for the report's convergence bound.
 LEARN=${LEARN:-4}
 DUEL=${DUEL:-16}
+# The library as NCCL's profiler too in the net_autotune jobs (1, the default): net_autotune then
+# times epochs by the GPU's time of their collectives, else (0) by the wall time.
+PROFILER=${PROFILER:-1}
+prof_env=()
+[ "$PROFILER" = 1 ] && prof_env=(NCCL_PROFILER_PLUGIN="$LIB")
 SWEEP_FRACTION=${SWEEP_FRACTION:-0.6}
 DEADLINE=${DEADLINE:-540}
 T_STATIC=${T_STATIC:-150}
@@ -147,7 +152,7 @@ trap finish EXIT
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu /'
   "$CLI" --version
   nproc | sed 's/^/cpus /'
-  echo "K=$K D=$D KDEC=$KDEC LEARN=$LEARN DUEL=$DUEL MEASURE=$MEASURE MEASURE_TOKENS=$MEASURE_TOKENS SWEEP_FRACTION=$SWEEP_FRACTION"
+  echo "K=$K D=$D KDEC=$KDEC LEARN=$LEARN DUEL=$DUEL PROFILER=$PROFILER MEASURE=$MEASURE MEASURE_TOKENS=$MEASURE_TOKENS SWEEP_FRACTION=$SWEEP_FRACTION"
   echo "FLOOD_PAIRS=$FLOOD_PAIRS CANDS=$CANDS RANKS=$RANKS DEADLINE=$DEADLINE LL128=$LL128 ROUNDS=$ROUNDS NOOP_AGREE=$NOOP_AGREE PIN=$PIN"
   echo "SWEEP_PLAN=$SWEEP_PLAN"
   echo "AUTO_PLAN=$AUTO_PLAN"
@@ -209,7 +214,7 @@ job() {
         $([ "$hold" = 1 ] && echo HOLD_FILE="$hf" HOLD_TIMEOUT=60) \
         RANK=$r WORLD_SIZE=$n LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
         NCCL_HOSTID=host$r NCCL_SOCKET_IFNAME=lo NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
-        NVSHMEM_DISABLE_NVLS=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,TUNING PYTHONUNBUFFERED=1 \
+        NVSHMEM_DISABLE_NVLS=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,TUNING,PROFILE PYTHONUNBUFFERED=1 \
         NCCL_NET_PLUGIN=$LIB NCCL_NET=BPF NCCL_TUNER_PLUGIN=$LIB NCCLBPF_CLI="$CLI" \
         $(pin_cmd "$r" "$n") timeout -k 5 "$tmo" python3 bench/gpu/autotune.py "$label" >"$W/$label-n$n-r$r.log" 2>&1
       echo $? >"$W/$label-n$n-r$r.rc"
@@ -265,9 +270,9 @@ for round in $(seq 1 "$ROUNDS"); do
       job "noopagree$sfx" "$n" "$T_STATIC" $((6 + 2 * n)) 0 "$SWEEP_PLAN" NCCL_BPF_POLICY="$B/noop.o" NCCL_BPF_AGREEMENT=on \
         NCCL_BPF_AGREEMENT_EPOCH="$K" NCCL_BPF_AGREEMENT_DELAY="$D" NCCL_BPF_AGREEMENT_TIMEOUT=30
     fi
-    job "auto$sfx" "$n" "$T_AUTO" $((40 + 30 * n)) 1 "$AUTO_PLAN" NCCL_BPF_POLICY="$POLICY" NCCL_BPF_AGREEMENT_LOG=1 \
+    job "auto$sfx" "$n" "$T_AUTO" $((40 + 30 * n)) 1 "$AUTO_PLAN" NCCL_BPF_POLICY="$POLICY" NCCL_BPF_AGREEMENT_LOG=1 "${prof_env[@]}" \
       NCCL_BPF_AGREEMENT_EPOCH="$K" NCCL_BPF_AGREEMENT_DELAY="$D" NCCL_BPF_AGREEMENT_TIMEOUT=30
-    job "autodec$sfx" "$n" "$T_STATIC" $((10 + 5 * n)) 1 "$DEC_PLAN" NCCL_BPF_POLICY="$POLICY" NCCL_BPF_AGREEMENT_LOG=1 \
+    job "autodec$sfx" "$n" "$T_STATIC" $((10 + 5 * n)) 1 "$DEC_PLAN" NCCL_BPF_POLICY="$POLICY" NCCL_BPF_AGREEMENT_LOG=1 "${prof_env[@]}" \
       NCCL_BPF_AGREEMENT_EPOCH="$KDEC" NCCL_BPF_AGREEMENT_DELAY="$D" NCCL_BPF_AGREEMENT_TIMEOUT=30
     if [ "$CONTEND_STATIC" = 1 ] && [ "$round" = 1 ]; then
       best=$(timeout 60 python3 bench/gpu/autotune_report.py --best "$W" "$n" "${CONTEND%%:*}" 2>/dev/null)

@@ -123,6 +123,8 @@ class Run:
         # Epochs at whose application a class entered a duel (NCCL_BPF_AGREEMENT_LOG=1, rank 0):
         # the ctl word of class c is state word 4 c + 1, its phase the low byte (4: duel).
         self.duel_starts = []
+        # Per applied epoch, every class's ctl word after it: [(epoch, {class: ctl})].
+        self.ctl_after = []
         words = {}
         for l in self.logs.get(0, []):
             m = EPOCH.search(l)
@@ -133,6 +135,7 @@ class Run:
                 if i % 4 == 1 and v & 0xFF == 4 and words.get(i, 0) & 0xFF != 4:
                     self.duel_starts.append(int(m.group(1)))
                 words[i] = v
+            self.ctl_after.append((int(m.group(1)), {i // 4: v for i, v in words.items() if i % 4 == 1}))
         self.digests = {}
         self.agreements = {}
         self.done = {}
@@ -233,6 +236,42 @@ def choice_time(st, n, key, choice, allowed):
     """The best static time (over rounds) among the allowed candidates that NCCL applied as `choice`."""
     ts = [agg(v) for c, v in st.get((n, key), {}).items() if v and c in allowed and v[0][2] == choice and all(s[3] for s in v)]
     return min(ts) if ts else float("nan")
+
+
+def size_class(b):
+    """net_autotune's size class of a message of b bytes (policies/src/net_autotune.c)."""
+    return min(max((b.bit_length() - 1 - 10) // 2, 0), 7)
+
+
+SETTLED_PHASES = (2, 3)  # net_autotune's settled and probing phases
+
+
+def settled_from(run, rows, k, D, dec):
+    """From net_autotune's own state (the epoch log, rank 0): the first row of the phase
+    (1-based; tokens for decode) from which its class stays settled (probes included: they
+    alternate the applied choice now and then but keep what is kept) on one kept candidate to
+    the phase's end; None when it is not settled at the end or there is no epoch log. An epoch
+    e's state applies from collective (e + D) k + 1."""
+    if not run.ctl_after or not rows:
+        return None
+    c = size_class(rows[0][4])
+    lo, hi = rows[0][0], rows[-1][1]
+    eps = [(e, ctl.get(c)) for e, ctl in run.ctl_after if lo <= (e + D) * k + 1 <= hi]
+    before = [ctl.get(c) for e, ctl in run.ctl_after if (e + D) * k + 1 < lo]
+    if not eps or eps[-1][1] is None or eps[-1][1] & 0xFF not in SETTLED_PHASES:
+        return None
+    kept = (eps[-1][1] >> 24) & 0xFF
+    ok = lambda ctl: ctl is not None and ctl & 0xFF in SETTLED_PHASES and (ctl >> 24) & 0xFF == kept
+    i = len(eps) - 1
+    while i > 0 and ok(eps[i - 1][1]):
+        i -= 1
+    if i == 0 and before and ok(before[-1]):
+        return 1  # settled before the phase began
+    seq = (eps[i][0] + D) * k + 1
+    for j, r in enumerate(rows, 1):
+        if r[1] >= seq:
+            return j
+    return None
 
 
 def settle(run, rows, probe=0, last=None):
@@ -365,6 +404,16 @@ def report(w, outdir):
     bound = (NCAND * cyc + 2 * D + 1) * K
     bound_tok = NCAND * cyc + 2 * D + 1
 
+    def converged(run, rows, dec):
+        """(the kept choice, the row from which it is kept): the choice from NCCL's applied
+        choices (settle), the row from net_autotune's own state where the job logged its epochs
+        (its probes then count as settled: since the probes became duels they alternate the
+        choice for up to 2 DUEL epochs), else from the applied choices too."""
+        ch, conv = settle(run, rows, probe=cyc if dec else cyc * K, last=mtok if dec else measure)
+        if run.ctl_after:
+            conv = settled_from(run, rows, KDEC if dec else K, D, dec)
+        return ch, conv
+
     def bound_of(run, rows, dec):
         k = KDEC if dec else K
         lo, hi = rows[0][0], rows[-1][1]
@@ -417,7 +466,7 @@ def report(w, outdir):
                 for name, bb, rows in run.phases().values():
                     if name.startswith("size") and bb == b:
                         win = window(rows, last=measure)
-                        ch, conv = settle(run, rows, probe=cyc * K, last=measure)
+                        ch, conv = converged(run, rows, False)
                         const = conv is not None and conv <= len(rows) - len(win) + 1
                         ip = in_process(run, rows, conv, K, win)
                         per.append((rnd, ch, median([r[5] for r in win]), conv, const, ip))
@@ -489,7 +538,7 @@ def report(w, outdir):
         for rnd, run in decs:
             for name, b, rows in run.phases().values():
                 win = window(rows, last=mtok)
-                ch, conv = settle(run, rows, probe=cyc, last=mtok)
+                ch, conv = converged(run, rows, True)
                 const = conv is not None and conv <= len(rows) - len(win) + 1
                 ip = in_process(run, rows, conv, 1, win)
                 per.append((rnd, ch, median([r[5] for r in win]) / 1e3, conv, const, ip, b))
@@ -551,7 +600,7 @@ def report(w, outdir):
     # above (the sweep on communicators of their own, before / after times) are then reported
     # beside it.
     ab_lines, ab_verdicts = autotune_ab.section(
-        runs, CANDS, lambda run, rows, dec: settle(run, rows, probe=cyc if dec else cyc * K, last=mtok if dec else measure),
+        runs, CANDS, converged,
         bound_of)
     if ab_verdicts:
         verdicts = [(t, v, "earlier" if g == "" and ("same job's static sweep" in t or "flood at" in t) else g)

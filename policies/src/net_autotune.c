@@ -8,8 +8,13 @@
  *
  * What is measured is an epoch (K collectives, NCCL_BPF_AGREEMENT_EPOCH): the SEC("tuner/epoch")
  * program learns only from an epoch in which one class had at least 90% of the collectives (the
- * dominant class), from t = the slowest rank's wall time for the epoch / K. The candidate that
- * epoch ran is read from the agreed calls (every call adds its candidate + 1), not from the
+ * dominant class), from t = the time per collective: where NCCL loads the library as its
+ * profiler too (NCCL_PROFILER_PLUGIN, KernelCh events: the default mask) and it timed at least
+ * 7/8 of the class's collectives, the slowest rank's GPU time of them (SEC("profiler/coll")) per
+ * timed collective; else the slowest rank's wall time for the epoch / K, which holds whatever
+ * the host does between collectives (on the GPU machine's benchmark loop, half of it, and most
+ * of the epoch-to-epoch noise: bench/results/gpu-2026-12-02-autotune-gpu-time.md). The
+ * candidate that epoch ran is read from the agreed calls (every call adds its candidate + 1), not from the
  * state: decisions during an epoch use the state of D epochs before (NCCL_BPF_AGREEMENT_DELAY).
  * Per class:
  *   exploring  each candidate in turn for four epochs that ran it: the first is discarded (the
@@ -49,7 +54,8 @@
  *              before the slowdown). Every 32 settled epochs a probe:
  *   probing    the home (has the slowdown ended?), or else the close runner-up (did noise
  *              rank the two wrong?), duels with the kept candidate as in exploring (alternating
- *              epochs, adjacent epochs compared); when it wins, it is kept from then
+ *              epochs, adjacent epochs compared); when it wins by the margin (4 pairs
+ *              ahead; a closer end keeps the kept candidate), it is kept from then
  *              on (home is cleared; the reference stays and the EWMA follows the new choice;
  *              the old one is the runner-up unless it lost every pair), else the class goes
  *              back to its kept candidate.
@@ -191,6 +197,31 @@ struct {
   NCCLBPF_AGREED_FROM(2, NCCLBPF_REDUCE_SUM);
 } autotune_net_agreed SEC(".maps");
 
+/* GPU time of this rank's collectives, per class, from the profiler (SEC("profiler/coll"):
+ * the first channel's start to the last channel's end on the GPU's clock, docs/profiler.md);
+ * only when NCCL loads the library as its profiler too (NCCL_PROFILER_PLUGIN). */
+struct autotune_gpu {
+  __u64 ns;    /* summed */
+  __u64 timed; /* collectives timed */
+};
+
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __type(key, __u32);
+  __type(value, struct autotune_gpu);
+  __uint(max_entries, AUTOTUNE_CLASSES);
+  NCCLBPF_EPOCH_SOURCE(3);
+} autotune_gpu SEC(".maps");
+
+/* The slowest rank's (each word on its own: ranks time the same collectives). */
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __type(key, __u32);
+  __type(value, struct autotune_gpu);
+  __uint(max_entries, AUTOTUNE_CLASSES);
+  NCCLBPF_AGREED_FROM(3, NCCLBPF_REDUCE_MAX);
+} autotune_gpu_agreed SEC(".maps");
+
 struct autotune_class_state {
   __u64 apply;
   __u64 ctl;
@@ -312,6 +343,17 @@ int net_autotune_complete(struct ncclbpf_net_ctx *ctx) {
   return 0;
 }
 
+SEC("profiler/coll")
+int net_autotune_coll(struct ncclbpf_profiler_ctx *ctx) {
+  if (!ctx->timed) return 0;
+  __u32 k = autotune_class(ctx->bytes);
+  struct autotune_gpu *v = bpf_map_lookup_elem(&autotune_gpu, &k);
+  if (!v) return 0;
+  __sync_fetch_and_add(&v->ns, ctx->duration_ns);
+  __sync_fetch_and_add(&v->timed, 1);
+  return 0;
+}
+
 /* The class with at least 90% of the epoch's collectives, + 1 (0: none). Each class's test is
  * computed as a 0 or 1 and added in, not branched on: the verifier then follows one path, not
  * one per combination of outcomes. Counts are taken as 32 bits (an epoch has K of them). */
@@ -378,6 +420,20 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
     return 0; /* not one candidate for the whole epoch: nothing to learn */
   if (c->pinned) return 0; /* an operator's (or a benchmark's) pin decided: nothing to learn */
   __u64 used = used1 - 1;
+  /* The GPU's time of the class's collectives, where the profiler timed (nearly) all of them:
+   * free of what the host does between collectives (the application's own work, its waits),
+   * which the wall time holds and which varies from epoch to epoch far more than the
+   * candidates differ. A collective or two may fall in the next epoch's figures (the profiler
+   * reports a collective once the GPU has run it); the mean per timed one is taken. */
+  struct autotune_gpu *g = bpf_map_lookup_elem(&autotune_gpu_agreed, &k);
+  if (g) {
+    __u64 timed = g->timed & 0xffffffff;
+    asm volatile("" : "+r"(timed));
+    if (timed && timed + n / 8 >= n) {
+      t = g->ns / timed;
+      asm volatile("" : "+r"(t));
+    }
+  }
   __u32 zero = 0;
   struct autotune_net *net = bpf_map_lookup_elem(&autotune_net_agreed, &zero);
   __u64 net_bytes = net ? net->bytes : 0;
@@ -479,7 +535,10 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
     __u64 over = seen >= AUTOTUNE_DUEL_MAX || drift >= lost + AUTOTUNE_DUEL_MARGIN ||
                  lost >= drift + AUTOTUNE_DUEL_MARGIN ||
                  ((ep - (start >> 48)) & 0xffff) >= AUTOTUNE_DUEL_EPOCHS;
-    __u64 won = drift > lost;
+    /* A duel of exploration goes to the side with more wins; a probe changes the kept choice
+     * only by a clear lead (the margin): the kept one already won its duel, and a probe that
+     * ends on a close majority would swap two near-equal choices back and forth. */
+    __u64 won = phase == AUTOTUNE_DUEL ? drift > lost : drift >= lost + AUTOTUNE_DUEL_MARGIN;
     if (over && phase == AUTOTUNE_DUEL) {
       __u64 bt = time & 0xffffffff, ct = time >> 32;
       __u64 loser = won ? best : idx, lt = won ? bt : ct;

@@ -8,7 +8,9 @@
 mod common;
 use common::*;
 use policy_object::{MapKind, Reduce, SOURCE_STATE, Scope};
-use policy_runtime::{LoadOptions, LoadedProgram, NetCtx, Tier, TunerCtx, TunerEpochCtx};
+use policy_runtime::{
+    LoadOptions, LoadedProgram, NetCtx, ProfilerCtx, Tier, TunerCtx, TunerEpochCtx,
+};
 use shared_maps::{Map, Registry};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -58,12 +60,17 @@ struct Record {
     bytes: u64,
 }
 
+/// ns of GPU time per decision, as the profiler would report it (`None`: not timed).
+type GpuCost = Box<dyn Fn(&TunerCtx) -> Option<u64>>;
+
 /// One rank of a communicator whose every rank decides, counts and measures alike.
 struct Sim {
     _reg: Registry,
     tuner: LoadedProgram,
     epoch: LoadedProgram,
     net: Option<LoadedProgram>,
+    /// The `profiler/coll` program and the GPU time it is told per decision, when set.
+    prof: Option<(LoadedProgram, GpuCost)>,
     /// Epoch sources: (number, map, contents at the end of the previous epoch).
     sources: Vec<(u32, Arc<Map>, Vec<u8>)>,
     agreed: Vec<(u32, Reduce, Arc<Map>)>,
@@ -107,6 +114,7 @@ impl Sim {
             tuner,
             epoch,
             net,
+            prof: None,
             sources,
             agreed,
             state_map: state_map.expect("a state map"),
@@ -116,6 +124,16 @@ impl Sim {
             maps,
             table: (0, -1, -1),
         }
+    }
+
+    /// Runs `program` (a `profiler/coll` program of the object) after every decision, with the
+    /// GPU time `gpu` says.
+    fn with_profiler(mut self, obj: &str, program: &str, gpu: GpuCost) -> Sim {
+        let (_, o) = object(obj);
+        let p =
+            LoadedProgram::load(&o, Some(program), &self._reg, &LoadOptions::default()).unwrap();
+        self.prof = Some((p, gpu));
+        self
     }
 
     fn map(&self, name: &str) -> Arc<Map> {
@@ -200,6 +218,18 @@ impl Sim {
                     bytes: 1 << 40,
                     op: 5,
                     status: 3,
+                    ..Default::default()
+                });
+            }
+            if let Some((p, gpu)) = &self.prof
+                && let Some(ns) = gpu(&c)
+            {
+                p.run(&mut ProfilerCtx {
+                    event: 1,
+                    coll: 4,
+                    bytes: c.msg_size,
+                    duration_ns: ns,
+                    timed: 1,
                     ..Default::default()
                 });
             }
@@ -379,6 +409,44 @@ fn autotune_explores_every_candidate_and_keeps_the_fastest() {
         states.push(s.state);
     }
     assert_eq!(states[0], states[1], "JIT and interpreter agree");
+}
+
+/// Where the profiler times the collectives, the GPU's time ranks the candidates, not the wall
+/// time (which holds what the host does between collectives): here the host's time runs the
+/// other way round, and Ring/LL128, the fastest on the GPU, is kept all the same. Timed for
+/// only one collective in 16 (NCCL_BPF_PROFILER_SAMPLE=16), the wall time decides.
+#[test]
+fn autotune_times_epochs_by_the_gpu_where_the_profiler_times_them() {
+    let wall = |c: &TunerCtx| 300_000 - autotune_cost(c);
+    for (every, kept, reference) in [(1, 3, 50_000), (16, 5, 170_000)] {
+        let seq = std::cell::Cell::new(0u64);
+        let gpu: GpuCost = Box::new(move |c: &TunerCtx| {
+            seq.set(seq.get() + 1);
+            seq.get().is_multiple_of(every).then(|| autotune_cost(c))
+        });
+        let mut s = autotune(Tier::Jit).with_profiler(AUTOTUNE, "net_autotune_coll", gpu);
+        let settled = |s: &Sim| phase(s) == SETTLED;
+        run_until(&mut s, &wall, SETTLE_MAX, &settled);
+        let [apply, _, time, _] = s.class(CLASS_1M);
+        assert_eq!((apply, time), (kept, reference), "timed 1 in {every}");
+    }
+    // Collectives of another class timed in the epoch do not count for the dominant one.
+    let gpu: GpuCost = Box::new(|c: &TunerCtx| {
+        Some(if c.msg_size == MIB {
+            autotune_cost(c)
+        } else {
+            1
+        })
+    });
+    let mut s = autotune(Tier::Jit).with_profiler(AUTOTUNE, "net_autotune_coll", gpu);
+    let settled = |s: &Sim| phase(s) == SETTLED;
+    for _ in 0..SETTLE_MAX {
+        s.run_epoch(&|i| if i % 16 == 0 { 1024 } else { MIB }, &wall);
+        if settled(&s) {
+            break;
+        }
+    }
+    assert_eq!(s.class(CLASS_1M)[0], 3, "{:?}", s.class(CLASS_1M));
 }
 
 /// A candidate is scored by the median of its three measured epochs: one stalled epoch does not
@@ -637,6 +705,53 @@ fn autotune_probes_a_close_runner_up_and_only_that() {
     assert!(n <= bound);
     assert_eq!((s.class(CLASS_1M)[1] >> 8) & 0xff, 0xff);
     assert_eq!(rounds(&s), 1, "no exploration");
+}
+
+/// A probe changes the kept choice only by a clear lead: the probed runner-up (Ring/Simple)
+/// wins its first three pairs and then every other one, a 9:7 majority of the 16 pairs that
+/// never leads by DUEL_MARGIN, and Tree/Simple stays. (Going by the majority, two near-equal
+/// choices would swap back and forth at every probe.)
+#[test]
+fn autotune_probe_keeps_the_kept_choice_on_a_close_majority() {
+    use std::cell::Cell;
+    let (probing, ring_epochs) = (Cell::new(false), Cell::new(0u64));
+    let cost = |c: &TunerCtx| match decision(c) {
+        (RING, LL128, 0) | (TREE, LL128, 0) => 200_000,
+        (RING, SIMPLE, 0) if probing.get() => {
+            let r = ring_epochs.get();
+            if r < 3 || r % 2 == 0 { 75_000 } else { 85_000 }
+        }
+        (RING, SIMPLE, 0) => 85_000,
+        _ => autotune_cost(c),
+    };
+    let settled = |s: &Sim| phase(s) == SETTLED;
+    let mut s = autotune(Tier::Jit);
+    run_until(&mut s, &cost, SETTLE_MAX, &settled);
+    assert_eq!(kept_and_home(&s).0, 4, "Tree/Simple");
+    assert_eq!(
+        (s.class(CLASS_1M)[1] >> 8) & 0xff,
+        1,
+        "Ring/Simple is the runner-up"
+    );
+    run_until(&mut s, &cost, PROBE_EVERY + 3 + D as usize, &|s| {
+        phase(s) == PROBING
+    });
+    probing.set(true);
+    let mut probe = vec![];
+    while phase(&s) == PROBING {
+        assert!(probe.len() <= 2 * DUEL_MAX + D as usize + 1, "{probe:?}");
+        let d = one(&s.run_epoch(&|_| MIB, &cost));
+        ring_epochs.set(ring_epochs.get() + u64::from(d == (RING, SIMPLE, 0)));
+        probe.push(d);
+    }
+    assert!(
+        ring_epochs.get() >= DUEL_MAX as u64,
+        "a full duel: {probe:?}"
+    );
+    assert_eq!(phase(&s), SETTLED);
+    assert_eq!(kept_and_home(&s).0, 4, "Tree/Simple stays: {probe:?}");
+    let d = s.run_epoch(&|_| MIB, &cost);
+    assert_eq!(one(&d), (TREE, SIMPLE, 0));
 }
 
 /// Costs on a machine that slows down by 1% per epoch: Tree/Simple (80 us) is truly faster
