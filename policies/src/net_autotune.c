@@ -12,8 +12,8 @@
  * profiler too (NCCL_PROFILER_PLUGIN, KernelCh events: the default mask) and it timed at least
  * 7/8 of the class's collectives, the slowest rank's GPU time of them (SEC("profiler/coll")) per
  * timed collective; else the slowest rank's wall time for the epoch / K, which holds whatever
- * the host does between collectives (on the GPU machine's benchmark loop, half of it, and most
- * of the epoch-to-epoch noise: bench/results/gpu-2026-12-03-autotune-gpu-time.md). The
+ * the host does between collectives (the same build on the GPU machine, by GPU time and by wall
+ * time: bench/results/gpu-2026-12-03-autotune-{gpu,wall}-time.md). The
  * candidate that epoch ran is read from the agreed calls (every call adds its candidate + 1), not from the
  * state: decisions during an epoch use the state of D epochs before (NCCL_BPF_AGREEMENT_DELAY).
  * Per class:
