@@ -42,6 +42,7 @@ AUTO_LABELS = [p + s for s, _ in VARIANTS for p in ("auto", "autodec")]
 
 
 def size_class(b):
+    """net_autotune's size class of a message of b bytes (policies/src/net_autotune.c)."""
     for k, lim in enumerate((1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24)):
         if b < lim:
             return k
@@ -238,15 +239,10 @@ def choice_time(st, n, key, choice, allowed):
     return min(ts) if ts else float("nan")
 
 
-def size_class(b):
-    """net_autotune's size class of a message of b bytes (policies/src/net_autotune.c)."""
-    return min(max((b.bit_length() - 1 - 10) // 2, 0), 7)
-
-
 SETTLED_PHASES = (2, 3)  # net_autotune's settled and probing phases
 
 
-def settled_from(run, rows, k, D, dec):
+def settled_from(run, rows, k, D):
     """From net_autotune's own state (the epoch log, rank 0): the first row of the phase
     (1-based; tokens for decode) from which its class stays settled (probes included: they
     alternate the applied choice now and then but keep what is kept) on one kept candidate to
@@ -411,7 +407,7 @@ def report(w, outdir):
         choice for up to 2 DUEL epochs), else from the applied choices too."""
         ch, conv = settle(run, rows, probe=cyc if dec else cyc * K, last=mtok if dec else measure)
         if run.ctl_after:
-            conv = settled_from(run, rows, KDEC if dec else K, D, dec)
+            conv = settled_from(run, rows, KDEC if dec else K, D)
         return ch, conv
 
     def bound_of(run, rows, dec):
