@@ -119,9 +119,11 @@ MEASURE_TOKENS=${MEASURE_TOKENS:-12}
 LEARN=${LEARN:-4}
 DUEL=${DUEL:-16}
 # The library as NCCL's profiler too in the net_autotune jobs (1, the default): net_autotune then
-# times epochs by the GPU's time of their collectives, else (0) by the wall time.
+# times epochs by the GPU's time of their collectives, else (0) by the wall time. 0 must say
+# `none`: NCCL 2.28+ with NCCL_PROFILER_PLUGIN unset falls back to the net plugin's library,
+# which is ours (docs: nccl-plugin-abi.md, the profiler loader), and loads it as the profiler.
 PROFILER=${PROFILER:-1}
-prof_env=()
+prof_env=(NCCL_PROFILER_PLUGIN=none)
 [ "$PROFILER" = 1 ] && prof_env=(NCCL_PROFILER_PLUGIN="$LIB")
 SWEEP_FRACTION=${SWEEP_FRACTION:-0.6}
 DEADLINE=${DEADLINE:-540}

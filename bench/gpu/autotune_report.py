@@ -426,6 +426,11 @@ def report(w, outdir):
       f"{nrounds} round(s) of the jobs, alternated.\n")
     if os.path.exists(f"{w}/meta.txt"):
         P("```\n" + open(f"{w}/meta.txt").read().strip() + "\n```\n")
+    # Which net_autotune jobs NCCL gave the profiler (rank 0's log): what timed their epochs.
+    prof = [f"{l}-n{nn} {'GPU (profiler loaded)' if any('PROFILER/Plugin: Loaded' in x for x in r.logs.get(0, [])) else 'wall (no profiler)'}"
+            for (l, nn), r in sorted(runs.items()) if split_label(l)[0] in AUTO_LABELS]
+    if prof:
+        P("Epochs timed by: " + "; ".join(prof) + ".\n")
     P("Candidates: " + ", ".join(f"{i} {c}" for i, c in enumerate(CANDS)) + ". Static runs force them with NCCL_ALGO/NCCL_PROTO "
       "(7: also NCCL_MAX_NCHANNELS=2), the plugin as net and tuner plugin, no tuner policy. Times are medians of the "
       "python-side time of one synchronized all_reduce (µs) or of one token (ms); windows: the last "
