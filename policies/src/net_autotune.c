@@ -48,10 +48,18 @@
  *              alternate what runs) ends 64 epochs after it began, by the pairs it had.
  *              Exploration then goes on with the next candidate (after a removed challenger's
  *              slot too).
- *   settled    t of the kept candidate is tracked (EWMA 7/8, the reference); t above 3/2 of the
- *              reference in three measured epochs in a row (not one or two stalls) starts a new
- *              exploration, and the kept candidate becomes the class's home (what it was
- *              before the slowdown). Every 32 settled epochs a probe:
+ *   settled    t of the kept candidate is tracked twice: the reference (EWMA 1/32 of the
+ *              epochs within 3/2 of it) and the recent time (EWMA 1/2 of t capped at twice the
+ *              reference). The recent time above 3/2 of the reference in three epochs in a row
+ *              starts a new exploration, and the kept candidate becomes the class's home (what
+ *              it was before the slowdown): a slowdown that lasts is caught even where single
+ *              epochs dip below 3/2 and even where it comes on in steps (the rule before, t
+ *              itself over 3/2 of a reference of weight 1/8 three epochs in a row, took a 1.66x
+ *              loopback flood into its reference and never explored:
+ *              bench/results/gpu-2026-12-03-autotune-wall-time-2.md), and a single stall is
+ *              not. The first epoch of the kept candidate after another ran (a pin, the D
+ *              epochs after a probe) is not measured, as in exploring. Every 32 settled epochs
+ *              within 3/2 of the reference, a probe:
  *   probing    the home (has the slowdown ended?), or else the close runner-up (did noise
  *              rank the two wrong?), duels with the kept candidate as in exploring (alternating
  *              epochs, adjacent epochs compared); when it wins by the margin (4 pairs
@@ -92,13 +100,14 @@
  *                 the runner-up so far; probing: the challenger; settled: settled epochs
  *                 since the last probe
  *   [2] time_ns   exploring: the best candidate's time (bits 0-31); duel: that and the
- *                 challenger's (32-63); else the reference (the kept candidate's)
+ *                 challenger's (32-63); else the reference (the kept candidate's, bits 0-31)
+ *                 and the recent time (32-63)
  *   [3] exploring: the candidate's first two measured t (bits 0-31, 32-63, ns, capped at
  *                 2^32 - 1); duel and probing: the best's last t (bits 0-31), whether it
  *                 waits for its pair (bit 32), its epoch (33-47, mod 2^15) and the duel's
  *                 first epoch (48-63, mod 2^16); settled: the agreed net bytes (all ranks'
  *                 completions, sent and received) of the last epoch measured for the class, for
- *                 observers */
+ *                 observers (bits 0-62), and whether the next epoch follows a switch (63) */
 #include "ncclbpf.h"
 
 #define AUTOTUNE_CLASSES 8
@@ -115,6 +124,8 @@
 #define AUTOTUNE_T_NONE 0xffffffffull /* no time (32 bits) */
 #define AUTOTUNE_NONE 0xff            /* no slot */
 #define AUTOTUNE_PROBE_EVERY 32       /* settled epochs between probes */
+#define AUTOTUNE_AFTER_SWITCH (1ull << 63) /* settled, word 3: the next epoch follows a switch */
+#define AUTOTUNE_REF_TWICE (1ull + (1ull << 32)) /* x * this: x in both halves of a word */
 
 struct autotune_candidate {
   __s32 algo;      /* NCCL_ALGO_* or -1 */
@@ -418,7 +429,6 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
   __u64 used1 = c->cand_plus1 / n;
   if (used1 == 0 || used1 > AUTOTUNE_CANDIDATES || used1 * n != c->cand_plus1)
     return 0; /* not one candidate for the whole epoch: nothing to learn */
-  if (c->pinned) return 0; /* an operator's (or a benchmark's) pin decided: nothing to learn */
   __u64 used = used1 - 1;
   /* The GPU's time of the class's collectives, where the profiler timed (nearly) all of them:
    * free of what the host does between collectives (the application's own work, its waits),
@@ -449,6 +459,15 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
   __u64 phase = ctl & 0xff, idx = (ctl >> 8) & 0xff, seen = (ctl >> 16) & 0xff;
   __u64 best = (ctl >> 24) & 0xff, drift = (ctl >> 32) & 0xff, rounds = (ctl >> 40) & 0xff;
   __u64 home = (ctl >> 48) & 0xff, aux = (ctl >> 56) & 0xff;
+  if (c->pinned) {
+    /* An operator's (or a benchmark's) pin decided: nothing to learn. A settled class only
+     * notes that its next epoch follows a switch (below). */
+    if (phase == AUTOTUNE_SETTLED) {
+      w[3] |= AUTOTUNE_AFTER_SWITCH;
+      ncclbpf_state_store(ctx, s);
+    }
+    return 0;
+  }
   __u64 t32 = t > 0xffffffff ? 0xffffffff : t;
   __u64 ep = ctx->epoch; /* agreed: the epoch just combined */
 #define AUTOTUNE_EXPLORE_AGAIN                                                                  \
@@ -460,6 +479,7 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
     if (rounds < 255) rounds++;                                                                 \
   } while (0)
   int again = 0;
+  __u64 after_switch = 0; /* settled: the next epoch follows a switch (word 3, bit 63) */
   if (phase < AUTOTUNE_EXPLORING || phase > AUTOTUNE_DUEL) { /* new (or unknown): explore */
     home = AUTOTUNE_NONE;
     AUTOTUNE_EXPLORE_AGAIN;
@@ -476,6 +496,7 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
     phase = AUTOTUNE_SETTLED;
     apply = best;
     seen = drift = aux = 0;
+    time = (time & 0xffffffff) * AUTOTUNE_REF_TWICE;
   }
   int advance = 0; /* on to the next candidate, or settle after the last */
   if (phase == AUTOTUNE_EXPLORING) {
@@ -569,16 +590,35 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
       phase = AUTOTUNE_SETTLED;
       apply = best;
       seen = drift = aux = first = 0;
+      time = (time & 0xffffffff) * AUTOTUNE_REF_TWICE; /* the recent time starts over */
     }
-  } else if (phase == AUTOTUNE_SETTLED && used == apply && !again) {
-    if (t > time + time / 2) {
-      if (++drift >= 3) { /* slower by half three times in a row: explore again */
+  } else if (phase == AUTOTUNE_SETTLED && !again && (used != apply || (first >> 63))) {
+    /* Another candidate ran (the D epochs after a probe, a pin), or this is the kept one's
+     * first epoch after that: the first is not measured, as in exploring (the network settles
+     * on the switched choice; on the GPU machine the first epoch of the policy's blocks
+     * between pinned ones was the slow one that fed drift). */
+    after_switch = used != apply;
+  } else if (phase == AUTOTUNE_SETTLED && !again) {
+    /* Two averages of t: the reference (weight 1/32, of the epochs within 3/2 of it: slow, so
+     * that a slowdown that comes on in steps is not taken in before it is seen) and the recent
+     * time (1/2, of t capped at twice the reference, so that one stalled epoch moves it by at
+     * most half the reference). Drift is the recent time above 3/2 of the reference in three
+     * epochs in a row: a slowdown that lasts (3 epochs at 2x, 5 at 1.66x, whatever the
+     * epoch-to-epoch noise around it), not a single stall. */
+    __u64 ref = time & 0xffffffff, recent = time >> 32;
+    __u64 capped = t32 < 2 * ref ? t32 : 2 * ref;
+    recent = (recent + capped) / 2;
+    if (recent > 0xffffffff) recent = 0xffffffff;
+    if (recent > ref + ref / 2) {
+      if (++drift >= 3) { /* slower by half, lasting: explore again */
         if (home == AUTOTUNE_NONE) home = best; /* what to come back to once it is over */
         again = 1;
       }
     } else {
       drift = 0;
-      time = time - time / 8 + t / 8;
+    }
+    if (t32 <= ref + ref / 2) {
+      ref = ref - ref / 32 + t32 / 32;
       if (++aux >= AUTOTUNE_PROBE_EVERY) {
         /* A probe: the choice kept before a slowdown (has it recovered?), else a close
          * runner-up (was it ranked right?), duels with the kept one. */
@@ -595,6 +635,7 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
         }
       }
     }
+    time = (ref & 0xffffffff) | recent << 32;
   }
   if (advance) {
     __u32 next = autotune_next(idx);
@@ -606,7 +647,7 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
       idx = aux;
       phase = AUTOTUNE_SETTLED;
       apply = best;
-      time = time & 0xffffffff; /* the reference */
+      time = (time & 0xffffffff) * AUTOTUNE_REF_TWICE; /* the reference, and the recent time */
       if (home == best) home = AUTOTUNE_NONE;
       seen = drift = aux = 0;
     }
@@ -616,7 +657,8 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
   w[1] = (phase & 0xff) | (idx & 0xff) << 8 | (seen & 0xff) << 16 | (best & 0xff) << 24 |
          (drift & 0xff) << 32 | (rounds & 0xff) << 40 | (home & 0xff) << 48 | (aux & 0xff) << 56;
   w[2] = time;
-  w[3] = phase == AUTOTUNE_SETTLED ? net_bytes : first;
+  w[3] = phase == AUTOTUNE_SETTLED ? (net_bytes & ~AUTOTUNE_AFTER_SWITCH) | after_switch << 63
+                                    : first;
   ncclbpf_state_store(ctx, s);
   return 0;
 }
