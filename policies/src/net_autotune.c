@@ -8,12 +8,16 @@
  *
  * What is measured is an epoch (K collectives, NCCL_BPF_AGREEMENT_EPOCH): the SEC("tuner/epoch")
  * program learns only from an epoch in which one class had at least 90% of the collectives (the
- * dominant class), from t = the time per collective: where NCCL loads the library as its
- * profiler too (NCCL_PROFILER_PLUGIN, KernelCh events: the default mask) and it timed at least
- * 7/8 of the class's collectives, the slowest rank's GPU time of them (SEC("profiler/coll")) per
- * timed collective; else the slowest rank's wall time for the epoch / K, which holds whatever
- * the host does between collectives (the same build on the GPU machine, by GPU time and by wall
- * time: bench/results/gpu-2026-12-03-autotune-{gpu,wall}-time.md). The
+ * dominant class), from t = the time per collective: by default the slowest rank's wall time
+ * for the epoch / K, which holds whatever the host does between collectives; with
+ * autotune_timing set to 1, where NCCL loads the library as its profiler too (NCCL 2.28+ does
+ * by itself when the library is its net plugin; KernelCh events: the default mask) and it
+ * timed at least 7/8 of the class's collectives, the slowest rank's GPU time of them
+ * (SEC("profiler/coll")) per timed collective. Wall time is the default because the GPU's
+ * time ranked Tree against Ring wrong at 4 ranks on the GPU machine, where the wall time and
+ * the users' time ranked them the same (the per-rank kernel span is not the collective's: the
+ * same build, bench/results/gpu-2026-12-03-autotune-gpu-time.md against
+ * gpu-2026-12-03-autotune-wall-time-2.md). The
  * candidate that epoch ran is read from the agreed calls (every call adds its candidate + 1), not from the
  * state: decisions during an epoch use the state of D epochs before (NCCL_BPF_AGREEMENT_DELAY).
  * Per class:
@@ -149,6 +153,17 @@ struct {
   __uint(max_entries, AUTOTUNE_CLASSES);
   NCCLBPF_CONFIG;
 } autotune_pin SEC(".maps");
+
+/* What times an epoch (NCCLBPF_CONFIG, changed by staged updates): 0 (the default) the slowest
+ * rank's wall time per collective; 1 the slowest rank's GPU time per timed collective where the
+ * profiler timed at least 7/8 of them (else the wall time). */
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __type(key, __u32);
+  __type(value, __u64);
+  __uint(max_entries, 1);
+  NCCLBPF_CONFIG;
+} autotune_timing SEC(".maps");
 
 static const volatile struct autotune_candidate autotune_builtin[AUTOTUNE_CANDIDATES] = {
     {NCCL_ALGO_UNDEF, NCCL_PROTO_UNDEF, 0, 1}, {NCCL_ALGO_RING, NCCL_PROTO_SIMPLE, 0, 1},
@@ -430,12 +445,14 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
   if (used1 == 0 || used1 > AUTOTUNE_CANDIDATES || used1 * n != c->cand_plus1)
     return 0; /* not one candidate for the whole epoch: nothing to learn */
   __u64 used = used1 - 1;
-  /* The GPU's time of the class's collectives, where the profiler timed (nearly) all of them:
-   * free of what the host does between collectives (the application's own work, its waits),
-   * which the wall time holds and which varies from epoch to epoch far more than the
-   * candidates differ. A collective or two may fall in the next epoch's figures (the profiler
-   * reports a collective once the GPU has run it); the mean per timed one is taken. */
-  struct autotune_gpu *g = bpf_map_lookup_elem(&autotune_gpu_agreed, &k);
+  /* With autotune_timing 1, the GPU's time of the class's collectives, where the profiler
+   * timed (nearly) all of them: free of what the host does between collectives (the
+   * application's own work, its waits). A collective or two may fall in the next epoch's
+   * figures (the profiler reports a collective once the GPU has run it); the mean per timed
+   * one is taken. */
+  __u32 zero = 0;
+  __u64 *timing = bpf_map_lookup_elem(&autotune_timing, &zero);
+  struct autotune_gpu *g = timing && *timing == 1 ? bpf_map_lookup_elem(&autotune_gpu_agreed, &k) : 0;
   if (g) {
     __u64 timed = g->timed & 0xffffffff;
     asm volatile("" : "+r"(timed));
@@ -444,7 +461,6 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
       asm volatile("" : "+r"(t));
     }
   }
-  __u32 zero = 0;
   struct autotune_net *net = bpf_map_lookup_elem(&autotune_net_agreed, &zero);
   __u64 net_bytes = net ? net->bytes : 0;
 

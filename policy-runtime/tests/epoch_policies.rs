@@ -325,6 +325,13 @@ fn phase(s: &Sim) -> u64 {
     s.class(CLASS_1M)[1] & 0xff
 }
 
+/// Sets net_autotune's autotune_timing (0: wall time, 1: GPU time where timed).
+fn set_timing(s: &Sim, v: u64) {
+    s.map("autotune_timing")
+        .update(&0u32.to_le_bytes(), &v.to_le_bytes(), 0)
+        .unwrap();
+}
+
 /// A settled class's reference time (the low half of its time word).
 fn reference(time: u64) -> u64 {
     time & 0xffff_ffff
@@ -425,27 +432,31 @@ fn autotune_explores_every_candidate_and_keeps_the_fastest() {
     assert_eq!(states[0], states[1], "JIT and interpreter agree");
 }
 
-/// Where the profiler times the collectives, the GPU's time ranks the candidates, not the wall
-/// time (which holds what the host does between collectives): here the host's time runs the
-/// other way round, and Ring/LL128, the fastest on the GPU, is kept all the same. Timed for
-/// only one collective in 16 (NCCL_BPF_PROFILER_SAMPLE=16), the wall time decides.
+/// With autotune_timing 1, where the profiler times the collectives, the GPU's time ranks the
+/// candidates, not the wall time (which holds what the host does between collectives): here
+/// the host's time runs the other way round, and Ring/LL128, the fastest on the GPU, is kept
+/// all the same. Timed for only one collective in 16 (NCCL_BPF_PROFILER_SAMPLE=16), or with
+/// autotune_timing 0 (the default), the wall time decides.
 #[test]
 fn autotune_times_epochs_by_the_gpu_where_the_profiler_times_them() {
     let wall = |c: &TunerCtx| 300_000 - autotune_cost(c);
-    for (every, kept, reference) in [(1, 3, 50_000), (16, 5, 170_000)] {
+    for (timing, every, kept, reference) in
+        [(1, 1, 3, 50_000), (1, 16, 5, 170_000), (0, 1, 5, 170_000)]
+    {
         let seq = std::cell::Cell::new(0u64);
         let gpu: GpuCost = Box::new(move |c: &TunerCtx| {
             seq.set(seq.get() + 1);
             seq.get().is_multiple_of(every).then(|| autotune_cost(c))
         });
         let mut s = autotune(Tier::Jit).with_profiler(AUTOTUNE, "net_autotune_coll", gpu);
+        set_timing(&s, timing);
         let settled = |s: &Sim| phase(s) == SETTLED;
         run_until(&mut s, &wall, SETTLE_MAX, &settled);
         let [apply, _, time, _] = s.class(CLASS_1M);
         assert_eq!(
             (apply, self::reference(time)),
             (kept, reference),
-            "timed 1 in {every}"
+            "timing {timing}, timed 1 in {every}"
         );
     }
     // Collectives of another class timed in the epoch do not count for the dominant one.
@@ -457,6 +468,7 @@ fn autotune_times_epochs_by_the_gpu_where_the_profiler_times_them() {
         })
     });
     let mut s = autotune(Tier::Jit).with_profiler(AUTOTUNE, "net_autotune_coll", gpu);
+    set_timing(&s, 1);
     let settled = |s: &Sim| phase(s) == SETTLED;
     for _ in 0..SETTLE_MAX {
         s.run_epoch(&|i| if i % 16 == 0 { 1024 } else { MIB }, &wall);
