@@ -256,8 +256,19 @@ def settled_from(run, rows, k, D):
     before = [ctl.get(c) for e, ctl in run.ctl_after if (e + D) * k + 1 < lo]
     if not eps or eps[-1][1] is None or eps[-1][1] & 0xFF not in SETTLED_PHASES:
         return None
-    kept = (eps[-1][1] >> 24) & 0xFF
-    ok = lambda ctl: ctl is not None and ctl & 0xFF in SETTLED_PHASES and (ctl >> 24) & 0xFF == kept
+    # Two candidates that NCCL applies as the same choice (Ring/Simple on 2 channels where the
+    # communicator has 2) are one choice: the kept candidate passing from one to the other (a
+    # probe won by a hair) changes nothing that runs. A candidate's applied choice: the most
+    # common of NCCL's applied choices at the first collective of its settled epochs.
+    applied = collections.defaultdict(collections.Counter)
+    for e, ctl in run.ctl_after:
+        if ctl.get(c) is not None and ctl[c] & 0xFF == 2:
+            ch = run.choice.get((e + D) * k + 1)
+            if ch:
+                applied[(ctl[c] >> 24) & 0xFF][ch] += 1
+    name = lambda cand: applied[cand].most_common(1)[0][0] if applied[cand] else cand
+    kept = name((eps[-1][1] >> 24) & 0xFF)
+    ok = lambda ctl: ctl is not None and ctl & 0xFF in SETTLED_PHASES and name((ctl >> 24) & 0xFF) == kept
     i = len(eps) - 1
     while i > 0 and ok(eps[i - 1][1]):
         i -= 1
