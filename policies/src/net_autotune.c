@@ -452,7 +452,8 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
    * one is taken. */
   __u32 zero = 0;
   __u64 *timing = bpf_map_lookup_elem(&autotune_timing, &zero);
-  struct autotune_gpu *g = timing && *timing == 1 ? bpf_map_lookup_elem(&autotune_gpu_agreed, &k) : 0;
+  struct autotune_gpu *g =
+      timing && *timing == 1 ? bpf_map_lookup_elem(&autotune_gpu_agreed, &k) : 0;
   if (g) {
     __u64 timed = g->timed & 0xffffffff;
     asm volatile("" : "+r"(timed));
