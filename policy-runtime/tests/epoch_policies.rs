@@ -643,7 +643,7 @@ fn autotune_catches_a_noisy_lasting_slowdown_and_not_a_stall() {
             phase(&s) == EXPLORING
         })
         .expect("explored again");
-    assert!(n <= 8 + D as u64, "explored again after {n} epochs");
+    assert!(n <= 8 + D, "explored again after {n} epochs");
     assert_eq!(rounds(&s), 2);
 }
 
