@@ -99,7 +99,8 @@ def analyse(run, ph):
 
 def section(runs, cands, conv_of, bound_of):
     """(markdown lines, verdicts [(text, ok, group)]) for every auto job's ab/abdec phases.
-    conv_of(run, rows, dec) -> (kept choice, converged at) of a net_autotune phase;
+    conv_of(run, rows, dec, near) -> (kept choice, converged at) of a net_autotune phase, where
+    near is the set of applied choices that count as converged (within TOL of the best pinned);
     bound_of(run, rows, dec) -> (its convergence bound, the duels it had)."""
     lines, verdicts = [], []
     rows_md = []
@@ -125,7 +126,11 @@ def section(runs, cands, conv_of, bound_of):
                     and re.match(r"(size|fsize|decode)\d", name)]
             conv_txt, conv_ok = "", True
             if prev and when == "settled":
-                ch, conv = conv_of(run, prev[-1][1], dec)
+                # Converged: from the first collective after which every choice it kept ran,
+                # pinned on this communicator, within TOL of the best (the criterion's words);
+                # two such choices swapped by a probe are both within it.
+                near = {a["choice"][x] for x in a["fig"] if x != "a" and a["fig"][x] <= TOL * a["fig"][a["best"]]}
+                ch, conv = conv_of(run, prev[-1][1], dec, near)
                 bd, duels = bound_of(run, prev[-1][1], dec)
                 conv_ok = conv is not None and conv <= bd
                 conv_txt = (f"; the phase before settled on {ch} at {'token ' if dec else 'collective '}{conv} "

@@ -242,12 +242,13 @@ def choice_time(st, n, key, choice, allowed):
 SETTLED_PHASES = (2, 3)  # net_autotune's settled and probing phases
 
 
-def settled_from(run, rows, k, D):
+def settled_from(run, rows, k, D, near=None):
     """From net_autotune's own state (the epoch log, rank 0): the first row of the phase
     (1-based; tokens for decode) from which its class stays settled (probes included: they
     alternate the applied choice now and then but keep what is kept) on one kept candidate to
     the phase's end; None when it is not settled at the end or there is no epoch log. An epoch
-    e's state applies from collective (e + D) k + 1."""
+    e's state applies from collective (e + D) k + 1. near: the applied choices that count as
+    converged (any kept candidate NCCL applies as one of them); default: the last kept one's."""
     if not run.ctl_after or not rows:
         return None
     c = size_class(rows[0][4])
@@ -260,15 +261,26 @@ def settled_from(run, rows, k, D):
     # communicator has 2) are one choice: the kept candidate passing from one to the other (a
     # probe won by a hair) changes nothing that runs. A candidate's applied choice: the most
     # common of NCCL's applied choices at the first collective of its settled epochs.
+    # Only collectives of the policy's own phases of this class count (not pinned blocks, not
+    # other sizes' phases, during which the class stays settled too).
+    own = set()
+    for name, b, prs in run.phases().values():
+        if re.match(r"(size|fsize|decode)\d", name) and size_class(b) == c:
+            for r in prs:
+                own.update(range(r[0], r[1] + 1))
     applied = collections.defaultdict(collections.Counter)
     for e, ctl in run.ctl_after:
-        if ctl.get(c) is not None and ctl[c] & 0xFF == 2:
-            ch = run.choice.get((e + D) * k + 1)
+        s = (e + D) * k + 1
+        if ctl.get(c) is not None and ctl[c] & 0xFF == 2 and s in own:
+            ch = run.choice.get(s)
             if ch:
                 applied[(ctl[c] >> 24) & 0xFF][ch] += 1
     name = lambda cand: applied[cand].most_common(1)[0][0] if applied[cand] else cand
     kept = name((eps[-1][1] >> 24) & 0xFF)
-    ok = lambda ctl: ctl is not None and ctl & 0xFF in SETTLED_PHASES and name((ctl >> 24) & 0xFF) == kept
+    good = set(near) if near else {kept}
+    if kept not in good:
+        return None
+    ok = lambda ctl: ctl is not None and ctl & 0xFF in SETTLED_PHASES and name((ctl >> 24) & 0xFF) in good
     i = len(eps) - 1
     while i > 0 and ok(eps[i - 1][1]):
         i -= 1
@@ -411,14 +423,14 @@ def report(w, outdir):
     bound = (NCAND * cyc + 2 * D + 1) * K
     bound_tok = NCAND * cyc + 2 * D + 1
 
-    def converged(run, rows, dec):
+    def converged(run, rows, dec, near=None):
         """(the kept choice, the row from which it is kept): the choice from NCCL's applied
         choices (settle), the row from net_autotune's own state where the job logged its epochs
         (its probes then count as settled: since the probes became duels they alternate the
         choice for up to 2 DUEL epochs), else from the applied choices too."""
         ch, conv = settle(run, rows, probe=cyc if dec else cyc * K, last=mtok if dec else measure)
         if run.ctl_after:
-            conv = settled_from(run, rows, KDEC if dec else K, D)
+            conv = settled_from(run, rows, KDEC if dec else K, D, near)
         return ch, conv
 
     def bound_of(run, rows, dec):
