@@ -118,10 +118,11 @@ MEASURE_TOKENS=${MEASURE_TOKENS:-12}
 # 88a60e5, 2 before), for the report's convergence bound.
 LEARN=${LEARN:-4}
 DUEL=${DUEL:-16}
-# The library as NCCL's profiler too in the net_autotune jobs (1, the default): net_autotune then
-# times epochs by the GPU's time of their collectives, else (0) by the wall time. 0 must say
-# `none`: NCCL 2.28+ with NCCL_PROFILER_PLUGIN unset falls back to the net plugin's library,
-# which is ours (docs: nccl-plugin-abi.md, the profiler loader), and loads it as the profiler.
+# The library as NCCL's profiler too in the net_autotune jobs (1, the default, as NCCL 2.28+ does
+# by itself), or no profiler (0). net_autotune times epochs by wall time either way unless its
+# config map autotune_timing is 1 (then by the GPU's time where the profiler timed them; not set
+# here). 0 must say `none`: NCCL 2.28+ with NCCL_PROFILER_PLUGIN unset falls back to the net
+# plugin's library, which is ours (docs: nccl-plugin-abi.md, the profiler loader).
 PROFILER=${PROFILER:-1}
 prof_env=(NCCL_PROFILER_PLUGIN=none)
 [ "$PROFILER" = 1 ] && prof_env=(NCCL_PROFILER_PLUGIN="$LIB")
