@@ -680,6 +680,34 @@ fn autotune_does_not_measure_the_first_epoch_after_a_pin() {
         (SETTLED, kept, 1)
     );
     assert_eq!(reference(s.class(CLASS_1M)[2]), reference_before);
+    // The same slow epoch as the second of two-epoch blocks is measured: drift, and an
+    // exploration within a few blocks.
+    let mut explored = None;
+    for b in 0..12 {
+        set(1);
+        for _ in 0..2 {
+            s.run_epoch(&|_| MIB, &autotune_cost);
+        }
+        set(0);
+        s.run_epoch(&|_| MIB, &autotune_cost);
+        s.run_epoch(&|_| MIB, &slow);
+        if rounds(&s) == 2 {
+            explored = Some(b);
+            break;
+        }
+    }
+    assert!(
+        explored.is_some_and(|b| b <= 6),
+        "explored in block {explored:?}"
+    );
+}
+
+/// Without pins, the same 2.5-times cost in every epoch is drift.
+#[test]
+fn autotune_explores_when_every_epoch_is_slow() {
+    let mut s = autotune(Tier::Jit);
+    autotune_until(&mut s, 1, SETTLE_MAX, &|s| phase(s) == SETTLED);
+    let slow = |c: &TunerCtx| autotune_cost(c) * 5 / 2;
     let (n, _) = run_until(&mut s, &slow, 10, &|s| phase(s) == EXPLORING);
     assert!(n <= 4 + D as usize, "explored after {n} epochs");
 }
