@@ -45,6 +45,8 @@ use std::time::Instant;
 
 /// Request slots per comm: NCCL needs 32 (x maxRecvs = 1) in flight.
 pub const SLOTS: usize = 64;
+/// Queued messages whose control parts one write carries at most.
+const SEND_BATCH: usize = 16;
 const SLOT_MAGIC: u64 = 0x5145_5246_5042_4e43;
 
 /// What NCCL holds as a request: a slot of its comm. The I/O engine counts its chunks down.
@@ -144,6 +146,8 @@ struct State {
     error: Option<NetError>,
     /// Whether `error` has been returned to NCCL once (later reports say "failed earlier").
     reported: bool,
+    /// Writes that carried the control parts of more than one queued message.
+    batched_writes: u64,
     /// The connection's hooks: here, so that every hook call runs under this lock.
     hooks: ConnHooks,
     /// Control frames to send (header included), oldest first; `frame_cursor` bytes of the
@@ -176,7 +180,6 @@ pub const MAX_INBOX_BYTES: usize = 1 << 20;
 pub const MAX_OUTBOX_BYTES: usize = 4 << 20;
 
 impl State {
-    /// The fifo head's control-stream part (header and inline payload) is complete.
     /// The comm's error as the next call reports it: the error itself the first time, then
     /// "connection failed earlier: …" with the same code.
     fn report(&mut self) -> Option<NetError> {
@@ -190,6 +193,7 @@ impl State {
         Some(out)
     }
 
+    /// The fifo head's control-stream part (header and inline payload) is complete.
     fn control_done(&mut self, idx: u32) {
         self.reqs[idx as usize].ctrl_done = true;
         self.fifo.pop_front();
@@ -280,6 +284,7 @@ impl Comm {
                 reqs: vec![IDLE; SLOTS],
                 free: (0..SLOTS as u32).rev().collect(),
                 fifo: VecDeque::with_capacity(SLOTS),
+                batched_writes: 0,
                 cursor: 0,
                 header: [0; MSG_HEADER_SIZE],
                 next_stream: 0,
@@ -764,6 +769,13 @@ impl Comm {
             if !st.frames_out.is_empty() && !Self::send_frames(st) {
                 return;
             }
+            // Messages that queued up behind a full socket go out together.
+            if st.cursor == 0 && st.fifo.len() > 1 {
+                if !Self::send_batch(st) {
+                    return;
+                }
+                continue;
+            }
             let State {
                 control,
                 reqs,
@@ -805,6 +817,64 @@ impl Comm {
             }
             st.control_done(idx);
         }
+    }
+
+    /// Writes the control parts (header and inline payload) of up to [`SEND_BATCH`] queued
+    /// messages, from the fifo's head (whose cursor is 0), with one `writev`. The messages
+    /// written whole are done; the first one that is not becomes the head with its cursor where
+    /// the write ended. Returns false when the stream would block or failed (`error` is set).
+    fn send_batch(st: &mut State) -> bool {
+        let n = st.fifo.len().min(SEND_BATCH);
+        let mut headers = [[0u8; MSG_HEADER_SIZE]; SEND_BATCH];
+        let mut payloads: [&[u8]; SEND_BATCH] = [&[]; SEND_BATCH];
+        for (k, &idx) in st.fifo.iter().take(n).enumerate() {
+            let r = &st.reqs[idx as usize];
+            headers[k] = (r.size as u64).to_le_bytes();
+            if r.inline {
+                // SAFETY: NCCL keeps the send buffer alive and unmodified until the request is
+                // done, and it is not done before this write has taken its bytes.
+                payloads[k] = unsafe { r.buf.bytes() };
+            }
+        }
+        let mut iov = [IoSlice::new(&[]); 2 * SEND_BATCH];
+        for k in 0..n {
+            iov[2 * k] = IoSlice::new(&headers[k]);
+            iov[2 * k + 1] = IoSlice::new(payloads[k]);
+        }
+        let written = loop {
+            match st.control.write_vectored(&iov[..2 * n]) {
+                Ok(0) => {
+                    st.error = Some(NetError::io("send", io::ErrorKind::WriteZero.into()));
+                    return false;
+                }
+                Ok(w) => break w,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    st.error = Some(NetError::io("send on control stream", e));
+                    return false;
+                }
+            }
+        };
+        let mut left = written;
+        let mut whole = 0;
+        for p in &payloads[..n] {
+            let total = MSG_HEADER_SIZE + p.len();
+            if left < total {
+                break;
+            }
+            left -= total;
+            whole += 1;
+        }
+        if whole > 1 {
+            st.batched_writes += 1;
+        }
+        for _ in 0..whole {
+            let idx = st.fifo[0];
+            st.control_done(idx);
+        }
+        st.cursor = left;
+        true
     }
 
     /// Reads the control frames that arrived while no receive is posted, up to the next
@@ -1499,6 +1569,71 @@ mod tests {
         for _ in 0..2 * SLOTS {
             assert!(r.irecv(buf(&mut into)).is_err());
         }
+        s.close();
+        r.close();
+    }
+
+    /// Messages that queue behind a full control stream (the receiver not reading yet) go out
+    /// several to a write once it drains, cut anywhere (in a header, in a payload), and arrive
+    /// whole and in order, with a chunked message among them.
+    #[test]
+    fn queued_messages_go_out_together_and_arrive_whole() {
+        let (s, r) = pair(0xba7c_0001, 0xba7c_0002);
+        socket2::SockRef::from(&lock(&s.state).control)
+            .set_send_buffer_size(32 << 10)
+            .unwrap();
+        socket2::SockRef::from(&lock(&r.state).control)
+            .set_recv_buffer_size(32 << 10)
+            .unwrap();
+        let sizes: Vec<usize> = (0..48)
+            .map(|k| match k % 8 {
+                0 => 0,
+                1 => 1,
+                2 => 7,
+                3 => 9,
+                4 => 4093,
+                5 => 65_536,
+                6 if k == 22 => 200_000, // chunked, over the data streams
+                _ => 30_011 + k,
+            })
+            .collect();
+        let mut out: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(k, &n)| (0..n).map(|i| (i * 31 + k * 7) as u8).collect())
+            .collect();
+        let mut inb: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0xee; n.max(1)]).collect();
+        let sends: Vec<_> = out
+            .iter_mut()
+            .map(|v| s.isend(buf(v)).unwrap().unwrap())
+            .collect();
+        assert!(
+            lock(&s.state).fifo.len() > 1,
+            "messages queued behind the full stream"
+        );
+        let recvs: Vec<_> = inb
+            .iter_mut()
+            .map(|v| r.irecv(buf(v)).unwrap().unwrap())
+            .collect();
+        for (k, q) in recvs.iter().enumerate() {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let n = loop {
+                // The sender makes progress only when NCCL tests its requests.
+                for q in &sends {
+                    let _ = s.test(q.idx as usize);
+                }
+                if let Some(n) = r.test(q.idx as usize).unwrap() {
+                    break n;
+                }
+                assert!(Instant::now() < deadline, "message {k} never arrived");
+            };
+            assert_eq!(n, sizes[k], "message {k}");
+            assert!(inb[k][..n] == out[k][..], "message {k}'s bytes");
+        }
+        assert!(
+            lock(&s.state).batched_writes > 0,
+            "some write carried several messages"
+        );
         s.close();
         r.close();
     }
