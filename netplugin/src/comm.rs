@@ -675,6 +675,31 @@ impl Comm {
         (st.inbox.drain(..).collect(), dropped)
     }
 
+    /// One write on the control stream: `Some(n)` when n > 0 bytes went out; `None` when the
+    /// caller must stop, because the stream would block or because it failed (`error` set).
+    /// An interrupted write is tried again.
+    fn control_write(
+        control: &mut TcpStream,
+        error: &mut Option<NetError>,
+        iov: &[IoSlice<'_>],
+    ) -> Option<usize> {
+        loop {
+            match control.write_vectored(iov) {
+                Ok(0) => {
+                    *error = Some(NetError::io("send", io::ErrorKind::WriteZero.into()));
+                    return None;
+                }
+                Ok(n) => return Some(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    *error = Some(NetError::io("send on control stream", e));
+                    return None;
+                }
+            }
+        }
+    }
+
     /// Writes queued frames while no message is half written; `false` if one is still pending
     /// (the socket is full) or the comm failed.
     fn send_frames(st: &mut State) -> bool {
@@ -690,26 +715,16 @@ impl Comm {
             let Some(f) = frames_out.front() else {
                 return true;
             };
-            match control.write(&f[*frame_cursor..]) {
-                Ok(0) => {
-                    *error = Some(NetError::io("send", io::ErrorKind::WriteZero.into()));
-                    return false;
-                }
-                Ok(n) => {
-                    *frame_cursor += n;
-                    if *frame_cursor == f.len() {
-                        let len = f.len();
-                        frames_out.pop_front();
-                        *frame_cursor = 0;
-                        *frames_out_bytes -= len;
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    *error = Some(NetError::io("send on control stream", e));
-                    return false;
-                }
+            let Some(n) = Self::control_write(control, error, &[IoSlice::new(&f[*frame_cursor..])])
+            else {
+                return false;
+            };
+            *frame_cursor += n;
+            if *frame_cursor == f.len() {
+                let len = f.len();
+                frames_out.pop_front();
+                *frame_cursor = 0;
+                *frames_out_bytes -= len;
             }
         }
         true
@@ -795,25 +810,15 @@ impl Comm {
             };
             let total = MSG_HEADER_SIZE + payload.len();
             while *cursor < total {
-                let res = if *cursor < MSG_HEADER_SIZE {
-                    control
-                        .write_vectored(&[IoSlice::new(&header[*cursor..]), IoSlice::new(payload)])
+                let written = if *cursor < MSG_HEADER_SIZE {
+                    let iov = [IoSlice::new(&header[*cursor..]), IoSlice::new(payload)];
+                    Self::control_write(control, error, &iov)
                 } else {
-                    control.write(&payload[*cursor - MSG_HEADER_SIZE..])
+                    let iov = [IoSlice::new(&payload[*cursor - MSG_HEADER_SIZE..])];
+                    Self::control_write(control, error, &iov)
                 };
-                match res {
-                    Ok(0) => {
-                        *error = Some(NetError::io("send", io::ErrorKind::WriteZero.into()));
-                        return;
-                    }
-                    Ok(n) => *cursor += n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        *error = Some(NetError::io("send on control stream", e));
-                        return;
-                    }
-                }
+                let Some(n) = written else { return };
+                *cursor += n;
             }
             st.control_done(idx);
         }
@@ -841,20 +846,9 @@ impl Comm {
             iov[2 * k] = IoSlice::new(&headers[k]);
             iov[2 * k + 1] = IoSlice::new(payloads[k]);
         }
-        let written = loop {
-            match st.control.write_vectored(&iov[..2 * n]) {
-                Ok(0) => {
-                    st.error = Some(NetError::io("send", io::ErrorKind::WriteZero.into()));
-                    return false;
-                }
-                Ok(w) => break w,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    st.error = Some(NetError::io("send on control stream", e));
-                    return false;
-                }
-            }
+        let Some(written) = Self::control_write(&mut st.control, &mut st.error, &iov[..2 * n])
+        else {
+            return false;
         };
         let mut left = written;
         let mut whole = 0;
