@@ -34,15 +34,16 @@
 # new at an epoch boundary settles by collective 8 (D + 3) K + 1 = 1281 of its phase, the first
 # phase of a communicator 2 D epochs later (no opinion before 2 D K + 1): 45 epochs, 1440
 # collectives. Each candidate that explores within 1/4 of the best so far then duels with it:
-# pairs of alternating epochs until one side leads by 4, at most DUEL=16 pairs (2 DUEL + D = 34
-# epochs, the choice alternating): bound (45 + 34 d) K for a phase with d duels (the report
-# counts them from the epoch log, NCCL_BPF_AGREEMENT_LOG=1; a clear duel takes 4-7 pairs). The
+# alternating epochs, every two adjacent ones a comparison, until one side leads by 6, at most
+# DUEL_SPAN=32 epochs (31 comparisons; DUEL_SPAN + D = 34 epochs, the choice alternating): bound
+# (45 + 34 d) K for a phase with d duels (the report counts them from the epoch log,
+# NCCL_BPF_AGREEMENT_LOG=1; a clear duel takes 12-15 epochs). The
 # sizes run 4800 = 150 epochs each (the last MEASURE=256 measured). Drift is three slow epochs in
 # a row, so the flood lasts 150 epochs: 3 to notice, D of delay, then the exploration and its
 # duels; 150 epochs after it (an exploration still running at the flood's end, then the
 # measured window). Decode: K=$KDEC makes an epoch one token, settled by token 45 + 34 d; 150
 # tokens, the last MEASURE_TOKENS=12 measured.
-# LEARN and DUEL go into meta.txt for the report.
+# LEARN and DUEL_SPAN go into meta.txt for the report (runs before stop 28 wrote DUEL=16 pairs).
 # LL128=1 (default) adds jobs 2 and 3 again with NCCL_PROTO=LL,LL128,Simple (labels autoll128,
 # autodecll128): NCCL here leaves LL128 off unless NCCL_PROTO names it, and a tuner's LL128
 # choice is then not applied (candidates 3 and 6 run NCCL's choice); the static sweep's
@@ -117,7 +118,7 @@ MEASURE_TOKENS=${MEASURE_TOKENS:-12}
 # Epochs net_autotune learns from per candidate (4 with the median of three; 3 from commit
 # 88a60e5, 2 before), for the report's convergence bound.
 LEARN=${LEARN:-4}
-DUEL=${DUEL:-16}
+DUEL_SPAN=${DUEL_SPAN:-32}
 # The library as NCCL's profiler too in the net_autotune jobs (1, the default, as NCCL 2.28+ does
 # by itself), or no profiler (0). net_autotune times epochs by wall time either way unless its
 # config map autotune_timing is 1 (then by the GPU's time where the profiler timed them; not set
@@ -155,7 +156,7 @@ trap finish EXIT
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu /'
   "$CLI" --version
   nproc | sed 's/^/cpus /'
-  echo "K=$K D=$D KDEC=$KDEC LEARN=$LEARN DUEL=$DUEL PROFILER=$PROFILER MEASURE=$MEASURE MEASURE_TOKENS=$MEASURE_TOKENS SWEEP_FRACTION=$SWEEP_FRACTION"
+  echo "K=$K D=$D KDEC=$KDEC LEARN=$LEARN DUEL_SPAN=$DUEL_SPAN PROFILER=$PROFILER MEASURE=$MEASURE MEASURE_TOKENS=$MEASURE_TOKENS SWEEP_FRACTION=$SWEEP_FRACTION"
   echo "FLOOD_PAIRS=$FLOOD_PAIRS CANDS=$CANDS RANKS=$RANKS DEADLINE=$DEADLINE LL128=$LL128 ROUNDS=$ROUNDS NOOP_AGREE=$NOOP_AGREE PIN=$PIN"
   echo "SWEEP_PLAN=$SWEEP_PLAN"
   echo "AUTO_PLAN=$AUTO_PLAN"

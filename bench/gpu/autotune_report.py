@@ -242,6 +242,18 @@ def choice_time(st, n, key, choice, allowed):
 SETTLED_PHASES = (2, 3)  # net_autotune's settled and probing phases
 
 
+def duel_rule(span, pairs):
+    """The duel's rule, as the run's policy had it (meta.txt: DUEL_SPAN since stop 28, DUEL
+    pairs before)."""
+    if not span:
+        return ""
+    if pairs:
+        return (f"; a candidate within 1/4 of the best so far duels with it, pairs of alternating epochs until one side "
+                f"leads by 4 (at most {span // 2} pairs, {span} + D epochs; runs before the sequential duel: exactly {span // 2} pairs)")
+    return (f"; a candidate within 1/4 of the best so far duels with it, alternating epochs, every two adjacent ones a "
+            f"comparison, until one side leads by 6 (at most {span - 1} comparisons, {span} + D epochs)")
+
+
 def settled_from(run, rows, k, D, near=None):
     """From net_autotune's own state (the epoch log, rank 0): the first row of the phase
     (1-based; tokens for decode) from which its class stays settled (probes included: they
@@ -414,12 +426,14 @@ def report(w, outdir):
     # policy.
     learn = int(meta.get("LEARN", 2))
     cyc = D + learn - 1
-    # A duel of at most DUEL pairs per candidate that explored within 1/4 of the best so far:
-    # 2 DUEL + D epochs more each at most, the choice alternating. How many a phase had comes from the job's epoch
-    # log (NCCL_BPF_AGREEMENT_LOG=1; runs before DUEL was written had none); the stated bound
-    # without duels, and the one of a phase with its duels.
-    duel = int(meta.get("DUEL", 0))
-    duel_ep = 2 * duel + D if duel else 0
+    # A duel of at most DUEL_SPAN epochs of comparisons per candidate that explored within 1/4
+    # of the best so far: DUEL_SPAN + D epochs more each at most, the choice alternating (runs
+    # before stop 28 wrote DUEL, pairs: 2 DUEL epochs). How many a phase had comes from the
+    # job's epoch log (NCCL_BPF_AGREEMENT_LOG=1; runs before DUEL was written had none); the
+    # stated bound without duels, and the one of a phase with its duels.
+    span = int(meta.get("DUEL_SPAN", 2 * int(meta.get("DUEL", 0))))
+    pairs = "DUEL_SPAN" not in meta
+    duel_ep = span + D if span else 0
     bound = (NCAND * cyc + 2 * D + 1) * K
     bound_tok = NCAND * cyc + 2 * D + 1
 
@@ -427,7 +441,7 @@ def report(w, outdir):
         """(the kept choice, the row from which it is kept): the choice from NCCL's applied
         choices (settle), the row from net_autotune's own state where the job logged its epochs
         (its probes then count as settled: since the probes became duels they alternate the
-        choice for up to 2 DUEL epochs), else from the applied choices too."""
+        choice for up to DUEL_SPAN epochs), else from the applied choices too."""
         ch, conv = settle(run, rows, probe=cyc if dec else cyc * K, last=mtok if dec else measure)
         if run.ctl_after:
             conv = settled_from(run, rows, KDEC if dec else K, D, near)
@@ -463,10 +477,10 @@ def report(w, outdir):
       "'Best static' is the fastest of the candidates a tuner can apply here (0, 1, 2, 4, 5, 7; LL128 is off in NCCL here unless NCCL_PROTO "
       "names it, so net_autotune's candidates 3 and 6 run NCCL's choice) whose runs were all right; the fastest including LL128 is shown beside it. "
       f"Convergence: the first collective of the phase from which NCCL's applied choice stays the same to the phase's end; stated bound "
-      f"({NCAND}·(D + {learn - 1}) + 2·D + 1{f' + d·(2·{duel} + D)' if duel else ''})·K = {bound}{f' + d·{duel_ep * K}' if duel else ''} collectives ({bound_tok}{f' + d·{duel_ep}' if duel else ''} tokens for decode){', d the duels the phase had (from the epoch log)' if duel else ''}: each candidate runs D + {learn - 1} epochs "
+      f"({NCAND}·(D + {learn - 1}) + 2·D + 1{f' + d·({span} + D)' if span else ''})·K = {bound}{f' + d·{duel_ep * K}' if span else ''} collectives ({bound_tok}{f' + d·{duel_ep}' if span else ''} tokens for decode){', d the duels the phase had (from the epoch log)' if span else ''}: each candidate runs D + {learn - 1} epochs "
       f"({learn} learnt from: {'one discarded, the median of three measured' if learn == 4 else 'one discarded, the mean of two measured' if learn == 3 else 'one discarded, one measured' if learn == 2 else 'see LEARN'}; "
       f"D - 1 more while the last one's figures are agreed; one that runs as NCCL's own choice is skipped after D); the first phase also waits 2·D epochs for the first opinion"
-      f"{f'; a candidate within 1/4 of the best so far duels with it, pairs of alternating epochs until one side leads by 4 (at most {duel} pairs, 2·{duel} + D epochs; runs before the sequential duel: exactly {duel} pairs)' if duel else ''}. "
+      f"{duel_rule(span, pairs)}. "
       f"'In-process': what the same job measured per applied choice while exploring (first epoch of each run left out) against its settled window. "
       f"Pass (by choice): in every round, the static time of the choice net_autotune settled on (the best static time among the candidates NCCL "
       f"applied as that choice) ≤ {TOL:.2f} × the best static time, converged within the bound, the choice constant over the window. "

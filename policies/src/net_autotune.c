@@ -34,22 +34,26 @@
  *              own choice, candidate 0, is the first best: a later one must beat it), and its
  *              explored median is the reference.
  *   duel       the best so far and the challenger alternate, one epoch each (the state flips
- *              between them every epoch); each epoch of the challenger is set against the
- *              best's epoch just before it, so that a slow drift of the whole machine (which
- *              ranks candidates explored minutes apart by when they ran) weighs on both alike.
- *              The duel is sequential: it ends as soon as one side has won 4 pairs more than
- *              the other, else after 16 pairs, won by the side with more (a tie keeps the best);
- *              a clear difference ends it in about 4 to 7 pairs, a close one takes longer (at
- *              the epoch-to-epoch noise of the GPU machine's jobs, a challenger 10 % faster
- *              wins 98.6 % of duels, one 5 % slower 5.5 %, against 87.5 % and 8.6 % for a
- *              fixed 6 pairs: bench/gpu/autotune_duel_power.py). The loser is the runner-up
- *              when the two explored within 1/8 of each other. Only a challenger epoch right
- *              after a best epoch (by the agreed epoch numbers) makes a pair: not the D epochs
- *              the explored candidate still runs when the duel starts, nor two epochs a gap
- *              (pins, other classes' epochs) apart. A duel costs at most 2 * 16 + D epochs,
- *              half of them on a choice within 1/4 of the best, per close candidate; one that
- *              cannot form pairs (its class dominant only in short bursts, so the flips do not
- *              alternate what runs) ends 64 epochs after it began, by the pairs it had.
+ *              between them every epoch); every two adjacent epochs that ran the two are one
+ *              comparison, whichever ran first (so each epoch is set against both of its
+ *              neighbours, and a slow drift of the whole machine, which ranks candidates
+ *              explored minutes apart by when they ran, weighs on both alike). The duel is
+ *              sequential: it ends as soon as one side has won 6 comparisons more than the
+ *              other, else after 31 (32 epochs), won by the side with more; a clear difference
+ *              ends it in about 12 to 15 epochs, a close one takes longer. Replayed on the
+ *              steady stretches of epochs of three GPU runs (bench/gpu/autotune_duel_power.py,
+ *              the command in its docstring), a challenger 6 % faster wins 96.6 % of duels, one
+ *              3 % faster 87.6 %, one 6 % slower 3.7 %, against 93.9 %, 78.9 % and 4.9 % for
+ *              the rule before (only a challenger epoch right after a best epoch compared:
+ *              margin 4 of at most 16 pairs, the same 32 epochs), in fewer epochs (14.9 against
+ *              17.4 at 6 %). The loser is the runner-up
+ *              when the two explored within 1/8 of each other. Two epochs a gap (pins, other
+ *              classes' epochs) apart are never compared, nor two that ran the same side (the
+ *              D epochs the explored candidate still runs when the duel starts). A duel costs
+ *              at most 32 + D epochs, half of them on a choice within 1/4 of the best, per
+ *              close candidate; one that cannot compare (its class dominant only in short
+ *              bursts, so the flips do not alternate what runs) ends 64 epochs after it began,
+ *              by the comparisons it had.
  *              Exploration then goes on with the next candidate (after a removed challenger's
  *              slot too).
  *   settled    t of the kept candidate is tracked twice: the reference (EWMA 1/32 of the
@@ -66,12 +70,12 @@
  *              within 3/2 of the reference, a probe:
  *   probing    the home (has the slowdown ended?), or else the close runner-up (did noise
  *              rank the two wrong?), duels with the kept candidate as in exploring (alternating
- *              epochs, adjacent epochs compared); when it wins by the margin (4 pairs
+ *              epochs, adjacent epochs compared); when it wins by the margin (6 comparisons
  *              ahead; a closer end keeps the kept candidate), it is kept from then
  *              on (home is cleared; the reference stays and the EWMA follows the new choice;
  *              the old one is the runner-up unless it lost every pair), else the class goes
  *              back to its kept candidate.
- *              A probe costs at most 16 epochs of the other candidate per 32 + 2 * 16 + D, and
+ *              A probe costs at most 16 epochs of the other candidate per 32 + 32 + D, and
  *              none at all when there is neither a home nor a close second.
  * Every decision depends on agreed values only (the state, the config table, msg_size), so
  * every rank decides the same; the verifier checks it.
@@ -97,9 +101,9 @@
  *   [1] ctl       phase (bits 0-7: 0 new, 1 exploring, 2 settled, 3 probing, 4 duel); bits 8-15:
  *                 exploring: the candidate being explored (duel: the challenger), else the
  *                 runner-up (0xff: none);
- *                 16-23: epochs the explored or probed candidate ran (duel, probing: pairs); 24-31:
- *                 exploring and duel: best so far, else the kept candidate; 32-39: drift count
- *                 (duel and probing: the challenger's wins); 40-47: explorations
+ *                 16-23: epochs the explored or probed candidate ran (duel, probing:
+ *                 comparisons); 24-31: exploring and duel: best so far, else the kept candidate; 32-39: drift count
+ *                 (duel and probing: the comparisons the challenger won); 40-47: explorations
  *                 started (saturating); 48-55: home (0xff: none); 56-63: exploring and duel:
  *                 the runner-up so far; probing: the challenger; settled: settled epochs
  *                 since the last probe
@@ -107,9 +111,9 @@
  *                 challenger's (32-63); else the reference (the kept candidate's, bits 0-31)
  *                 and the recent time (32-63)
  *   [3] exploring: the candidate's first two measured t (bits 0-31, 32-63, ns, capped at
- *                 2^32 - 1); duel and probing: the best's last t (bits 0-31), whether it
- *                 waits for its pair (bit 32), its epoch (33-47, mod 2^15) and the duel's
- *                 first epoch (48-63, mod 2^16); settled: the agreed net bytes (all ranks'
+ *                 2^32 - 1); duel and probing: the last duel epoch's t (bits 0-31),
+ *                 whether there is one (bit 32), its epoch (33-46, mod 2^14), whether the
+ *                 challenger ran it (47) and the duel's first epoch (48-63, mod 2^16); settled: the agreed net bytes (all ranks'
  *                 completions, sent and received) of the last epoch measured for the class, for
  *                 observers (bits 0-62), and whether the next epoch follows a switch (63) */
 #include "ncclbpf.h"
@@ -121,9 +125,9 @@
 #define AUTOTUNE_SETTLED 2
 #define AUTOTUNE_PROBING 3
 #define AUTOTUNE_DUEL 4
-#define AUTOTUNE_DUEL_MARGIN 4 /* pairs won ahead, by either side, that end a duel */
-#define AUTOTUNE_DUEL_MAX 16   /* pairs at most; then the one with more wins (a tie: the best) */
-#define AUTOTUNE_DUEL_EPOCHS (4 * AUTOTUNE_DUEL_MAX) /* epochs at most, counted from its first */
+#define AUTOTUNE_DUEL_MARGIN 6 /* comparisons won ahead, by either side, that end a duel */
+#define AUTOTUNE_DUEL_MAX 31   /* comparisons at most (32 epochs); then the one with more wins */
+#define AUTOTUNE_DUEL_EPOCHS 64 /* epochs at most, counted from its first */
 #define AUTOTUNE_NEVER (~0ull)
 #define AUTOTUNE_T_NONE 0xffffffffull /* no time (32 bits) */
 #define AUTOTUNE_NONE 0xff            /* no slot */
@@ -550,25 +554,31 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
   } else if ((phase == AUTOTUNE_DUEL || phase == AUTOTUNE_PROBING) && !again) {
     __u64 ch = phase == AUTOTUNE_DUEL ? idx : aux; /* the challenger */
     __u64 start = first & 0xffff000000000000ull;
-    /* A pair is a challenger epoch right after a best epoch (the epoch numbers are agreed),
-     * never two epochs a gap (pins, other classes' epochs) apart. */
+    /* Every two adjacent epochs of the duel (by the agreed epoch numbers) that ran the two
+     * sides are one comparison, whichever ran first: the challenger wins it when its epoch was
+     * faster. Never two epochs a gap (pins, other classes' epochs) apart. Word 3 keeps the
+     * last duel epoch: its t, whether it is there (bit 32), its epoch (33-46) and whether the
+     * challenger ran it (47). */
     int removed = !autotune_slot(ch);
+    __u64 side = used == ch; /* 1: the challenger ran this epoch */
     if (removed) { /* the challenger's slot was removed: the best stays */
       seen = AUTOTUNE_DUEL_MAX;
       drift = 0;
-    } else if (used == best) {
-      first = start | (ep & 0x7fff) << 33 | 1ull << 32 | t32;
-    } else if (used == ch && ((first >> 32) & 1) && ((ep - (first >> 33)) & 0x7fff) == 1) {
-      ++seen;
-      drift += t32 < (first & 0xffffffff);
-      first = start;
+    } else if (used == best || used == ch) {
+      __u64 last = first & 0xffffffff;
+      if (((first >> 32) & 1) && ((ep - (first >> 33)) & 0x3fff) == 1 &&
+          ((first >> 47) & 1) != side) {
+        ++seen;
+        drift += side ? t32 < last : last < t32;
+      }
+      first = start | side << 47 | (ep & 0x3fff) << 33 | 1ull << 32 | t32;
     } else {
       first = start;
     }
     apply = apply == best ? ch : best; /* the next one runs the other (D epochs on) */
-    /* Sequential: a clear lead ends the duel early, a close one goes on to DUEL_MAX pairs;
-     * one that cannot form pairs (the class dominant only now and then, so that the flips
-     * do not alternate what runs) ends after DUEL_EPOCHS, by the pairs it had. */
+    /* Sequential: a clear lead ends the duel early, a close one goes on to DUEL_MAX
+     * comparisons; one that cannot compare (the class dominant only now and then, so that the
+     * flips do not alternate what runs) ends after DUEL_EPOCHS, by the comparisons it had. */
     __u64 lost = seen - drift;
     __u64 over = seen >= AUTOTUNE_DUEL_MAX || drift >= lost + AUTOTUNE_DUEL_MARGIN ||
                  lost >= drift + AUTOTUNE_DUEL_MARGIN ||

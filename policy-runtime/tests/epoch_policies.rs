@@ -286,15 +286,18 @@ const CLASS_1M: usize = 5; // [1 MiB, 4 MiB)
 const EXPLORING: u64 = 1;
 const SETTLED: u64 = 2;
 const DUEL: u64 = 4;
-/// Pairs won ahead that end a duel (so the pairs of a duel with one side winning every pair).
-const DUEL_MARGIN: usize = 4;
-/// Pairs a duel has at most.
-const DUEL_MAX: usize = 16;
-/// Epochs a duel lasts at most, counted from its first, pairs or not.
-const DUEL_EPOCHS: usize = 4 * DUEL_MAX;
+/// Comparisons (two adjacent epochs of the two sides) won ahead that end a duel (so the
+/// comparisons of a duel with one side winning every one).
+const DUEL_MARGIN: usize = 6;
+/// Comparisons a duel has at most.
+const DUEL_MAX: usize = 31;
+/// Epochs of a duel's comparisons at most (each epoch after the first adds one).
+const DUEL_SPAN: usize = DUEL_MAX + 1;
+/// Epochs a duel lasts at most, counted from its first, comparisons or not.
+const DUEL_EPOCHS: usize = 64;
 /// Epochs within which a new class settles: every candidate explored, each of the 7 after slot 0
-/// in a duel (2 * DUEL_MAX + D epochs at most).
-const SETTLE_MAX: usize = 8 * (3 + D as usize) + 1 + 7 * (2 * DUEL_MAX + D as usize);
+/// in a duel (DUEL_SPAN + D epochs at most).
+const SETTLE_MAX: usize = 8 * (3 + D as usize) + 1 + 7 * (DUEL_SPAN + D as usize);
 
 fn autotune(tier: Tier) -> Sim {
     Sim::new(
@@ -389,14 +392,14 @@ fn autotune_explores_every_candidate_and_keeps_the_fastest() {
         // measured) and D - 1 more while the last one's figures were agreed; Ring/Simple
         // (90 us) came within 1/4 of NCCL's choice (100 us), the best then: one duel.
         assert!(
-            n <= 8 * (3 + D as usize) + 1 + 2 * DUEL_MAX + D as usize,
+            n <= 8 * (3 + D as usize) + 1 + DUEL_SPAN + D as usize,
             "settled after {n} epochs"
         );
         let alternations = seen
             .windows(3)
             .filter(|w| w[0] == w[2] && w[0] != w[1])
             .count();
-        assert!(alternations >= 2 * DUEL_MARGIN - 2, "one duel: {seen:?}");
+        assert!(alternations >= DUEL_MARGIN - 1, "one duel: {seen:?}");
         for c in [
             (-1, -1, 0),
             (RING, SIMPLE, 0),
@@ -559,14 +562,17 @@ fn autotune_skips_candidates_that_run_as_nccls_choice() {
             assert_eq!(runs(c), 3 + D as usize, "{c:?}: {seen:?}");
         }
         // Tree/Simple (80 us) came within 1/4 of NCCL's choice (90 us), the best then, and
-        // Ring/Simple on 2 channels (95 us) within 1/4 of Tree/Simple: two duels, each a few
-        // epochs per pair more on those two.
+        // Ring/Simple on 2 channels (95 us) within 1/4 of Tree/Simple: two duels, each one
+        // epoch per two comparisons more on those two.
         assert_eq!(duels, 2, "{seen:?}");
         for c in [(TREE, SIMPLE, 0), (RING, SIMPLE, 2)] {
-            assert!(runs(c) >= 3 + D as usize + DUEL_MARGIN, "{c:?}: {seen:?}");
+            assert!(
+                runs(c) >= 3 + D as usize + DUEL_MARGIN / 2,
+                "{c:?}: {seen:?}"
+            );
         }
         let n = seen.len();
-        let bound = 5 * (3 + D as usize) + 3 * D as usize + 1 + 2 * (2 * DUEL_MAX + D as usize);
+        let bound = 5 * (3 + D as usize) + 3 * D as usize + 1 + 2 * (DUEL_SPAN + D as usize);
         assert!(n <= bound, "{n} epochs: {seen:?}");
         let [apply, ctl, time, _] = s.class(CLASS_1M);
         assert_eq!((apply, reference(time)), (4, 80_000), "Tree/Simple");
@@ -761,7 +767,7 @@ fn autotune_comes_back_home_when_contention_ends() {
     assert!(probes > 0, "home was probed");
     assert_eq!(kept_and_home(&s), (6, 3));
     // Over: back home within a probe period and a probe (a duel).
-    let back = PROBE_EVERY + 2 * DUEL_MAX + 2 * D as usize + 2;
+    let back = PROBE_EVERY + DUEL_SPAN + 2 * D as usize + 2;
     let (n, _) = autotune_until(&mut s, 1, back, &|s| {
         kept_and_home(s) == (3, 0xff) && phase(s) == SETTLED
     });
@@ -819,7 +825,7 @@ fn autotune_probes_a_close_runner_up_and_only_that() {
             .all(|&d| d == (TREE, SIMPLE, 0))
     );
     // The probe is a duel: the two alternate, epoch for epoch.
-    let (_, duel) = run_until(&mut s, &close, 2 * DUEL_MAX + D as usize + 1, &settled);
+    let (_, duel) = run_until(&mut s, &close, DUEL_SPAN + D as usize + 1, &settled);
     assert!(duel.contains(&(RING, SIMPLE, 0)) && duel.contains(&(TREE, SIMPLE, 0)));
     assert_eq!(kept_and_home(&s).0, 4);
     assert_eq!((s.class(CLASS_1M)[1] >> 8) & 0xff, 1, "still the runner-up");
@@ -829,7 +835,7 @@ fn autotune_probes_a_close_runner_up_and_only_that() {
         (RING, SIMPLE, 0) => 74_000,
         _ => close(c),
     };
-    let bound = PROBE_EVERY + 2 * DUEL_MAX + 2 * D as usize + 2;
+    let bound = PROBE_EVERY + DUEL_SPAN + 2 * D as usize + 2;
     let (n, _) = run_until(&mut s, &faster, bound, &|s| {
         settled(s) && kept_and_home(s).0 == 1
     });
@@ -839,9 +845,10 @@ fn autotune_probes_a_close_runner_up_and_only_that() {
 }
 
 /// A probe changes the kept choice only by a clear lead: the probed runner-up (Ring/Simple)
-/// wins its first three pairs and then every other one, a 9:7 majority of the 16 pairs that
-/// never leads by DUEL_MARGIN, and Tree/Simple stays. (Going by the majority, two near-equal
-/// choices would swap back and forth at every probe.)
+/// alternates between 75 and 95 us (Tree/Simple, the kept one, runs 80), so it wins both
+/// comparisons of every other epoch it runs, starting with the first: a majority of the
+/// comparisons that never leads by DUEL_MARGIN, and Tree/Simple stays. (Going by the majority,
+/// two near-equal choices would swap back and forth at every probe.)
 #[test]
 fn autotune_probe_keeps_the_kept_choice_on_a_close_majority() {
     use std::cell::Cell;
@@ -849,8 +856,11 @@ fn autotune_probe_keeps_the_kept_choice_on_a_close_majority() {
     let cost = |c: &TunerCtx| match decision(c) {
         (RING, LL128, 0) | (TREE, LL128, 0) => 200_000,
         (RING, SIMPLE, 0) if probing.get() => {
-            let r = ring_epochs.get();
-            if r < 3 || r % 2 == 0 { 75_000 } else { 85_000 }
+            if ring_epochs.get() % 2 == 0 {
+                75_000
+            } else {
+                95_000
+            }
         }
         (RING, SIMPLE, 0) => 85_000,
         _ => autotune_cost(c),
@@ -870,13 +880,13 @@ fn autotune_probe_keeps_the_kept_choice_on_a_close_majority() {
     probing.set(true);
     let mut probe = vec![];
     while phase(&s) == PROBING {
-        assert!(probe.len() <= 2 * DUEL_MAX + D as usize + 1, "{probe:?}");
+        assert!(probe.len() <= DUEL_SPAN + D as usize + 1, "{probe:?}");
         let d = one(&s.run_epoch(&|_| MIB, &cost));
         ring_epochs.set(ring_epochs.get() + u64::from(d == (RING, SIMPLE, 0)));
         probe.push(d);
     }
     assert!(
-        ring_epochs.get() >= DUEL_MAX as u64,
+        ring_epochs.get() >= DUEL_MAX as u64 / 2,
         "a full duel: {probe:?}"
     );
     assert_eq!(phase(&s), SETTLED);
@@ -935,7 +945,7 @@ fn autotune_duel_decides_between_two_close_candidates_epoch_for_epoch() {
         );
         let mut duel = vec![];
         while phase(&s) == DUEL {
-            assert!(duel.len() <= 2 * DUEL_MAX + D as usize, "{duel:?}");
+            assert!(duel.len() <= DUEL_SPAN + D as usize, "{duel:?}");
             let d = one(&s.run_epoch(&|_| MIB, &cost));
             duel_epochs.set(duel_epochs.get() + u64::from(d == (TREE, SIMPLE, 0)));
             duel.push(d);
@@ -970,7 +980,7 @@ fn autotune_duel_decides_between_two_close_candidates_epoch_for_epoch() {
 }
 
 /// A challenger that loses the duel leaves the best in place: Tree/Simple, 1/16 slower than
-/// Ring/Simple at every moment, wins no pair.
+/// Ring/Simple at every moment, wins no comparison.
 #[test]
 fn autotune_duel_keeps_the_best_against_a_slower_challenger() {
     let cost = |c: &TunerCtx| match decision(c) {
@@ -986,13 +996,13 @@ fn autotune_duel_keeps_the_best_against_a_slower_challenger() {
         (1, 4),
         "Ring/Simple against Tree/Simple"
     );
-    let (n, duel) = run_until(&mut s, &cost, 2 * DUEL_MAX + D as usize + 1, &|s| {
+    let (n, duel) = run_until(&mut s, &cost, DUEL_SPAN + D as usize + 1, &|s| {
         phase(s) != DUEL
     });
-    // Every pair to the best: over once it leads by DUEL_MARGIN (plus the D epochs still
+    // Every comparison to the best: over once it leads by DUEL_MARGIN (plus the D epochs still
     // running the explored candidate), long before DUEL_MAX.
     assert!(
-        n >= 2 * DUEL_MARGIN && n <= 2 * DUEL_MARGIN + D as usize + 1,
+        n >= DUEL_MARGIN && n <= DUEL_MARGIN + D as usize + 1,
         "{n}: {duel:?}"
     );
     assert_eq!(kept_and_home(&s).0, 1, "Ring/Simple stays the best");
@@ -1015,19 +1025,20 @@ fn autotune_duel_keeps_the_best_against_a_slower_challenger() {
     );
 }
 
-/// A close duel goes on: Tree/Simple, the challenger, alternates between 75 and 95 us in the
-/// duel (Ring/Simple, the best, runs 85), so it wins every other pair and neither side ever
-/// leads by DUEL_MARGIN; after DUEL_MAX pairs the 8:8 tie keeps the best.
+/// A close duel goes on: Tree/Simple, the challenger, alternates between 95 and 75 us in the
+/// duel (Ring/Simple, the best, runs 85), so it loses both comparisons of one epoch it runs
+/// and wins both of the next, and neither side ever leads by DUEL_MARGIN; after DUEL_MAX
+/// comparisons the majority goes to the side that led (by one): here the best.
 #[test]
-fn autotune_duel_goes_on_while_close_and_a_tie_keeps_the_best() {
+fn autotune_duel_goes_on_while_close_and_the_majority_decides() {
     use std::cell::Cell;
     let (in_duel, tree_epochs) = (Cell::new(false), Cell::new(0u64));
     let cost = |c: &TunerCtx| match decision(c) {
         (TREE, SIMPLE, 0) if in_duel.get() => {
             if tree_epochs.get() % 2 == 0 {
-                75_000
-            } else {
                 95_000
+            } else {
+                75_000
             }
         }
         (TREE, SIMPLE, 0) => 90_000,
@@ -1040,19 +1051,19 @@ fn autotune_duel_goes_on_while_close_and_a_tie_keeps_the_best() {
     in_duel.set(true);
     let mut duel = vec![];
     while phase(&s) == DUEL {
-        assert!(duel.len() <= 2 * DUEL_MAX + D as usize, "{duel:?}");
+        assert!(duel.len() <= DUEL_SPAN + D as usize, "{duel:?}");
         let d = one(&s.run_epoch(&|_| MIB, &cost));
         if d == (TREE, SIMPLE, 0) {
             tree_epochs.set(tree_epochs.get() + 1);
         }
         duel.push(d);
     }
-    assert!(
-        duel.len() >= 2 * DUEL_MAX,
-        "{} epochs: {duel:?}",
-        duel.len()
+    assert!(duel.len() >= DUEL_SPAN, "{} epochs: {duel:?}", duel.len());
+    assert_eq!(
+        kept_and_home(&s).0,
+        1,
+        "the majority keeps Ring/Simple: {duel:?}"
     );
-    assert_eq!(kept_and_home(&s).0, 1, "a tie keeps Ring/Simple: {duel:?}");
 }
 
 #[test]
@@ -1451,7 +1462,7 @@ fn autotune_after_coming_home_probes_no_distant_runner_up() {
     autotune_until(
         &mut s,
         1,
-        PROBE_EVERY + 2 * DUEL_MAX + 2 * D as usize + 2,
+        PROBE_EVERY + DUEL_SPAN + 2 * D as usize + 2,
         &|s| kept_and_home(s) == (3, 0xff) && phase(s) == SETTLED,
     );
     // Let the last probe's epochs drain, then count what else runs.
