@@ -34,6 +34,9 @@ pub struct Combined {
     pub ranks: u32,
     pub duration_max_ns: u64,
     pub duration_min_ns: u64,
+    /// The ranks' net busy time for the epoch (`Record::net_busy_ns`): the most and the least.
+    pub net_busy_max_ns: u64,
+    pub net_busy_min_ns: u64,
     pub bytes: u64,
     /// One per word of the records, reduced as the layout says.
     pub words: Vec<u64>,
@@ -97,6 +100,8 @@ pub fn combine(records: &[Record], layout: &[Reduce]) -> Verdict {
         ranks: records.len() as u32,
         duration_max_ns: records.iter().map(|r| r.duration_ns).max().unwrap_or(0),
         duration_min_ns: records.iter().map(|r| r.duration_ns).min().unwrap_or(0),
+        net_busy_max_ns: records.iter().map(|r| r.net_busy_ns).max().unwrap_or(0),
+        net_busy_min_ns: records.iter().map(|r| r.net_busy_ns).min().unwrap_or(0),
         bytes: first.bytes,
         words,
     })
@@ -141,6 +146,7 @@ mod tests {
             config: 7,
             decisions: 9,
             duration_ns,
+            net_busy_ns: duration_ns / 2,
             bytes: 100,
             members: 0,
             words,
@@ -162,6 +168,8 @@ mod tests {
                 ranks: 3,
                 duration_max_ns: 30,
                 duration_min_ns: 10,
+                net_busy_max_ns: 15,
+                net_busy_min_ns: 5,
                 bytes: 100,
                 words: vec![6, 7, 3],
             })

@@ -1,16 +1,19 @@
 //! One rank's record of one epoch, and its bytes on the wire.
 //!
 //! A record travels as the payload of a control frame (the net plugin's `Comm::send_frame`).
-//! Layout, little-endian, 88 bytes of header then the words:
+//! Layout, little-endian, 96 bytes of header then the words:
 //!
 //! ```text
-//!  0 magic "NBAR"   4 version u16   6 host length u16
+//!  0 magic "NBAR"   4 version u16 (2)   6 host length u16
 //!  8 comm_id u64   16 origin u64   24 epoch u64
 //! 32 nranks u32    36 colls u32    40 pid u32     44 words u32
 //! 48 config digest u64   56 decision digest u64   64 duration_ns u64   72 bytes u64
-//! 80 members digest u64
-//! 88 words[words] u64, then the host name (host length bytes, UTF-8)
+//! 80 members digest u64   88 net_busy_ns u64
+//! 96 words[words] u64, then the host name (host length bytes, UTF-8)
 //! ```
+//!
+//! Version 1 (88 bytes, no `net_busy_ns`) is refused like any other version: every rank of a
+//! communicator runs the same library.
 //!
 //! Decoding checks every length against the frame, so a frame from a broken or hostile peer is
 //! an error, never a panic or an oversized allocation.
@@ -18,8 +21,8 @@
 use std::fmt;
 
 const MAGIC: [u8; 4] = *b"NBAR";
-const VERSION: u16 = 1;
-const HEADER: usize = 88;
+const VERSION: u16 = 2;
+const HEADER: usize = 96;
 /// The most words a record carries (8 KiB: far below a control frame's 64 KiB).
 pub const MAX_WORDS: usize = 1024;
 /// The most bytes of host name a record carries.
@@ -48,6 +51,10 @@ pub struct Record {
     pub decisions: u64,
     /// The maker's wall time for the epoch.
     pub duration_ns: u64,
+    /// The time the maker's net connections of the communicator had a request in flight
+    /// during the epoch (`ncclbpf_tuner::net_busy`); 0 where it has none (net v7–v10, or a
+    /// communicator without net connections in this process).
+    pub net_busy_ns: u64,
     /// The digest of the origins the maker combines this communicator's epochs with (fixed by
     /// its first combination; 0 before): equal on every rank, or the ranks do not combine the
     /// same records.
@@ -117,6 +124,7 @@ impl Record {
             self.duration_ns,
             self.bytes,
             self.members,
+            self.net_busy_ns,
         ] {
             out.extend_from_slice(&v.to_le_bytes());
         }
@@ -175,6 +183,7 @@ impl Record {
             duration_ns: u64_at(b, 64),
             bytes: u64_at(b, 72),
             members: u64_at(b, 80),
+            net_busy_ns: u64_at(b, 88),
             words,
         })
     }
@@ -210,6 +219,7 @@ pub(crate) fn test_record(comm_id: u64, origin: u64, epoch: u64, nranks: u32) ->
         config: 0,
         decisions: 0,
         duration_ns: 0,
+        net_busy_ns: 0,
         bytes: 0,
         members: 0,
         words: vec![],
@@ -232,6 +242,7 @@ mod tests {
             config: 0x1111,
             decisions: 0x2222,
             duration_ns: 1_000_000 + origin,
+            net_busy_ns: 600_000 + origin,
             bytes: 1 << 20,
             members: 0x3333,
             words: vec![1, 2, u64::MAX, origin],

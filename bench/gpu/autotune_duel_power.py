@@ -15,7 +15,7 @@ keeping the best):
   pairs     only a challenger epoch right after a best epoch is a comparison (the rule before:
             margin 4, at most 16 pairs, 32 epochs).
 
-    python3 bench/gpu/autotune_duel_power.py [--trials N] DIR...
+    python3 bench/gpu/autotune_duel_power.py [--trials N] [--busy] DIR...
 
 e.g. for the logs kept in bench/results:
     for t in stop27 stop27-run2 wall-time-2; do mkdir -p /tmp/$t
@@ -26,12 +26,14 @@ import glob
 import random
 import sys
 
-from autotune_report import EPOCH, STATE_WORD  # the epoch line's format, in one place
+from autotune_report import BUSY, EPOCH, STATE_WORD  # the epoch line's format, in one place
 
 EPOCHS = 32  # a duel's epochs at most, either rule
 
 
-def stretches(dirs, least=EPOCHS + 2):
+def stretches(dirs, least=EPOCHS + 2, busy=False):
+    """Runs of consecutive epochs in which no class changed what it applies: the slowest
+    rank's wall time per epoch, or its net busy time (busy; lines without one end a run)."""
     out = []
     for f in sorted(f for d in dirs for f in glob.glob(f"{d}/**/*auto*-r0.log", recursive=True)):
         cur, last = [], None
@@ -40,7 +42,9 @@ def stretches(dirs, least=EPOCHS + 2):
             if not m:
                 continue
             e = int(m.group(1))
-            t = max(float(x) for x in m.group(2).split())
+            b = BUSY.search(line)
+            times = (b.group(1) if b else "0") if busy else m.group(2)
+            t = max(float(x) for x in times.split())
             applies = any(int(w.group(1)) % 4 == 0 for w in STATE_WORD.finditer(m.group(3)))
             if applies or last is None or e != last + 1 or t <= 0:
                 if len(cur) >= least:
@@ -74,9 +78,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trials", type=int, default=20000)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--busy", action="store_true", help="the epochs' net busy times (runs since stop 28), not their wall times")
     ap.add_argument("dirs", nargs="+")
     a = ap.parse_args()
-    runs = stretches(a.dirs)
+    runs = stretches(a.dirs, busy=a.busy)
     if not runs:
         sys.exit(f"no stretches of {EPOCHS + 2} steady epochs in {a.dirs} (run with NCCL_BPF_AGREEMENT_LOG=1)")
     rng = random.Random(a.seed)

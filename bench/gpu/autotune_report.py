@@ -29,7 +29,10 @@ NCAND = len(CANDS)
 TUNING = re.compile(r"AllReduce: (\d+) Bytes -> Algo (\S+) proto (\S+) channel\{Lo\.\.Hi\}=\{(\d+)\.\.(\d+)\}")
 DIGEST = re.compile(r"decision digest of comm (0x[0-9a-f]+): seq (\d+), digest (0x[0-9a-f]+)(.*)")
 # NCCL_BPF_AGREEMENT_LOG=1's line: epoch, every rank's time (µs), changed state words.
-EPOCH = re.compile(r"epoch (\d+) applied: rank times \(us\) ([\d. ]+); state (.*)")
+# An applied epoch's line (NCCL_BPF_AGREEMENT_LOG=1): 1 the epoch, 2 the ranks' wall times, 3 the
+# state words changed; since stop 28 the ranks' net busy times come before the state (BUSY).
+EPOCH = re.compile(r"epoch (\d+) applied: rank times \(us\) ([\d. ]+); (?:net busy \(us\) [\d. ]+; )?state (.*)")
+BUSY = re.compile(r"; net busy \(us\) ([\d. ]+);")
 STATE_WORD = re.compile(r"\[(\d+)\]=0x([0-9a-f]+)")
 AGREE = re.compile(r"(agreement of comm 0x[0-9a-f]+: .*)")
 DONE = re.compile(r"^DONE rank=(\d+) label=\S+ checks=(\d+) bad=(\d+)")

@@ -1189,6 +1189,11 @@ mod tests {
 
     /// [`pair`] on `path`.
     fn pair_on(way: Way, send_id: u64, recv_id: u64) -> (Box<Comm>, Box<Comm>) {
+        pair_of(way, send_id, recv_id, 0)
+    }
+
+    /// [`pair_on`], both ends of communicator `comm_id` (0: none named, as before net v11).
+    fn pair_of(way: Way, send_id: u64, recv_id: u64, comm_id: u64) -> (Box<Comm>, Box<Comm>) {
         let path = way.path;
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
@@ -1202,7 +1207,7 @@ mod tests {
             inline_bytes: 64 * 1024,
             min_chunk: 64 * 1024,
         };
-        let ep = || Endpoint { dev: 0, comm_id: 0 };
+        let ep = || Endpoint { dev: 0, comm_id };
         let (ac, bc) = (a.remove(0), b.remove(0));
         let mut s = Comm::on_path(ConnDirection::Send, send_id, ep(), shape, ac, a, path).unwrap();
         let mut r = Comm::on_path(ConnDirection::Recv, recv_id, ep(), shape, bc, b, path).unwrap();
@@ -1225,6 +1230,40 @@ mod tests {
             }
             assert!(Instant::now() < deadline, "request neither done nor failed");
             std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// The communicator's busy clock runs while either end has a request in flight, on every
+    /// path: it stops once all are done (and again when a comm closes with a receive still
+    /// posted), and it does not run while nothing is posted.
+    #[test]
+    fn the_communicators_busy_clock_runs_while_a_request_is_in_flight() {
+        use ncclbpf_tuner::net_busy;
+        for (i, path) in ways().into_iter().enumerate() {
+            let id = 0xb05e_0001 + 0x1000 * i as u64;
+            let comm_id = 0xb05e_c000 + i as u64;
+            let clock = net_busy::clock(comm_id).unwrap();
+            let (s, r) = pair_of(path, id, id + 1, comm_id);
+            let mut data: Vec<u8> = (0..BIG).map(|i| (i * 3) as u8).collect();
+            let mut into = vec![0u8; BIG];
+            let rr = r.irecv(buf(&mut into)).unwrap().unwrap();
+            // Only the receive is posted: the clock runs.
+            std::thread::sleep(Duration::from_millis(20));
+            assert_eq!(clock.inflight(), 1);
+            let a = s.isend(buf(&mut data)).unwrap().unwrap();
+            assert_eq!(wait(&s, a).unwrap(), BIG);
+            assert_eq!(wait(&r, rr).unwrap(), BIG);
+            assert_eq!(clock.inflight(), 0, "{path:?}");
+            let busy = clock.busy_ns();
+            assert!(busy >= 20_000_000, "{path:?}: {busy} ns");
+            std::thread::sleep(Duration::from_millis(20));
+            assert_eq!(clock.busy_ns(), busy, "{path:?}: idle time counted");
+            // A receive that never completes stops counting when its comm goes.
+            let _never = r.irecv(buf(&mut into)).unwrap().unwrap();
+            assert_eq!(clock.inflight(), 1);
+            s.close();
+            r.close();
+            assert_eq!(clock.inflight(), 0, "{path:?}");
         }
     }
 

@@ -21,6 +21,7 @@
 //! an old set (its JIT code, its map references) is freed once every connection end has moved
 //! on from it. A hook with no program at start can get one by reload.
 
+use ncclbpf_tuner::net_busy::BusyClock;
 pub use policy_runtime::setting::is_tuner_section;
 use policy_runtime::setting::{self, Scope, Source};
 use policy_runtime::{Handle, LoadOptions, LoadedProgram, NetCtx, Swappable};
@@ -250,6 +251,10 @@ pub struct ConnHooks {
     slot: Option<ConnSlotGuard<'static>>,
     info: ConnInfo,
     net: Handle<NetSet>,
+    /// The communicator's busy clock (net v11+: NCCL names the communicator), shared by all
+    /// its connection ends; `inflight` is this end's share of the requests it counts.
+    busy: Option<Arc<BusyClock>>,
+    inflight: u64,
 }
 
 /// Where the two ends of a connection's control stream are, as far as this end knows.
@@ -282,6 +287,8 @@ impl ConnHooks {
             slot: CONNS.register(&labels),
             info,
             net: net().handle(),
+            busy: ncclbpf_tuner::net_busy::clock(info.comm_id),
+            inflight: 0,
         };
         let (hook, op) = match info.direction {
             ConnDirection::Send => (NetHook::Connect, OP_CONNECT),
@@ -346,6 +353,10 @@ impl ConnHooks {
         if let Some(s) = &self.slot {
             s.posted();
         }
+        if let Some(b) = &self.busy {
+            b.start();
+            self.inflight += 1;
+        }
         let (hook, op) = if self.send() {
             (NetHook::Isend, OP_ISEND)
         } else {
@@ -359,6 +370,7 @@ impl ConnHooks {
         if let Some(s) = &self.slot {
             s.completed(bytes as u64);
         }
+        self.request_ended();
         let latency = posted.map_or(0, |t| t.elapsed().as_nanos() as u64);
         let op = if self.send() {
             OP_COMPLETE_SEND
@@ -373,12 +385,23 @@ impl ConnHooks {
         if let Some(s) = &self.slot {
             s.failed();
         }
+        self.request_ended();
         let op = if self.send() {
             OP_COMPLETE_SEND
         } else {
             OP_COMPLETE_RECV
         };
         self.run(NetHook::Complete, op, 0, 0, code);
+    }
+
+    /// One of this end's requests is over (done or failed): the busy clock may stop.
+    fn request_ended(&mut self) {
+        if let Some(b) = &self.busy
+            && self.inflight > 0
+        {
+            self.inflight -= 1;
+            b.end();
+        }
     }
 
     /// The connection closes: its totals go to NCCL's log.
@@ -399,6 +422,16 @@ impl ConnHooks {
             );
         }
         self.run(NetHook::Close, OP_CLOSE, 0, 0, 0);
+    }
+}
+
+impl Drop for ConnHooks {
+    /// Requests still in flight when the end goes away will not complete: they stop counting
+    /// toward the communicator's busy time.
+    fn drop(&mut self) {
+        while self.inflight > 0 {
+            self.request_ended();
+        }
     }
 }
 

@@ -224,6 +224,9 @@ struct ncclbpf_tuner_epoch_ctx {
                           * everywhere) */
   __u64 state[NCCLBPF_STATE_WORDS]; /* read/write: the communicator's agreed state, kept from
                                      * the last run (zero at first) */
+  __u64 net_busy_max_ns; /* read: the most any rank's net connections of the communicator had a
+                          * request in flight during the epoch (agreed) */
+  __u64 net_busy_min_ns; /* read: the least (0: some rank has none, e.g. net v7-v10) */
 };
 
 /* state[] is read and written at constant indices (the verifier takes context fields at

@@ -8,15 +8,20 @@
  *
  * What is measured is an epoch (K collectives, NCCL_BPF_AGREEMENT_EPOCH): the SEC("tuner/epoch")
  * program learns only from an epoch in which one class had at least 90% of the collectives (the
- * dominant class), from t = the time per collective: by default the slowest rank's wall time
- * for the epoch / K, which holds whatever the host does between collectives; with
- * autotune_timing set to 1, where NCCL loads the library as its profiler too (NCCL 2.28+ does
- * by itself when the library is its net plugin; KernelCh events: the default mask) and it
- * timed at least 7/8 of the class's collectives, the slowest rank's GPU time of them
- * (SEC("profiler/coll")) per timed collective. Wall time is the default because the GPU's
- * time ranked Tree against Ring wrong at 4 ranks on the GPU machine, where the wall time and
- * the users' time ranked them the same (the per-rank kernel span is not the collective's: the
- * same build, bench/results/gpu-2026-12-03-autotune-gpu-time.md against
+ * dominant class), from t = the time per collective: by default the slowest rank's net busy
+ * time for the epoch / K, the time its connections of the communicator had a request in
+ * flight (the plugin's own measure, net v11+, every rank's record carries it), where every
+ * rank has one, else its wall time for the epoch / K, which holds whatever the host does
+ * between collectives (an application's compute, a benchmark's checks: time no choice
+ * changes, which dilutes what a choice does change and adds its own noise; on the GPU
+ * machine a 1.89x loopback flood measured 1.45x by wall time and was not seen:
+ * bench/results/gpu-2026-12-03-autotune-stop28-wall.md). autotune_timing 2 asks for the wall
+ * time; 1, where NCCL loads the library as its profiler too (NCCL 2.28+ does by itself when
+ * the library is its net plugin; KernelCh events: the default mask) and it timed at least 7/8
+ * of the class's collectives, for the slowest rank's GPU time of them (SEC("profiler/coll"))
+ * per timed collective, which ranked Tree against Ring wrong at 4 ranks on the GPU machine
+ * (the per-rank kernel span is not the collective's:
+ * bench/results/gpu-2026-12-03-autotune-gpu-time.md against
  * gpu-2026-12-03-autotune-wall-time-2.md). The
  * candidate that epoch ran is read from the agreed calls (every call adds its candidate + 1), not from the
  * state: decisions during an epoch use the state of D epochs before (NCCL_BPF_AGREEMENT_DELAY).
@@ -159,8 +164,9 @@ struct {
 } autotune_pin SEC(".maps");
 
 /* What times an epoch (NCCLBPF_CONFIG, changed by staged updates): 0 (the default) the slowest
- * rank's wall time per collective; 1 the slowest rank's GPU time per timed collective where the
- * profiler timed at least 7/8 of them (else the wall time). */
+ * rank's net busy time per collective where every rank has one (net v11+), else its wall
+ * time; 1 the slowest rank's GPU time per timed collective where the profiler timed at least
+ * 7/8 of them (else as 0); 2 the slowest rank's wall time. */
 struct {
   __uint(type, BPF_MAP_TYPE_ARRAY);
   __type(key, __u32);
@@ -436,7 +442,14 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
   asm volatile("" : "+r"(epoch_colls)); /* tested as 64 bits (PREVAIL, the differential
                                          * oracle, does not refine from a 32-bit test) */
   if (!epoch_colls) return 0;
-  __u64 t = ctx->duration_max_ns / epoch_colls; /* per collective */
+  __u32 zero = 0;
+  __u64 *timing = bpf_map_lookup_elem(&autotune_timing, &zero);
+  __u64 mode = timing ? *timing : 0;
+  /* The net's busy time where every rank measured one (the time its connections of the
+   * communicator had a request in flight: what the collectives took on the wire, not the
+   * host's time between them), unless wall time is asked for. */
+  __u64 span = mode != 2 && ctx->net_busy_min_ns ? ctx->net_busy_max_ns : ctx->duration_max_ns;
+  __u64 t = span / epoch_colls; /* per collective */
   asm volatile("" : "+r"(t)); /* divided here, where the verifier knows epoch_colls != 0 */
   __u64 dom = autotune_dominant();
   if (dom == 0 || dom > AUTOTUNE_CLASSES) return 0; /* no dominant class: learn nothing */
@@ -454,10 +467,7 @@ int net_autotune_epoch(struct ncclbpf_tuner_epoch_ctx *ctx) {
    * application's own work, its waits). A collective or two may fall in the next epoch's
    * figures (the profiler reports a collective once the GPU has run it); the mean per timed
    * one is taken. */
-  __u32 zero = 0;
-  __u64 *timing = bpf_map_lookup_elem(&autotune_timing, &zero);
-  struct autotune_gpu *g =
-      timing && *timing == 1 ? bpf_map_lookup_elem(&autotune_gpu_agreed, &k) : 0;
+  struct autotune_gpu *g = mode == 1 ? bpf_map_lookup_elem(&autotune_gpu_agreed, &k) : 0;
   if (g) {
     __u64 timed = g->timed & 0xffffffff;
     asm volatile("" : "+r"(timed));

@@ -118,6 +118,12 @@ pub struct TunerEpochCtx {
     /// The communicator's agreed state, kept from the last run (zero at first); the program
     /// reads and writes it.
     pub state: [u64; EPOCH_STATE_WORDS],
+    /// The most any rank's net connections of the communicator had a request in flight
+    /// during the epoch (`ncclbpf_tuner::net_busy`; after `state`, so that the header's
+    /// offsets stay those of objects built before it).
+    pub net_busy_max_ns: u64,
+    /// The least (0 where some rank has no net busy time: net v7–v10, or no net connections).
+    pub net_busy_min_ns: u64,
 }
 
 impl TunerEpochCtx {
@@ -387,7 +393,7 @@ mod tests {
         use policy_verifier::platform::{Field, Perm, TUNER_EPOCH_FIELDS, TUNER_EPOCH_STATE_AT};
         let h = hook("tuner/epoch").unwrap();
         assert_eq!(size_of::<TunerEpochCtx>() as u32, h.ctx_size);
-        assert_eq!(size_of::<TunerEpochCtx>(), 304);
+        assert_eq!(size_of::<TunerEpochCtx>(), 320);
         let header = [
             ("comm_id", offset_of!(TunerEpochCtx, comm_id), 8),
             ("epoch", offset_of!(TunerEpochCtx, epoch), 8),
@@ -404,6 +410,16 @@ mod tests {
                 8,
             ),
             ("bytes", offset_of!(TunerEpochCtx, bytes), 8),
+            (
+                "net_busy_max_ns",
+                offset_of!(TunerEpochCtx, net_busy_max_ns),
+                8,
+            ),
+            (
+                "net_busy_min_ns",
+                offset_of!(TunerEpochCtx, net_busy_min_ns),
+                8,
+            ),
         ];
         let (ro, rw): (Vec<&Field>, Vec<&Field>) = TUNER_EPOCH_FIELDS
             .iter()

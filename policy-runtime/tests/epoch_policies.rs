@@ -57,6 +57,8 @@ struct Record {
     /// (source, change of its words over the epoch)
     deltas: Vec<(u32, Vec<u64>)>,
     duration: u64,
+    /// The net's busy time (0: some rank has none).
+    busy: u64,
     bytes: u64,
 }
 
@@ -83,7 +85,15 @@ struct Sim {
     /// What NCCL's cost table says, as every decision's context shows it: (usable, NCCL's
     /// algorithm, its protocol); (0, -1, -1) is "no table".
     table: (u32, i32, i32),
+    /// Whether the ranks' records carry the net's busy time (the cost of each decision; the
+    /// wall time adds `host`'s time between collectives).
+    net_busy: bool,
+    /// The host's time after each decision's collective (in the wall time, not the busy time).
+    host: Option<HostCost>,
 }
+
+/// ns of host time after a decision's collective.
+type HostCost = Box<dyn Fn(&TunerCtx) -> u64>;
 
 impl Sim {
     fn new(obj: &str, tuner: &str, epoch: &str, net: Option<&str>, tier: Tier) -> Sim {
@@ -123,6 +133,8 @@ impl Sim {
             next_epoch: 0,
             maps,
             table: (0, -1, -1),
+            net_busy: false,
+            host: None,
         }
     }
 
@@ -170,6 +182,8 @@ impl Sim {
             duration_min_ns: r.duration,
             bytes: r.bytes,
             state: self.state,
+            net_busy_max_ns: r.busy,
+            net_busy_min_ns: r.busy,
         };
         self.epoch.run(&mut ctx);
         self.state = ctx.state;
@@ -184,7 +198,7 @@ impl Sim {
         cost: &dyn Fn(&TunerCtx) -> u64,
     ) -> Vec<TunerCtx> {
         self.apply();
-        let (mut duration, mut total) = (0, 0);
+        let (mut duration, mut busy, mut total) = (0, 0, 0);
         let mut decided = vec![];
         for i in 0..K {
             let mut c = TunerCtx {
@@ -202,7 +216,8 @@ impl Sim {
             };
             self.tuner.run(&mut c);
             let ns = cost(&c);
-            duration += ns;
+            duration += ns + self.host.as_ref().map_or(0, |h| h(&c));
+            busy += ns;
             total += c.msg_size;
             if let Some(net) = &self.net {
                 for op in [5, 6] {
@@ -253,6 +268,7 @@ impl Sim {
             epoch: self.next_epoch,
             deltas,
             duration,
+            busy: if self.net_busy { busy } else { 0 },
             bytes: total,
         });
         self.next_epoch += 1;
@@ -435,11 +451,39 @@ fn autotune_explores_every_candidate_and_keeps_the_fastest() {
     assert_eq!(states[0], states[1], "JIT and interpreter agree");
 }
 
+/// By default the net's busy time ranks the candidates where every rank's record has one: the
+/// host's time between collectives (here it runs the other way round, so that the wall time
+/// ranks Tree/LL first) is not counted, and Ring/LL128, the fastest on the wire, is kept, its
+/// busy time the reference. Without busy times (some rank on net v7–v10), or with
+/// autotune_timing 2, the wall time decides.
+#[test]
+fn autotune_times_epochs_by_the_nets_busy_time_where_every_rank_has_one() {
+    for (net_busy, timing, kept, reference) in [
+        (true, 0, 3, 50_000),
+        (false, 0, 5, 170_000),
+        (true, 2, 5, 170_000),
+    ] {
+        let mut s = autotune(Tier::Jit);
+        s.net_busy = net_busy;
+        // wall = cost + host = 300 us - cost
+        s.host = Some(Box::new(|c: &TunerCtx| 300_000 - 2 * autotune_cost(c)));
+        set_timing(&s, timing);
+        let settled = |s: &Sim| phase(s) == SETTLED;
+        run_until(&mut s, &autotune_cost, SETTLE_MAX, &settled);
+        let [apply, _, time, _] = s.class(CLASS_1M);
+        assert_eq!(
+            (apply, self::reference(time)),
+            (kept, reference),
+            "net busy {net_busy}, timing {timing}"
+        );
+    }
+}
+
 /// With autotune_timing 1, where the profiler times the collectives, the GPU's time ranks the
 /// candidates, not the wall time (which holds what the host does between collectives): here
 /// the host's time runs the other way round, and Ring/LL128, the fastest on the GPU, is kept
 /// all the same. Timed for only one collective in 16 (NCCL_BPF_PROFILER_SAMPLE=16), or with
-/// autotune_timing 0 (the default), the wall time decides.
+/// autotune_timing 0 (the default) and no net busy times, the wall time decides.
 #[test]
 fn autotune_times_epochs_by_the_gpu_where_the_profiler_times_them() {
     let wall = |c: &TunerCtx| 300_000 - autotune_cost(c);

@@ -56,6 +56,8 @@ fn epoch_ctx(r: &mut Rng) -> TunerEpochCtx {
         duration_min_ns: r.size(),
         bytes: r.size(),
         state: [0; 32],
+        net_busy_max_ns: r.size(),
+        net_busy_min_ns: r.size(),
     };
     for w in &mut c.state {
         *w = if r.next().is_multiple_of(4) {

@@ -254,15 +254,17 @@ const fn tuner_init_fields() -> [Field; 7 + TUNER_INIT_ENTRIES] {
 pub const TUNER_EPOCH_STATE_WORDS: u32 = 32;
 /// Where `state[]` starts in the epoch context.
 pub const TUNER_EPOCH_STATE_AT: u32 = 48;
-/// Size of `struct ncclbpf_tuner_epoch_ctx`: a 48-byte header and `state[32]`.
-pub const TUNER_EPOCH_CTX_SIZE: u32 = TUNER_EPOCH_STATE_AT + 8 * TUNER_EPOCH_STATE_WORDS;
+/// Where the net busy times follow `state[]` (appended, so that older objects' offsets hold).
+pub const TUNER_EPOCH_NET_BUSY_AT: u32 = TUNER_EPOCH_STATE_AT + 8 * TUNER_EPOCH_STATE_WORDS;
+/// Size of `struct ncclbpf_tuner_epoch_ctx`: a 48-byte header, `state[32]`, the net busy times.
+pub const TUNER_EPOCH_CTX_SIZE: u32 = TUNER_EPOCH_NET_BUSY_AT + 16;
 
 /// `struct ncclbpf_tuner_epoch_ctx` (`tuner/epoch`): a read-only header of agreed values, then
 /// every word of `state[]` as its own writable 8-byte field.
 pub const TUNER_EPOCH_FIELDS: &[Field] = &tuner_epoch_fields();
 
-const fn tuner_epoch_fields() -> [Field; 7 + TUNER_EPOCH_STATE_WORDS as usize] {
-    let mut out = [f("", 0, 0, R); 7 + TUNER_EPOCH_STATE_WORDS as usize];
+const fn tuner_epoch_fields() -> [Field; 9 + TUNER_EPOCH_STATE_WORDS as usize] {
+    let mut out = [f("", 0, 0, R); 9 + TUNER_EPOCH_STATE_WORDS as usize];
     out[0] = f("comm_id", 0, 8, R);
     out[1] = f("epoch", 8, 8, R);
     out[2] = f("nranks", 16, 4, R);
@@ -275,6 +277,9 @@ const fn tuner_epoch_fields() -> [Field; 7 + TUNER_EPOCH_STATE_WORDS as usize] {
         out[7 + k as usize] = f("state", TUNER_EPOCH_STATE_AT + 8 * k, 8, RW);
         k += 1;
     }
+    let n = 7 + TUNER_EPOCH_STATE_WORDS as usize;
+    out[n] = f("net_busy_max_ns", TUNER_EPOCH_NET_BUSY_AT, 8, R);
+    out[n + 1] = f("net_busy_min_ns", TUNER_EPOCH_NET_BUSY_AT + 8, 8, R);
     out
 }
 

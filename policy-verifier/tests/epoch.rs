@@ -54,9 +54,9 @@ fn lookup(map: i32) -> Vec<Insn> {
 }
 
 #[test]
-fn the_context_is_a_read_only_header_and_32_writable_words() {
+fn the_context_is_a_read_only_header_32_writable_words_and_the_net_busy_times() {
     let h = hook(EPOCH).unwrap();
-    assert_eq!((h.ctx_size, TUNER_EPOCH_CTX_SIZE), (304, 304));
+    assert_eq!((h.ctx_size, TUNER_EPOCH_CTX_SIZE), (320, 320));
     assert!(h.decides, "the state is held to the locality rule");
     let rw: Vec<_> = h
         .fields
@@ -83,6 +83,8 @@ fn the_context_is_a_read_only_header_and_32_writable_words() {
             ("duration_max_ns", 24, 8),
             ("duration_min_ns", 32, 8),
             ("bytes", 40, 8),
+            ("net_busy_max_ns", 304, 8),
+            ("net_busy_min_ns", 312, 8),
         ]
     );
     assert_eq!(
@@ -199,7 +201,13 @@ fn an_epoch_program_writes_no_agreed_or_config_map() {
 #[test]
 fn the_header_is_read_only_and_state_words_are_written_whole() {
     let one = |i: Insn| program(&[mov64_imm(1, 1), i, mov64_imm(0, 0), exit()]);
-    for (name, off) in [("epoch", 8), ("duration_max_ns", 24), ("bytes", 40)] {
+    for (name, off) in [
+        ("epoch", 8),
+        ("duration_max_ns", 24),
+        ("bytes", 40),
+        ("net_busy_max_ns", 304),
+        ("net_busy_min_ns", 312),
+    ] {
         rejects_epoch_at(name, &one(stx(DW, 9, off, 1)), "ctx_read_only", PRELUDE + 1);
     }
     rejects_epoch_at(
@@ -214,9 +222,10 @@ fn the_header_is_read_only_and_state_words_are_written_whole() {
         "a 4-byte write into a state word: {}",
         half.2
     );
+    // After state[31] come the net busy times (read-only), and after them nothing.
     rejects_epoch_at(
-        "past state[31]",
-        &one(stx(DW, 9, state(32), 1)),
+        "past the net busy times",
+        &one(stx(DW, 9, state(34), 1)),
         "ctx_out_of_bounds",
         PRELUDE + 1,
     );

@@ -394,6 +394,10 @@ pub struct Agreement {
     /// Source words at the end of the last epoch.
     last: Vec<u64>,
     started: Instant,
+    /// The communicator's net busy clock (shared with the net plugin's connections of it), and
+    /// its reading at the last epoch's end.
+    busy: Option<std::sync::Arc<crate::net_busy::BusyClock>>,
+    busy_last: u64,
     bytes: u64,
     /// Epochs whose record was posted.
     posted: u64,
@@ -451,6 +455,7 @@ impl Agreement {
         out: Option<Arc<Sequence>>,
     ) -> Result<Agreement, String> {
         let layout = Layout::of(prog)?;
+        let busy = crate::net_busy::clock(comm_id);
         let mut progs = vec![prog];
         progs.extend(epoch_prog);
         let config_base = config_digest(&progs, &params);
@@ -488,6 +493,8 @@ impl Agreement {
             epoch_prog,
             last,
             started: Instant::now(),
+            busy_last: busy.as_ref().map_or(0, |b| b.busy_ns()),
+            busy,
             bytes: 0,
             posted: 0,
             state: [0; STATE_WORDS],
@@ -739,6 +746,9 @@ impl Agreement {
 
     fn post(&mut self, epoch: u64, digest: u64) {
         let now = Instant::now();
+        let busy = self.busy.as_ref().map_or(0, |b| b.busy_ns());
+        let net_busy_ns = busy.saturating_sub(self.busy_last);
+        self.busy_last = busy;
         let snap = self.layout.snapshot();
         let words = snap
             .iter()
@@ -757,6 +767,7 @@ impl Agreement {
             config: self.config,
             decisions: digest,
             duration_ns: now.saturating_duration_since(self.started).as_nanos() as u64,
+            net_busy_ns,
             bytes: self.bytes,
             members: self.members_digest(),
             words,
@@ -786,6 +797,8 @@ impl Agreement {
                 colls: self.params.epoch.min(u32::MAX as u64) as u32,
                 duration_max_ns: c.duration_max_ns,
                 duration_min_ns: c.duration_min_ns,
+                net_busy_max_ns: c.net_busy_max_ns,
+                net_busy_min_ns: c.net_busy_min_ns,
                 bytes: c.bytes,
                 state: self.state,
             };
@@ -884,18 +897,18 @@ fn log_epochs() -> bool {
     )
 }
 
-/// `NCCL_BPF_AGREEMENT_LOG=1`'s line for an applied epoch: each rank's wall time for it (in
-/// the records' order, by origin) and the words of the epoch program's state it changed.
+/// `NCCL_BPF_AGREEMENT_LOG=1`'s line for an applied epoch: each rank's wall time for it and its
+/// net busy time (in the records' order, by origin), and the words of the epoch program's state
+/// it changed.
 fn epoch_line(
     comm_id: u64,
     records: &[agreement::Record],
     before: &[u64],
     after: &[u64],
 ) -> String {
-    let times: Vec<String> = records
-        .iter()
-        .map(|r| format!("{:.1}", r.duration_ns as f64 / 1e3))
-        .collect();
+    let us = |ns: u64| format!("{:.1}", ns as f64 / 1e3);
+    let times: Vec<String> = records.iter().map(|r| us(r.duration_ns)).collect();
+    let busy: Vec<String> = records.iter().map(|r| us(r.net_busy_ns)).collect();
     let changed: Vec<String> = after
         .iter()
         .zip(before)
@@ -904,9 +917,10 @@ fn epoch_line(
         .map(|(i, (a, _))| format!("[{i}]={a:#x}"))
         .collect();
     format!(
-        "comm {comm_id:#018x}: epoch {} applied: rank times (us) {}; state {}",
+        "comm {comm_id:#018x}: epoch {} applied: rank times (us) {}; net busy (us) {}; state {}",
         records.first().map_or(0, |r| r.epoch),
         times.join(" "),
+        busy.join(" "),
         if changed.is_empty() {
             "unchanged".to_string()
         } else {
@@ -1039,6 +1053,7 @@ mod tests {
             config: 0,
             decisions: 0,
             duration_ns,
+            net_busy_ns: duration_ns / 2,
             bytes: 0,
             members: 0,
             words: vec![],
@@ -1047,11 +1062,11 @@ mod tests {
         let line = epoch_line(0xab, &records, &[1, 2, 3], &[1, 5, 3]);
         assert_eq!(
             line,
-            "comm 0x00000000000000ab: epoch 41 applied: rank times (us) 1234.5 987.0; state [1]=0x5"
+            "comm 0x00000000000000ab: epoch 41 applied: rank times (us) 1234.5 987.0; net busy (us) 617.2 493.5; state [1]=0x5"
         );
         let same = epoch_line(0xab, &records[..1], &[1, 2], &[1, 2]);
         assert!(
-            same.ends_with("rank times (us) 1234.5; state unchanged"),
+            same.ends_with("rank times (us) 1234.5; net busy (us) 617.2; state unchanged"),
             "{same}"
         );
     }

@@ -15,6 +15,8 @@
 //!   --compare`;
 //! * [`agree`]: the agreement between the ranks of a communicator (epoch records, agreed maps,
 //!   the `tuner/epoch` program), built on `ncclbpf-agreement`;
+//! * [`net_busy`]: per communicator, the time its net connections had a request in flight
+//!   (the net plugin keeps it, the agreement posts it per epoch);
 //! * [`stage`]: staged tuner swaps, a new program from a stated sequence number of every
 //!   communicator (`ncclbpf reload --at-seq`).
 
@@ -24,6 +26,7 @@ pub mod constants;
 pub mod decide;
 pub mod digest;
 pub mod ffi;
+pub mod net_busy;
 pub mod owner;
 pub mod policy;
 pub mod rules;

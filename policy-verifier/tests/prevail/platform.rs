@@ -38,8 +38,9 @@ static CTX: EbpfCtxDescriptor = ctx(CTX_SIZE);
 static CHUNK_CTX: EbpfCtxDescriptor = ctx(48);
 /// `sizeof(struct ncclbpf_tuner_init_ctx)`: a 32-byte header and NCCL's 1152 bytes of constants.
 static INIT_CTX: EbpfCtxDescriptor = ctx(32 + 1152);
-/// `sizeof(struct ncclbpf_tuner_epoch_ctx)`: a 48-byte header and `state[32]`.
-static EPOCH_CTX: EbpfCtxDescriptor = ctx(48 + 32 * 8);
+/// `sizeof(struct ncclbpf_tuner_epoch_ctx)`: a 48-byte header, `state[32]` and the two net
+/// busy times.
+static EPOCH_CTX: EbpfCtxDescriptor = ctx(48 + 32 * 8 + 16);
 /// `sizeof(struct ncclbpf_profiler_ctx)`: 88 bytes.
 static PROFILER_CTX: EbpfCtxDescriptor = ctx(88);
 
