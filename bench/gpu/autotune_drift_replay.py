@@ -10,7 +10,8 @@ auto-n4), every class, every stretch of epochs in which the class was settled an
 prints the stretches where either rule would start an exploration, with the epoch (index in the
 stretch) at which each rule fires. With them: the epochs FIRST..LAST of one run and class, from
 the reference the state held before FIRST. t is the slowest rank's wall time per collective (the
-epoch log's rank times / K), what net_autotune measures by default; the replay does not model the
+epoch log's rank times / K), what net_autotune measured by default before stop 28 (it now takes
+the net busy time, the epoch log's `net busy (us)`, where every rank has one); the replay does not model the
 first epoch after a pin (which the current rule skips), so read it for the policy's own phases.
 """
 import os
