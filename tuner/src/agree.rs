@@ -396,7 +396,7 @@ pub struct Agreement {
     started: Instant,
     /// The communicator's net busy clock (shared with the net plugin's connections of it), and
     /// its reading at the last epoch's end.
-    busy: Option<std::sync::Arc<crate::net_busy::BusyClock>>,
+    busy: Option<Arc<crate::net_busy::BusyClock>>,
     busy_last: u64,
     bytes: u64,
     /// Epochs whose record was posted.
