@@ -120,9 +120,9 @@ MEASURE_TOKENS=${MEASURE_TOKENS:-12}
 LEARN=${LEARN:-4}
 DUEL_SPAN=${DUEL_SPAN:-32}
 # The library as NCCL's profiler too in the net_autotune jobs (1, the default, as NCCL 2.28+ does
-# by itself), or no profiler (0). net_autotune times epochs by wall time either way unless its
-# config map autotune_timing is 1 (then by the GPU's time where the profiler timed them; not set
-# here). 0 must say `none`: NCCL 2.28+ with NCCL_PROFILER_PLUGIN unset falls back to the net
+# by itself), or no profiler (0). net_autotune times epochs by the slowest rank's net busy time
+# either way (wall time where a rank has none) unless its config map autotune_timing asks for the
+# GPU's time (1, where the profiler timed them) or wall time (2); not set here. 0 must say `none`: NCCL 2.28+ with NCCL_PROFILER_PLUGIN unset falls back to the net
 # plugin's library, which is ours (docs: nccl-plugin-abi.md, the profiler loader).
 PROFILER=${PROFILER:-1}
 prof_env=(NCCL_PROFILER_PLUGIN=none)

@@ -130,10 +130,17 @@ class Run:
         # Per applied epoch, every class's ctl word after it: [(epoch, {class: ctl})].
         self.ctl_after = []
         words = {}
+        # Applied epochs, and those where every rank had a net busy time (what net_autotune times
+        # an epoch by, unless autotune_timing asks for another time).
+        self.epochs = self.busy_epochs = 0
         for l in self.logs.get(0, []):
             m = EPOCH.search(l)
             if not m:
                 continue
+            self.epochs += 1
+            b = BUSY.search(l)
+            if b and all(float(x) > 0 for x in b.group(1).split()):
+                self.busy_epochs += 1
             for w in STATE_WORD.finditer(m.group(3)):
                 i, v = int(w.group(1)), int(w.group(2), 16)
                 if i % 4 == 1 and v & 0xFF == 4 and words.get(i, 0) & 0xFF != 4:
@@ -466,8 +473,9 @@ def report(w, outdir):
       f"{nrounds} round(s) of the jobs, alternated.\n")
     if os.path.exists(f"{w}/meta.txt"):
         P("```\n" + open(f"{w}/meta.txt").read().strip() + "\n```\n")
-    # Which net_autotune jobs NCCL gave the profiler (rank 0's log): what timed their epochs.
-    prof = [f"{l}-n{nn} {'GPU (profiler loaded)' if any('PROFILER/Plugin: Loaded' in x for x in r.logs.get(0, [])) else 'wall (no profiler)'}"
+    # What timed the net_autotune jobs' epochs (the script leaves autotune_timing at 0): the
+    # slowest rank's net busy time in epochs where every rank had one, wall time in the others.
+    prof = [f"{l}-n{nn} net busy time in {r.busy_epochs} of {r.epochs} applied epochs, wall time in the rest"
             for (l, nn), r in sorted(runs.items()) if split_label(l)[0] in AUTO_LABELS]
     if prof:
         P("Epochs timed by: " + "; ".join(prof) + ".\n")
@@ -510,7 +518,7 @@ def report(w, outdir):
                         ch, conv = converged(run, rows, False)
                         const = conv is not None and conv <= len(rows) - len(win) + 1
                         ip = in_process(run, rows, conv, K, win)
-                        per.append((rnd, ch, median([r[5] for r in win]), conv, const, ip))
+                        per.append((rnd, ch, median([r[5] for r in win]), conv, const, ip, bound_of(run, rows, False)[0]))
                         # The same job's own static sweep (isweep phases), if it ran one.
                         sw = isweep_table(run, sweep_frac).get(b)
                         if sw:
@@ -532,11 +540,12 @@ def report(w, outdir):
             t = median([p[2] for p in per])
             ratio = t / best[1] if best else float("nan")
             convs = [p[3] or 10**9 for p in per]
-            conv_ok = max(convs) <= bound and all(p[4] for p in per)
+            conv_ok = all(c <= p[6] and p[4] for c, p in zip(convs, per))
+            bounds = ", ".join(str(p[6]) for p in per)
             cr = [choice_time(st, n, b, p[1], allowed) / best[1] if best else float("nan") for p in per]
             if st:
                 verdicts.append((V(f"{n} ranks, {fmt_bytes(b)}: settled choice {', '.join(sorted({p[1] for p in per}))}, its static time / best static "
-                                   f"{fl(cr, 3)}; converged at {', '.join(str(c) for c in convs)} (bound {bound}) [static jobs: separate processes]"),
+                                   f"{fl(cr, 3)}; converged at {', '.join(str(c) for c in convs)} (bound {bounds}) [static jobs: separate processes]"),
                                  conv_ok and all(x <= TOL for x in cr), "xproc" + sfx))
             if st:
                 verdicts.append((V(f"{n} ranks, {fmt_bytes(b)}: time measured in the net_autotune job {fnum(t)} µs vs best static {fnum(best[1]) if best else '?'} "
@@ -549,8 +558,8 @@ def report(w, outdir):
                 f"{(str(best_all[0]) + ' ' + CANDS[best_all[0]] + ': ' + fnum(best_all[1])) if best_all and (not best or best_all[0] != best[0]) else 'same'} | "
                 f"{fnum(agg(dflt)) if dflt else 'n/a'} | {', '.join(sorted({p[1] for p in per}))} | {fnum(t)} ({fl([p[2] for p in per])}) | "
                 f"{fnum(min(same)) if same else 'n/a'} | {fl(cr, 3)} | {fnum(ratio, 3)} ({fl([p[2] / best[1] for p in per], 3) if best else ''}) | "
-                f"{', '.join(str(p[3]) for p in per)} (bound {bound}) | {'yes' if okk else 'NO'} |")
-            for rnd, ch, tt, conv, const, ip in per:
+                f"{', '.join(str(p[3]) for p in per)} (bound {bounds}) | {('yes' if okk else 'NO') if st else 'n/a (no static jobs)'} |")
+            for rnd, ch, tt, conv, const, ip, _ in per:
                 if ip:
                     others = ", ".join(f"{c} {fnum(v)}" for c, v in sorted(ip[2].items(), key=lambda kv: kv[1]))
                     inproc_rows.append(f"| {n} | {fmt_bytes(b)} | {who} | {rnd} | {ip[0]} {fnum(ip[1])} | {ch} {fnum(tt)} | {fnum(tt / ip[1], 3)} | {others} |")
@@ -582,7 +591,7 @@ def report(w, outdir):
                 ch, conv = converged(run, rows, True)
                 const = conv is not None and conv <= len(rows) - len(win) + 1
                 ip = in_process(run, rows, conv, 1, win)
-                per.append((rnd, ch, median([r[5] for r in win]) / 1e3, conv, const, ip, b))
+                per.append((rnd, ch, median([r[5] for r in win]) / 1e3, conv, const, ip, b, bound_of(run, rows, True)[0]))
         if per:
             b = per[0][6]
             best = best_of(st.get((n, "decode"), {}), allowed)
@@ -592,12 +601,13 @@ def report(w, outdir):
             t = median([p[2] for p in per])
             ratio = t / bt
             convs = [p[3] or 10**9 for p in per]
-            conv_ok = max(convs) <= bound_tok and all(p[4] for p in per)
+            conv_ok = all(c <= p[7] and p[4] for c, p in zip(convs, per))
+            bounds = ", ".join(str(p[7]) for p in per)
             cr = [choice_time(st, n, "decode", p[1], allowed) / best[1] if best else float("nan") for p in per]
             okk = conv_ok and all(x <= TOL for x in cr)
             if st:
                 verdicts.append((V(f"{n} ranks, decode {fmt_bytes(b)}: settled choice {', '.join(sorted({p[1] for p in per}))}, its static time / best static "
-                                   f"{fl(cr, 3)}; converged at token {', '.join(str(c) for c in convs)} (bound {bound_tok}) [static jobs: separate processes]"), okk, "xproc" + sfx))
+                                   f"{fl(cr, 3)}; converged at token {', '.join(str(c) for c in convs)} (bound {bounds}) [static jobs: separate processes]"), okk, "xproc" + sfx))
             if st:
                 verdicts.append((V(f"{n} ranks, decode {fmt_bytes(b)}: time measured in the net_autotune job {fnum(t, 2)} ms/token vs best static {fnum(bt, 2)} "
                                    f"(ratio {fnum(ratio, 3)}; separate processes)"), ratio <= TOL, sfx + "time"))
@@ -608,8 +618,8 @@ def report(w, outdir):
                 f"{(str(best_all[0]) + ' ' + CANDS[best_all[0]] + ': ' + fnum(best_all[1] / 1e3, 2)) if best_all and (not best or best_all[0] != best[0]) else 'same'} | "
                 f"{fnum(agg(dflt) / 1e3, 2) if dflt else 'n/a'} | {', '.join(sorted({p[1] for p in per}))} | {fnum(t, 2)} ({fl([p[2] for p in per], 2)}) | "
                 f"{fnum(min(same), 2) if same else 'n/a'} | {fl(cr, 3)} | {fnum(ratio, 3)} ({fl([p[2] / bt for p in per], 3)}) | "
-                f"{', '.join(str(p[3]) for p in per)} (bound {bound_tok}) | {'yes' if okk else 'NO'} |")
-            for rnd, ch, tt, conv, const, ip, _ in per:
+                f"{', '.join(str(p[3]) for p in per)} (bound {bounds}) | {('yes' if okk else 'NO') if st else 'n/a (no static jobs)'} |")
+            for rnd, ch, tt, conv, const, ip, _, _ in per:
                 if ip:
                     others = ", ".join(f"{c} {fnum(v / 1e3, 2)}" for c, v in sorted(ip[2].items(), key=lambda kv: kv[1]))
                     inproc_rows.append(f"| {n} | decode {fmt_bytes(b)} (ms/token) | {who} | {rnd} | {ip[0]} {fnum(ip[1] / 1e3, 2)} | {ch} {fnum(tt, 2)} | "
