@@ -41,7 +41,7 @@ use std::io::{self, IoSlice, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Request slots per comm: NCCL needs 32 (x maxRecvs = 1) in flight.
 pub const SLOTS: usize = 64;
@@ -135,6 +135,8 @@ struct State {
     direct_broken: Vec<bool>,
     /// Requests whose chunks were handed out and that are not released yet.
     chunked: u32,
+    /// When `chunked` last fell to 0 (None: never chunked yet).
+    chunked_idle: Option<Instant>,
     reqs: Vec<Req>,
     free: Vec<u32>,
     /// Posted requests whose control-stream part is not finished, oldest first.
@@ -173,6 +175,13 @@ struct State {
 /// oldest are dropped (and counted). A process that runs no agreement never takes them, so this
 /// is all a peer's frames can cost it per connection.
 pub const MAX_INBOX: usize = 1024;
+/// A medium message is moved by the caller only after the comm had no chunked request in flight
+/// for this long (see [`Comm::dispatch`]): a lone message (a ping-pong, the first step of a
+/// collective after a pause) leaves without a thread hand-off, while a stream of them, each
+/// posted as the last one completes, is load that the data path's workers share out. On the
+/// 2-core build machine messages of 128 KiB–1 MiB with 8 in flight came 0–10 µs apart, a
+/// ping-pong's at least 25 µs (`ncclbpf-bench loopback`).
+pub const DIRECT_AFTER_IDLE: Duration = Duration::from_micros(10);
 pub const MAX_INBOX_BYTES: usize = 1 << 20;
 /// Control frames queued for a peer that does not read them (stalled, or not reading its control
 /// stream) are kept up to this many bytes; beyond, the oldest not yet started are dropped (the
@@ -211,6 +220,9 @@ pub struct Comm {
     /// Messages up to this size have their chunks moved by the caller itself while the
     /// stream has nothing queued with `workers` (`NCCL_BPF_DIRECT_BYTES`).
     direct_limit: usize,
+    /// How long the comm must have had no chunked request in flight for a message to be
+    /// direct ([`DIRECT_AFTER_IDLE`]; tests set their own).
+    direct_after_idle: Duration,
     slots: Arc<[ReqSlot]>,
     /// The first failure of a data stream (I/O error or caught panic); `test` moves it into
     /// `State.error` when it finds a request the engine failed.
@@ -270,6 +282,7 @@ impl Comm {
             shape,
             path,
             direct_limit: engine::process_settings().direct_bytes as usize,
+            direct_after_idle: DIRECT_AFTER_IDLE,
             slots,
             worker_error: Arc::new(Mutex::new(None)),
             state: Mutex::new(State {
@@ -279,6 +292,7 @@ impl Comm {
                 queued: data.iter().map(|_| Arc::new(AtomicU32::new(0))).collect(),
                 direct_broken: vec![false; data.len()],
                 chunked: 0,
+                chunked_idle: None,
                 data: data.into_iter().map(Arc::new).collect(),
                 workers: None,
                 reqs: vec![IDLE; SLOTS],
@@ -443,6 +457,9 @@ impl Comm {
     fn release(&self, st: &mut State, idx: usize) {
         if st.reqs[idx].chunked {
             st.chunked -= 1;
+            if st.chunked == 0 {
+                st.chunked_idle = Some(Instant::now());
+            }
         }
         st.reqs[idx] = IDLE;
         self.slots[idx].failed.store(false, Ordering::Relaxed);
@@ -454,9 +471,20 @@ impl Comm {
     /// chunks queued there (see [`Self::dispatch`]). Medium messages one at a time never
     /// start it.
     fn needs_data_path(&self, st: &State, size: usize) -> bool {
-        size > self.direct_limit
-            || st.chunked > 0
-            || st.queued.iter().any(|q| q.load(Ordering::Acquire) > 0)
+        !self.direct_now(st, size) || st.queued.iter().any(|q| q.load(Ordering::Acquire) > 0)
+    }
+
+    /// Whether a message of `size` posted now is moved by the caller (see [`Self::dispatch`]):
+    /// it is at most the direct limit, and the comm has no other chunked request in flight and
+    /// had none for `direct_after_idle` ([`DIRECT_AFTER_IDLE`]). A message that follows the last one's completion
+    /// at once (a stream of them, each of which left whole inside `isend` into the socket's
+    /// buffer) is load, which the data path's workers share out.
+    fn direct_now(&self, st: &State, size: usize) -> bool {
+        size <= self.direct_limit
+            && st.chunked == 0
+            && st
+                .chunked_idle
+                .is_none_or(|t| t.elapsed() >= self.direct_after_idle)
     }
 
     /// Starts the data path on the comm's first message that needs it.
@@ -535,7 +563,17 @@ impl Comm {
         // Direct only while no other chunked request is in flight: a lone message (latency)
         // gains from no hand-off, but under load (NCCL keeps several steps in flight) the
         // caller alone would be the one thread copying every byte.
-        let small = buf.len() <= self.direct_limit && st.chunked == 0;
+        let small = self.direct_now(st, buf.len());
+        if !small && st.workers.is_none() {
+            // `needs_data_path` said no a moment ago; should it fail now, the chunks fail
+            // their request below (nothing serves them), the comm with it.
+            let _ = self.ensure_workers(st);
+        }
+        if !small {
+            // Load came (another chunked request is in flight): what the caller still has to
+            // move of earlier direct chunks goes to the data path too, ahead of this one's.
+            self.hand_over_direct(st);
+        }
         st.reqs[idx as usize].chunked = true;
         st.chunked += 1;
         for (piece, stream) in pieces {
@@ -553,24 +591,57 @@ impl Comm {
                 });
                 continue;
             }
-            st.queued[k].fetch_add(1, Ordering::AcqRel);
-            let task = Task { idx, buf: piece };
-            let refused = match st.workers.as_ref() {
-                Some(w) => w.submit(k, task).is_err(),
-                None => true,
-            };
-            if refused {
-                // Nothing serves this stream (a helper cannot exit while its sender lives, a
-                // worker runs until the process ends, and both catch their panics, so this is
-                // a bug): the message cannot be carried.
-                st.queued[k].fetch_sub(1, Ordering::AcqRel);
-                lock(&self.worker_error).get_or_insert_with(|| NetError::Broken {
-                    msg: format!("nothing serves data stream {stream}"),
-                    code: NcclResult::INTERNAL_ERROR,
-                });
-                slot.failed.store(true, Ordering::Release);
-                slot.pending_chunks.fetch_sub(1, Ordering::AcqRel);
+            self.submit(st, k, Task { idx, buf: piece });
+        }
+    }
+
+    /// Hands every stream's direct chunks, the rest of each, to the data path in their order.
+    /// The caller no longer touches those streams until the data path has nothing of them
+    /// queued, so each stream's bytes stay in order. Without a data path (only direct chunks
+    /// so far, e.g. a larger message after one that was all direct) it starts it; a refusal
+    /// keeps the chunks direct (the comm has failed: they are abandoned at the next progress).
+    fn hand_over_direct(&self, st: &mut State) {
+        if st.direct.iter().all(VecDeque::is_empty) || self.ensure_workers(st).is_err() {
+            return;
+        }
+        for k in 0..st.direct.len() {
+            if st.direct_broken[k] {
+                continue;
             }
+            while let Some(d) = st.direct[k].pop_front() {
+                let rest = d.buf.sub(d.done, d.buf.len() - d.done);
+                self.submit(
+                    st,
+                    k,
+                    Task {
+                        idx: d.idx,
+                        buf: rest,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Queues `task` with the data path on stream `k`; if nothing takes it, its request fails.
+    fn submit(&self, st: &mut State, k: usize, task: Task) {
+        let idx = task.idx;
+        st.queued[k].fetch_add(1, Ordering::AcqRel);
+        let refused = match st.workers.as_ref() {
+            Some(w) => w.submit(k, task).is_err(),
+            None => true,
+        };
+        if refused {
+            // Nothing serves this stream (a helper cannot exit while its sender lives, a
+            // worker runs until the process ends, and both catch their panics, so this is a
+            // bug): the message cannot be carried.
+            st.queued[k].fetch_sub(1, Ordering::AcqRel);
+            lock(&self.worker_error).get_or_insert_with(|| NetError::Broken {
+                msg: format!("nothing serves data stream {k}"),
+                code: NcclResult::INTERNAL_ERROR,
+            });
+            let slot = &self.slots[idx as usize];
+            slot.failed.store(true, Ordering::Release);
+            slot.pending_chunks.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
@@ -1672,34 +1743,161 @@ mod tests {
     }
 
     /// Under load (a second medium message while the first is in flight) chunks go to the data
-    /// path: the caller alone would otherwise copy every byte of a busy connection.
+    /// path, and so does what the caller had still to move of the first (its direct chunks,
+    /// part written): the caller alone would otherwise copy every byte of a busy connection.
+    /// Both arrive whole and in order, on every path, the receiver's direct chunks handed
+    /// over the same way.
     #[test]
     fn medium_messages_under_load_go_to_the_data_path() {
-        let way = Way {
-            path: engine::Path::Threads,
-            direct: BIG,
-        };
-        let (s, r) = pair_on(way, 0xd1ec_0011, 0xd1ec_0012);
-        let mut a: Vec<u8> = (0..300_000).map(|b| b as u8).collect();
-        let mut b: Vec<u8> = (0..300_000).map(|b| (b * 3) as u8).collect();
-        let (mut ia, mut ib) = (vec![0u8; 300_000], vec![0u8; 300_000]);
-        // Nobody receives yet: the first stays in flight, direct.
-        let sa = s.isend(buf(&mut a)).unwrap().unwrap();
-        assert!(lock(&s.state).workers.is_none());
-        let sb = s.isend(buf(&mut b)).unwrap().unwrap();
-        assert!(
-            lock(&s.state).workers.is_some(),
-            "the second went to the data path"
-        );
-        let ra = r.irecv(buf(&mut ia)).unwrap().unwrap();
-        let rb = r.irecv(buf(&mut ib)).unwrap().unwrap();
-        for (c, q) in [(&s, sa), (&s, sb), (&r, ra), (&r, rb)] {
-            assert_eq!(wait(c, q).unwrap(), 300_000);
+        const N: usize = 600_000;
+        for (i, path) in paths().into_iter().enumerate() {
+            let way = Way {
+                path: path.path,
+                direct: BIG,
+            };
+            let id = 0xd1ec_0011 + 0x10 * i as u64;
+            let (s, r) = pair_on(way, id, id + 1);
+            // Small socket buffers: the first message's chunks cannot leave whole while nobody
+            // reads, so they are still the caller's when the second comes.
+            for k in 0..STREAMS as usize {
+                socket2::SockRef::from(&*lock(&s.state).data[k])
+                    .set_send_buffer_size(16 << 10)
+                    .unwrap();
+                socket2::SockRef::from(&*lock(&r.state).data[k])
+                    .set_recv_buffer_size(16 << 10)
+                    .unwrap();
+            }
+            let mut a: Vec<u8> = (0..N).map(|b| b as u8).collect();
+            let mut b: Vec<u8> = (0..N).map(|b| (b * 3) as u8).collect();
+            let (mut ia, mut ib) = (vec![0u8; N], vec![0u8; N]);
+            // Nobody receives yet: the first stays in flight, direct.
+            let sa = s.isend(buf(&mut a)).unwrap().unwrap();
+            {
+                let st = lock(&s.state);
+                assert!(st.workers.is_none(), "{way}");
+                assert!(
+                    st.direct.iter().any(|d| !d.is_empty()),
+                    "{way}: nothing direct left"
+                );
+            }
+            let sb = s.isend(buf(&mut b)).unwrap().unwrap();
+            {
+                let st = lock(&s.state);
+                assert!(
+                    st.workers.is_some(),
+                    "{way}: the second went to the data path"
+                );
+                assert!(
+                    st.direct.iter().all(VecDeque::is_empty),
+                    "{way}: the first's direct chunks were handed over"
+                );
+            }
+            // The receiver: the first message's chunks direct (reading what has come), then
+            // the second's header hands them over.
+            let ra = r.irecv(buf(&mut ia)).unwrap().unwrap();
+            let _ = r.test(ra.idx as usize).unwrap();
+            let rb = r.irecv(buf(&mut ib)).unwrap().unwrap();
+            for (c, q) in [(&s, sa), (&s, sb), (&r, ra), (&r, rb)] {
+                assert_eq!(wait(c, q).unwrap(), N, "{way}");
+            }
+            assert!(ia == a, "{way}: the first message's bytes");
+            assert!(ib == b, "{way}: the second message's bytes");
+            for c in [&s, &r] {
+                let st = lock(&c.state);
+                assert_eq!(st.chunked, 0, "{way}: released requests are uncounted");
+                assert!(st.direct.iter().all(VecDeque::is_empty), "{way}");
+            }
+            s.close();
+            r.close();
         }
-        assert!(ia == a && ib == b);
-        assert_eq!(lock(&s.state).chunked, 0, "released requests are uncounted");
-        s.close();
-        r.close();
+    }
+
+    /// A medium message posted soon after the comm's last chunked one completed is load: its
+    /// chunks go to the data path, which starts for it (on both ends, whose decisions are
+    /// their own); after the comm was idle long enough, one is direct again. Every message
+    /// arrives whole, on every path.
+    #[test]
+    fn a_medium_message_soon_after_another_goes_to_the_data_path() {
+        const N: usize = 300_000;
+        for (i, path) in paths().into_iter().enumerate() {
+            let way = Way {
+                path: path.path,
+                direct: BIG,
+            };
+            let id = 0xd1ec_0031 + 0x10 * i as u64;
+            let (mut s, mut r) = pair_on(way, id, id + 1);
+            let hour = Duration::from_secs(3600);
+            s.direct_after_idle = hour;
+            r.direct_after_idle = hour;
+            let msgs: Vec<Vec<u8>> = (0..3)
+                .map(|j| (0..N).map(|b| (b * 7 + j) as u8).collect())
+                .collect();
+            let mut into = vec![vec![0u8; N]; 3];
+            let mut out = msgs.clone();
+            for j in 0..3 {
+                if j == 2 {
+                    // Idle "long enough" from here on, once the data path let go of the
+                    // streams (a worker counts a chunk down before it uncounts its queue).
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    while lock(&s.state)
+                        .queued
+                        .iter()
+                        .any(|q| q.load(Ordering::Acquire) > 0)
+                    {
+                        assert!(
+                            Instant::now() < deadline,
+                            "{way}: queued chunks never drained"
+                        );
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    s.direct_after_idle = Duration::ZERO;
+                    r.direct_after_idle = Duration::ZERO;
+                    for k in 0..STREAMS as usize {
+                        socket2::SockRef::from(&*lock(&s.state).data[k])
+                            .set_send_buffer_size(16 << 10)
+                            .unwrap();
+                        socket2::SockRef::from(&*lock(&r.state).data[k])
+                            .set_recv_buffer_size(16 << 10)
+                            .unwrap();
+                    }
+                }
+                let sq = s.isend(buf(&mut out[j])).unwrap().unwrap();
+                {
+                    let st = lock(&s.state);
+                    match j {
+                        0 => assert!(st.workers.is_none(), "{way}: the first is direct"),
+                        1 => assert!(st.workers.is_some(), "{way}: the second is load"),
+                        _ => assert!(
+                            st.direct.iter().any(|d| !d.is_empty()),
+                            "{way}: after the idle time, direct again"
+                        ),
+                    }
+                }
+                let rq = r.irecv(buf(&mut into[j])).unwrap().unwrap();
+                // Direct chunks move only when their end is tested: test both.
+                let deadline = Instant::now() + Duration::from_secs(10);
+                let (mut sent, mut got) = (None, None);
+                while sent.is_none() || got.is_none() {
+                    if sent.is_none() {
+                        sent = s.test(sq.idx as usize).unwrap();
+                    }
+                    if got.is_none() {
+                        got = r.test(rq.idx as usize).unwrap();
+                    }
+                    assert!(Instant::now() < deadline, "{way}: message {j} stuck");
+                }
+                assert_eq!((sent, got), (Some(N), Some(N)), "{way}: message {j}");
+                assert!(into[j] == msgs[j], "{way}: message {j}'s bytes");
+                if j == 1 {
+                    assert!(
+                        lock(&r.state).workers.is_some(),
+                        "{way}: the receiver's too"
+                    );
+                }
+            }
+            s.close();
+            r.close();
+        }
     }
 
     /// A sender that announces a message, delivers part of it and closes (or resets) fails the
