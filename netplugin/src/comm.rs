@@ -175,13 +175,6 @@ struct State {
 /// oldest are dropped (and counted). A process that runs no agreement never takes them, so this
 /// is all a peer's frames can cost it per connection.
 pub const MAX_INBOX: usize = 1024;
-/// A medium message is moved by the caller only after the comm had no chunked request in flight
-/// for this long (see [`Comm::dispatch`]): a lone message (a ping-pong, the first step of a
-/// collective after a pause) leaves without a thread hand-off, while a stream of them, each
-/// posted as the last one completes, is load that the data path's workers share out. On the
-/// 2-core build machine messages of 128 KiB–1 MiB with 8 in flight came 0–10 µs apart, a
-/// ping-pong's at least 25 µs (`ncclbpf-bench loopback`).
-pub const DIRECT_AFTER_IDLE: Duration = Duration::from_micros(10);
 pub const MAX_INBOX_BYTES: usize = 1 << 20;
 /// Control frames queued for a peer that does not read them (stalled, or not reading its control
 /// stream) are kept up to this many bytes; beyond, the oldest not yet started are dropped (the
@@ -221,7 +214,10 @@ pub struct Comm {
     /// stream has nothing queued with `workers` (`NCCL_BPF_DIRECT_BYTES`).
     direct_limit: usize,
     /// How long the comm must have had no chunked request in flight for a message to be
-    /// direct ([`DIRECT_AFTER_IDLE`]; tests set their own).
+    /// direct (`NCCL_BPF_DIRECT_IDLE_US`; tests set their own): a lone message (a ping-pong,
+    /// the first step of a collective after a pause) leaves without a thread hand-off, while
+    /// a stream of them, each posted as the last one completes, is load that the data path's
+    /// workers share out.
     direct_after_idle: Duration,
     slots: Arc<[ReqSlot]>,
     /// The first failure of a data stream (I/O error or caught panic); `test` moves it into
@@ -282,7 +278,9 @@ impl Comm {
             shape,
             path,
             direct_limit: engine::process_settings().direct_bytes as usize,
-            direct_after_idle: DIRECT_AFTER_IDLE,
+            direct_after_idle: Duration::from_micros(u64::from(
+                engine::process_settings().direct_idle_us,
+            )),
             slots,
             worker_error: Arc::new(Mutex::new(None)),
             state: Mutex::new(State {
@@ -476,7 +474,7 @@ impl Comm {
 
     /// Whether a message of `size` posted now is moved by the caller (see [`Self::dispatch`]):
     /// it is at most the direct limit, and the comm has no other chunked request in flight and
-    /// had none for `direct_after_idle` ([`DIRECT_AFTER_IDLE`]). A message that follows the last one's completion
+    /// had none for `direct_after_idle`. A message that follows the last one's completion
     /// at once (a stream of them, each of which left whole inside `isend` into the socket's
     /// buffer) is load, which the data path's workers share out.
     fn direct_now(&self, st: &State, size: usize) -> bool {

@@ -43,6 +43,10 @@ pub struct Config {
     /// chunks moved by NCCL's proxy thread itself (non-blocking, inside `isend`/`irecv`/`test`)
     /// while their stream has nothing queued with the I/O engine; 0 hands every chunk over.
     pub direct_bytes: u32,
+    /// `NCCL_BPF_DIRECT_IDLE_US`: microseconds a comm must have had no chunked request in
+    /// flight before a message up to `direct_bytes` is moved directly (a message that follows
+    /// the last one at once is load, for the engine's workers).
+    pub direct_idle_us: u32,
     /// `NCCL_BPF_TCP_CONGESTION`: the TCP congestion control of every stream (`reno`, `cubic`,
     /// `bbr`, ...); `None` keeps the system's (`net.ipv4.tcp_congestion_control`).
     pub tcp_congestion: Option<String>,
@@ -69,6 +73,7 @@ impl Default for Config {
             // nothing measurable at 256 KiB.
             io_spin_us: 0,
             direct_bytes: 0,
+            direct_idle_us: 10,
             tcp_congestion: None,
         }
     }
@@ -215,6 +220,14 @@ impl Config {
             &mut c.direct_bytes,
             &mut bad,
         );
+        parse_u32(
+            get,
+            "NCCL_BPF_DIRECT_IDLE_US",
+            0,
+            1_000_000,
+            &mut c.direct_idle_us,
+            &mut bad,
+        );
         if let Some(v) = get("NCCL_BPF_TCP_CONGESTION") {
             let t = v.trim();
             // The kernel's names: at most 15 bytes (TCP_CA_NAME_MAX 16 with the NUL).
@@ -287,12 +300,15 @@ mod tests {
             ("NCCL_BPF_NSTREAMS", "8"),
             ("NCCL_BPF_INLINE_BYTES", "64K"),
             ("NCCL_BPF_MIN_CHUNK", "1M"),
+            ("NCCL_BPF_DIRECT_BYTES", "512K"),
+            ("NCCL_BPF_DIRECT_IDLE_US", "50"),
         ]);
         assert!(bad.is_empty(), "{bad:?}");
         assert_eq!(
             (c.nstreams, c.inline_bytes, c.min_chunk),
             (8, 65536, 1 << 20)
         );
+        assert_eq!((c.direct_bytes, c.direct_idle_us), (512 << 10, 50));
     }
 
     #[test]

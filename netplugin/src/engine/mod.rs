@@ -103,6 +103,8 @@ pub struct Settings {
     /// Messages up to this size have their chunks moved by NCCL's proxy thread itself while
     /// the stream has nothing queued with the engine (`comm.rs`, direct chunks).
     pub direct_bytes: u32,
+    /// Microseconds without a chunked request in flight before a message is direct.
+    pub direct_idle_us: u32,
 }
 
 impl Settings {
@@ -112,6 +114,7 @@ impl Settings {
             workers: c.io_workers,
             spin_us: c.io_spin_us,
             direct_bytes: c.direct_bytes,
+            direct_idle_us: c.direct_idle_us,
         }
     }
 
