@@ -135,7 +135,7 @@ struct State {
     direct_broken: Vec<bool>,
     /// Requests whose chunks were handed out and that are not released yet.
     chunked: u32,
-    /// When `chunked` last fell to 0 (None: never chunked yet).
+    /// When `chunked` last fell to 0 (None: not yet, or no message can be direct).
     chunked_idle: Option<Instant>,
     reqs: Vec<Req>,
     free: Vec<u32>,
@@ -455,7 +455,7 @@ impl Comm {
     fn release(&self, st: &mut State, idx: usize) {
         if st.reqs[idx].chunked {
             st.chunked -= 1;
-            if st.chunked == 0 {
+            if st.chunked == 0 && self.direct_limit > 0 {
                 st.chunked_idle = Some(Instant::now());
             }
         }
@@ -1195,11 +1195,26 @@ mod tests {
     /// stream allows it (so tests that mix sizes interleave both on one stream).
     fn ways() -> Vec<Way> {
         let mut w = paths();
-        w.extend(paths().into_iter().map(|mut w| {
-            w.direct = BIG;
-            w
-        }));
+        w.extend(direct_ways());
         w
+    }
+
+    /// [`paths`], each with the chunks of messages up to 1 MiB moved directly.
+    fn direct_ways() -> impl Iterator<Item = Way> {
+        paths().into_iter().map(|w| Way { direct: BIG, ..w })
+    }
+
+    /// 16 KiB socket buffers on every data stream of `s` (send) and `r` (receive): a chunk
+    /// cannot leave whole while nobody reads it.
+    fn small_buffers(s: &Comm, r: &Comm) {
+        for k in 0..STREAMS as usize {
+            socket2::SockRef::from(&*lock(&s.state).data[k])
+                .set_send_buffer_size(16 << 10)
+                .unwrap();
+            socket2::SockRef::from(&*lock(&r.state).data[k])
+                .set_recv_buffer_size(16 << 10)
+                .unwrap();
+        }
     }
 
     /// Messages over the inline limit and up to the direct limit are moved by the caller
@@ -1748,23 +1763,11 @@ mod tests {
     #[test]
     fn medium_messages_under_load_go_to_the_data_path() {
         const N: usize = 600_000;
-        for (i, path) in paths().into_iter().enumerate() {
-            let way = Way {
-                path: path.path,
-                direct: BIG,
-            };
+        for (i, way) in direct_ways().enumerate() {
             let id = 0xd1ec_0011 + 0x10 * i as u64;
             let (s, r) = pair_on(way, id, id + 1);
-            // Small socket buffers: the first message's chunks cannot leave whole while nobody
-            // reads, so they are still the caller's when the second comes.
-            for k in 0..STREAMS as usize {
-                socket2::SockRef::from(&*lock(&s.state).data[k])
-                    .set_send_buffer_size(16 << 10)
-                    .unwrap();
-                socket2::SockRef::from(&*lock(&r.state).data[k])
-                    .set_recv_buffer_size(16 << 10)
-                    .unwrap();
-            }
+            // The first message's chunks are still the caller's when the second comes.
+            small_buffers(&s, &r);
             let mut a: Vec<u8> = (0..N).map(|b| b as u8).collect();
             let mut b: Vec<u8> = (0..N).map(|b| (b * 3) as u8).collect();
             let (mut ia, mut ib) = (vec![0u8; N], vec![0u8; N]);
@@ -1817,11 +1820,7 @@ mod tests {
     #[test]
     fn a_medium_message_soon_after_another_goes_to_the_data_path() {
         const N: usize = 300_000;
-        for (i, path) in paths().into_iter().enumerate() {
-            let way = Way {
-                path: path.path,
-                direct: BIG,
-            };
+        for (i, way) in direct_ways().enumerate() {
             let id = 0xd1ec_0031 + 0x10 * i as u64;
             let (mut s, mut r) = pair_on(way, id, id + 1);
             let hour = Duration::from_secs(3600);
@@ -1850,14 +1849,7 @@ mod tests {
                     }
                     s.direct_after_idle = Duration::ZERO;
                     r.direct_after_idle = Duration::ZERO;
-                    for k in 0..STREAMS as usize {
-                        socket2::SockRef::from(&*lock(&s.state).data[k])
-                            .set_send_buffer_size(16 << 10)
-                            .unwrap();
-                        socket2::SockRef::from(&*lock(&r.state).data[k])
-                            .set_recv_buffer_size(16 << 10)
-                            .unwrap();
-                    }
+                    small_buffers(&s, &r);
                 }
                 let sq = s.isend(buf(&mut out[j])).unwrap().unwrap();
                 {
