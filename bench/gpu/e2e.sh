@@ -19,12 +19,12 @@
 #   bpfpol          the plugin with NCCL_BPF_POLICY=conn_counter.o,size_aware.o and
 #                   NCCL_TUNER_PLUGIN=lib
 #   bpf-<io>, bpfpol-<io>  the same with NCCL_BPF_IO=<io> (auto, uring, epoll, threads)
-#   ...[-w<N>][-d<B>][-s<N>][-c<N>][-p<N>][-g<G>][-m<B>][-i<U>]  and NCCL_BPF_IO_WORKERS=N,
+#   ...[-w<N>][-d<B>][-s<N>][-c<N>][-p<N>][-g<G>][-m<B>][-i<U>][-l<B>]  and NCCL_BPF_IO_WORKERS=N,
 #                   NCCL_BPF_DIRECT_BYTES=B, NCCL_BPF_NSTREAMS=N, NCCL_MIN_NCHANNELS=N,
 #                   NCCL_BPF_IO_SPIN_US=N, NCCL_BPF_SPEED_MBPS=G*1000 (the speed reported to
 #                   NCCL, which sets its channel count), NCCL_BPF_MIN_CHUNK=B (the smallest
-#                   piece a message is cut into over the streams), NCCL_BPF_DIRECT_IDLE_US=U
-#                   (the plugin's settings sweep), in that
+#                   piece a message is cut into over the streams), NCCL_BPF_DIRECT_IDLE_US=U,
+#                   NCCL_BPF_INLINE_BYTES=B (the plugin's settings sweep), in that
 #                   order: bpf-uring-w8-d0, bpf-threads-s8-c8, bpf-g400
 # SWEEP_ARMS: more Socket settings (sock* names), run alternated with the others in every round
 # but only at SWEEP_SIZES / SWEEP_COLLS / SWEEP_DECODE; they count for "best Socket" where measured.
@@ -84,9 +84,9 @@ arm_env() {
     echo
     return 0
   fi
-  if [[ $a =~ ^(bpf|bpfpol)(-(auto|uring|epoll|threads))?(-w([0-9]+))?(-d([0-9]+[KM]?))?(-s([0-9]+))?(-c([0-9]+))?(-p([0-9]+))?(-g([0-9]+))?(-m([0-9]+[KM]?))?(-i([0-9]+))?$ ]]; then
+  if [[ $a =~ ^(bpf|bpfpol)(-(auto|uring|epoll|threads))?(-w([0-9]+))?(-d([0-9]+[KM]?))?(-s([0-9]+))?(-c([0-9]+))?(-p([0-9]+))?(-g([0-9]+))?(-m([0-9]+[KM]?))?(-i([0-9]+))?(-l([0-9]+[KM]?))?$ ]]; then
     io=${BASH_REMATCH[3]}
-    local w=${BASH_REMATCH[5]} d=${BASH_REMATCH[7]} st=${BASH_REMATCH[9]} ch=${BASH_REMATCH[11]} sp=${BASH_REMATCH[13]} g=${BASH_REMATCH[15]} mc=${BASH_REMATCH[17]} di=${BASH_REMATCH[19]}
+    local w=${BASH_REMATCH[5]} d=${BASH_REMATCH[7]} st=${BASH_REMATCH[9]} ch=${BASH_REMATCH[11]} sp=${BASH_REMATCH[13]} g=${BASH_REMATCH[15]} mc=${BASH_REMATCH[17]} di=${BASH_REMATCH[19]} il=${BASH_REMATCH[21]}
     echo -n "NCCL_NET_PLUGIN=$LIB NCCL_NET=BPF"
     if [ "${BASH_REMATCH[1]}" = bpfpol ]; then
       echo -n " NCCL_TUNER_PLUGIN=$LIB NCCL_BPF_POLICY=$B/conn_counter.o,$B/size_aware.o"
@@ -102,6 +102,7 @@ arm_env() {
     [ -n "$g" ] && echo -n " NCCL_BPF_SPEED_MBPS=$((g * 1000))"
     [ -n "$mc" ] && echo -n " NCCL_BPF_MIN_CHUNK=$mc"
     [ -n "$di" ] && echo -n " NCCL_BPF_DIRECT_IDLE_US=$di"
+    [ -n "$il" ] && echo -n " NCCL_BPF_INLINE_BYTES=$il"
     echo
     return 0
   fi
@@ -111,7 +112,7 @@ arm_env() {
 # Everything checked before the GPU is touched.
 [ -f "$LIB" ] || die "missing $LIB: run scripts/stage.sh on a build machine"
 for a in $ARMS $SWEEP_ARMS; do
-  arm_env "$a" >/dev/null || die "unknown arm '$a' (sock[<C>ch][<T>x<S>], bpf, bpfpol, bpf-<io>, bpfpol-<io> [-w<N>][-d<B>][-s<N>][-c<N>][-p<N>][-g<G>][-m<B>][-i<U>]; io: auto uring epoll threads)"
+  arm_env "$a" >/dev/null || die "unknown arm '$a' (sock[<C>ch][<T>x<S>], bpf, bpfpol, bpf-<io>, bpfpol-<io> [-w<N>][-d<B>][-s<N>][-c<N>][-p<N>][-g<G>][-m<B>][-i<U>][-l<B>]; io: auto uring epoll threads)"
   case $a in
     bpfpol*) for f in "$B/conn_counter.o" "$B/size_aware.o"; do [ -f "$f" ] || die "missing $f (arm $a): run scripts/stage.sh"; done ;;
   esac
