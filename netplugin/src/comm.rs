@@ -541,12 +541,14 @@ impl Comm {
     /// can take fails its request.
     ///
     /// A chunk of a message up to `direct_limit`, posted while no other chunked request of the
-    /// comm is in flight, whose stream has nothing queued with the data path is *direct*: moved by the caller, inside this and later `isend`/`irecv`/
+    /// comm is in flight (nor was for `direct_after_idle`), whose stream has nothing queued
+    /// with the data path is *direct*: moved by the caller, inside this and later `isend`/`irecv`/
     /// `test` calls, with non-blocking calls, so medium messages wait for no thread hand-off
     /// (a send usually leaves inside `isend`; a receive is read as soon as its header is).
-    /// While a stream has direct chunks, every later chunk of that stream is direct too, and
-    /// while it has chunks queued with the data path none is: the two never touch one socket
-    /// at the same time, and a stream's bytes stay in order.
+    /// While a stream has direct chunks, every later chunk of a direct message is direct there
+    /// too; a message that is not direct first hands them over ([`Self::hand_over_direct`]);
+    /// and while a stream has chunks queued with the data path none is direct: the two never
+    /// touch one socket at the same time, and a stream's bytes stay in order.
     fn dispatch(&self, st: &mut State, idx: u32, buf: Buf) {
         let mut pieces = Vec::new();
         wire::plan_chunks(
@@ -558,9 +560,9 @@ impl Comm {
         let slot = &self.slots[idx as usize];
         slot.pending_chunks
             .store(pieces.len() as u32, Ordering::Release);
-        // Direct only while no other chunked request is in flight: a lone message (latency)
-        // gains from no hand-off, but under load (NCCL keeps several steps in flight) the
-        // caller alone would be the one thread copying every byte.
+        // Direct only while no other chunked request is in flight, nor was for a while: a lone
+        // message (latency) gains from no hand-off, but under load (NCCL keeps several steps in
+        // flight) the caller alone would be the one thread copying every byte.
         let small = self.direct_now(st, buf.len());
         if !small && st.workers.is_none() {
             // `needs_data_path` said no a moment ago; should it fail now, the chunks fail
