@@ -564,15 +564,14 @@ impl Comm {
         // message (latency) gains from no hand-off, but under load (NCCL keeps several steps in
         // flight) the caller alone would be the one thread copying every byte.
         let small = self.direct_now(st, buf.len());
-        if !small && st.workers.is_none() {
-            // `needs_data_path` said no a moment ago; should it fail now, the chunks fail
-            // their request below (nothing serves them), the comm with it.
-            let _ = self.ensure_workers(st);
-        }
         if !small {
-            // Load came (another chunked request is in flight): what the caller still has to
-            // move of earlier direct chunks goes to the data path too, ahead of this one's.
-            self.hand_over_direct(st);
+            // `needs_data_path` may have said no a moment ago; should the start fail now, the
+            // chunks fail their request below (nothing serves them), the comm with it.
+            if self.ensure_workers(st).is_ok() {
+                // Load came: what the caller still has to move of earlier direct chunks goes
+                // to the data path too, ahead of this one's.
+                self.hand_over_direct(st);
+            }
         }
         st.reqs[idx as usize].chunked = true;
         st.chunked += 1;
@@ -595,15 +594,10 @@ impl Comm {
         }
     }
 
-    /// Hands every stream's direct chunks, the rest of each, to the data path in their order.
-    /// The caller no longer touches those streams until the data path has nothing of them
-    /// queued, so each stream's bytes stay in order. Without a data path (only direct chunks
-    /// so far, e.g. a larger message after one that was all direct) it starts it; a refusal
-    /// keeps the chunks direct (the comm has failed: they are abandoned at the next progress).
+    /// Hands every stream's direct chunks, the rest of each, to the data path (started) in
+    /// their order. The caller no longer touches those streams until the data path has nothing
+    /// of them queued, so each stream's bytes stay in order.
     fn hand_over_direct(&self, st: &mut State) {
-        if st.direct.iter().all(VecDeque::is_empty) || self.ensure_workers(st).is_err() {
-            return;
-        }
         for k in 0..st.direct.len() {
             if st.direct_broken[k] {
                 continue;
