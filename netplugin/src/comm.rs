@@ -2,11 +2,14 @@
 //!
 //! A connection is one control stream plus `nstreams` data streams (TCP). For each message the
 //! sender writes an 8-byte size on the control stream; a message of at most `inline_bytes`
-//! follows on the control stream itself, a larger one is cut into chunks over the data streams
-//! (see [`wire::plan_chunks`]), which the process's I/O engine moves ([`crate::engine`]: a few
-//! process-wide io_uring or epoll workers, or a helper thread per stream). The control stream
-//! is non-blocking and progressed by NCCL's proxy thread inside `isend`, `irecv` and `test`, so
-//! small messages never wait for a thread hand-off.
+//! follows on the control stream itself, a larger one is cut into chunks (see
+//! [`wire::plan_chunks`]), each with a header naming its message and offset, and each put on the
+//! data stream with the fewest bytes queued, so a slow stream takes fewer. The process's I/O
+//! engine moves them ([`crate::engine`]: a few process-wide io_uring or epoll workers, or a
+//! helper thread per stream); on the receive side it reads the headers itself and copies each
+//! chunk into the receive it names as soon as it arrives ([`engine::posts`]). The control
+//! stream is non-blocking and progressed by NCCL's proxy thread inside `isend`, `irecv` and
+//! `test`, so small messages never wait for a thread hand-off.
 //!
 //! The control stream also carries *control frames* between messages ([`Comm::send_frame`],
 //! [`Comm::take_frames`]; [`wire::FRAME_FLAG`]): the plugin's own bytes, for the agreement
@@ -19,7 +22,8 @@
 //! Messages match in posting order. A receive smaller than the incoming message fails the
 //! request with [`NetError::Truncated`] and the connection with it (its byte stream is then out
 //! of step). A peer that closes or dies fails every pending request as soon as its socket
-//! reports it; later calls on the comm return the first error.
+//! reports it; a peer that breaks the chunk protocol fails the connection before a byte lands
+//! outside a posted receive; later calls on the comm return the first error.
 //!
 //! A comm's data streams join the engine when it first carries a large message. If the OS
 //! refuses the threads that needs (EAGAIN under a pid or thread limit), no request slot is
@@ -28,6 +32,7 @@
 //! the comm with it, and the host process carries on.
 
 use crate::buf::Buf;
+use crate::engine::posts::Posts;
 use crate::engine::{self, DataPath, StreamCtx, Task};
 use crate::error::{NetError, NetResult};
 use crate::hooks::{ConnHooks, ConnInfo, Ends};
@@ -39,9 +44,9 @@ use shared_maps::{ConnDirection, ProgressMark};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Write};
 use std::net::{Shutdown, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Request slots per comm: NCCL needs 32 (x maxRecvs = 1) in flight.
 pub const SLOTS: usize = 64;
@@ -49,12 +54,18 @@ pub const SLOTS: usize = 64;
 const SEND_BATCH: usize = 16;
 const SLOT_MAGIC: u64 = 0x5145_5246_5042_4e43;
 
-/// What NCCL holds as a request: a slot of its comm. The I/O engine counts its chunks down.
+/// What NCCL holds as a request: a slot of its comm. The I/O engine counts a send's chunks
+/// down, and a receive's bytes up.
 pub struct ReqSlot {
     magic: u64,
     comm: AtomicPtr<Comm>,
     idx: u32,
+    /// Send: chunks not yet sent.
     pub(crate) pending_chunks: AtomicU32,
+    /// Receive: chunk bytes landed in the buffer.
+    pub(crate) received: AtomicU64,
+    /// Receive: readers holding a claim on the buffer ([`engine::posts`]).
+    pub(crate) busy: AtomicU32,
     pub(crate) failed: AtomicBool,
 }
 
@@ -67,6 +78,8 @@ impl ReqSlot {
                 comm: AtomicPtr::new(std::ptr::null_mut()),
                 idx,
                 pending_chunks: AtomicU32::new(0),
+                received: AtomicU64::new(0),
+                busy: AtomicU32::new(0),
                 failed: AtomicBool::new(false),
             })
             .collect()
@@ -97,8 +110,6 @@ struct Req {
     ctrl_done: bool,
     /// When it was posted, if a policy wants latencies.
     posted: Option<Instant>,
-    /// Its chunks were handed out ([`Comm::dispatch`]), counted in `State::chunked`.
-    chunked: bool,
 }
 
 const IDLE: Req = Req {
@@ -109,34 +120,21 @@ const IDLE: Req = Req {
     header_done: false,
     ctrl_done: false,
     posted: None,
-    chunked: false,
 };
-
-/// A chunk the comm's caller (NCCL's proxy thread, inside `isend`/`irecv`/`test`) moves
-/// itself, with non-blocking calls: `done` of its bytes so far.
-struct Direct {
-    idx: u32,
-    buf: Buf,
-    done: usize,
-}
 
 struct State {
     control: TcpStream,
     /// What was read from `control` and not yet handed out (headers, inline payloads, frames).
     rx: RxBuf,
-    data: Vec<Arc<TcpStream>>,
+    data: Arc<[Arc<TcpStream>]>,
     /// Who moves the data streams' chunks, once the first large message needs them.
     workers: Option<DataPath>,
-    /// Per data stream: chunks this comm's caller moves itself (see [`Comm::dispatch`]),
-    /// oldest first, and chunks handed to `workers` not yet counted down.
-    direct: Vec<VecDeque<Direct>>,
-    queued: Vec<Arc<AtomicU32>>,
-    /// Data streams that failed under a direct chunk: later chunks for them fail at once.
-    direct_broken: Vec<bool>,
-    /// Requests whose chunks were handed out and that are not released yet.
-    chunked: u32,
-    /// When `chunked` last fell to 0 (None: not yet, or no message can be direct).
-    chunked_idle: Option<Instant>,
+    /// Per data stream: bytes queued with `workers` and not yet sent (a send comm).
+    queued: Vec<Arc<AtomicU64>>,
+    /// The posted receives, as the data streams' readers see them (a receive comm).
+    posts: Arc<Posts>,
+    /// Messages posted so far (a send comm): the next one's number in its chunk headers.
+    sent: u64,
     reqs: Vec<Req>,
     free: Vec<u32>,
     /// Posted requests whose control-stream part is not finished, oldest first.
@@ -210,19 +208,11 @@ pub struct Comm {
     shape: Shape,
     /// Who serves the data streams (the process's choice; tests pick one).
     path: engine::Path,
-    /// Messages up to this size have their chunks moved by the caller itself while the
-    /// stream has nothing queued with `workers` (`NCCL_BPF_DIRECT_BYTES`).
-    direct_limit: usize,
-    /// How long the comm must have had no chunked request in flight for a message to be
-    /// direct (`NCCL_BPF_DIRECT_IDLE_US`; tests set their own): a lone message (a ping-pong,
-    /// the first step of a collective after a pause) leaves without a thread hand-off, while
-    /// a stream of them, each posted as the last one completes, is load that the data path's
-    /// workers share out.
-    direct_after_idle: Duration,
     slots: Arc<[ReqSlot]>,
-    /// The first failure of a data stream (I/O error or caught panic); `test` moves it into
-    /// `State.error` when it finds a request the engine failed.
+    /// The first failure of a data stream (I/O error, caught panic, broken chunk protocol);
+    /// `test` moves it into `State.error` once `stream_failed` says it is there.
     worker_error: Arc<Mutex<Option<NetError>>>,
+    stream_failed: Arc<AtomicBool>,
     state: Mutex<State>,
 }
 
@@ -277,20 +267,15 @@ impl Comm {
             conn_id,
             shape,
             path,
-            direct_limit: engine::process_settings().direct_bytes as usize,
-            direct_after_idle: Duration::from_micros(u64::from(
-                engine::process_settings().direct_idle_us,
-            )),
             slots,
             worker_error: Arc::new(Mutex::new(None)),
+            stream_failed: Arc::new(AtomicBool::new(false)),
             state: Mutex::new(State {
                 control,
                 rx: RxBuf::default(),
-                direct: data.iter().map(|_| VecDeque::new()).collect(),
-                queued: data.iter().map(|_| Arc::new(AtomicU32::new(0))).collect(),
-                direct_broken: vec![false; data.len()],
-                chunked: 0,
-                chunked_idle: None,
+                queued: data.iter().map(|_| Arc::new(AtomicU64::new(0))).collect(),
+                posts: Arc::new(Posts::new(SLOTS)),
+                sent: 0,
                 data: data.into_iter().map(Arc::new).collect(),
                 workers: None,
                 reqs: vec![IDLE; SLOTS],
@@ -345,12 +330,14 @@ impl Comm {
         let size = buf.len();
         let inline = wire::is_inline(&self.shape, size);
         // The data path starts before a slot is taken: once one is, nothing below can fail.
-        if !inline && self.needs_data_path(&st, size) {
+        if !inline {
             self.ensure_workers(&mut st)?;
         }
         let Some(idx) = st.free.pop() else {
             return Ok(None);
         };
+        let seq = st.sent;
+        st.sent += 1;
         let posted = st.hooks.wants_time().then(Instant::now);
         st.reqs[idx as usize] = Req {
             in_use: true,
@@ -360,10 +347,9 @@ impl Comm {
             header_done: true,
             ctrl_done: false,
             posted,
-            chunked: false,
         };
         if !inline {
-            self.dispatch(&mut st, idx, buf);
+            self.dispatch(&mut st, idx, seq, buf);
         }
         st.fifo.push_back(idx);
         st.hooks.on_post(size);
@@ -389,8 +375,16 @@ impl Comm {
             header_done: false,
             ctrl_done: false,
             posted,
-            chunked: false,
         };
+        let slot = &self.slots[idx as usize];
+        slot.received.store(0, Ordering::Relaxed);
+        slot.failed.store(false, Ordering::Relaxed);
+        let waiting = st.posts.post(idx, buf);
+        if let Some(w) = &st.workers {
+            for k in (0..self.shape.nstreams as usize).filter(|k| waiting & (1 << k) != 0) {
+                w.poke(k);
+            }
+        }
         st.fifo.push_back(idx);
         st.hooks.on_post(buf.len());
         self.progress_recv(&mut st);
@@ -410,9 +404,11 @@ impl Comm {
             ConnDirection::Recv => self.progress_recv(&mut st),
         }
         let slot = &self.slots[idx];
-        if slot.failed.load(Ordering::Acquire) && st.error.is_none() {
-            // The engine records its error before it marks the slot (both under orderings that
-            // make the record visible here); the fallback is for safety only.
+        if st.error.is_none()
+            && (slot.failed.load(Ordering::Acquire) || self.stream_failed.load(Ordering::Acquire))
+        {
+            // The engine records its error before it marks the slot or the comm (both under
+            // orderings that make the record visible here); the fallback is for safety only.
             let e = lock(&self.worker_error)
                 .take()
                 .unwrap_or_else(|| NetError::Broken {
@@ -422,11 +418,16 @@ impl Comm {
             st.error = Some(e);
         }
         let r = st.reqs[idx];
-        let chunks_done = slot.pending_chunks.load(Ordering::Acquire) == 0;
-        if r.ctrl_done && chunks_done && !slot.failed.load(Ordering::Acquire) {
-            self.release(&mut st, idx);
-            st.hooks.on_complete(r.size, r.posted);
-            return Ok(Some(r.size));
+        if st.error.is_none() && r.ctrl_done {
+            let done = match self.direction {
+                ConnDirection::Send => slot.pending_chunks.load(Ordering::Acquire) == 0,
+                ConnDirection::Recv => r.inline || self.received_all(&mut st, idx, r.size),
+            };
+            if done {
+                self.release(&mut st, idx);
+                st.hooks.on_complete(r.size, r.posted);
+                return Ok(Some(r.size));
+            }
         }
         match &st.error {
             None => Ok(None),
@@ -442,7 +443,7 @@ impl Comm {
                 } else {
                     st.report().expect("an error is set")
                 };
-                if chunks_done {
+                if self.settled(&st, idx) {
                     st.fifo.retain(|&i| i as usize != idx);
                     self.release(&mut st, idx);
                 }
@@ -452,37 +453,54 @@ impl Comm {
         }
     }
 
-    fn release(&self, st: &mut State, idx: usize) {
-        if st.reqs[idx].chunked {
-            st.chunked -= 1;
-            if st.chunked == 0 && self.direct_limit > 0 {
-                st.chunked_idle = Some(Instant::now());
+    /// Whether every byte of chunked receive `idx` (of `size` bytes) has landed and no reader
+    /// holds its buffer any more; sets the comm's error where it cannot come right (more bytes
+    /// than the message has, or every data stream closed before the rest came).
+    fn received_all(&self, st: &mut State, idx: usize, size: usize) -> bool {
+        let slot = &self.slots[idx];
+        // Streams' ends before the count: a stream counts its end after its last chunk's bytes.
+        let all_ended = st.posts.ended() >= self.shape.nstreams;
+        let got = slot.received.load(Ordering::SeqCst);
+        if got < size as u64 {
+            if all_ended {
+                st.error = Some(NetError::PeerClosed {
+                    op: "receive on data streams",
+                    detail: format!(
+                        "the peer closed every data stream with {got} of a {size}-byte message \
+                         received"
+                    ),
+                });
             }
+            return false;
         }
+        if got > size as u64 {
+            st.error = Some(NetError::Broken {
+                msg: format!(
+                    "the peer broke the chunk protocol: {got} bytes of chunks for a {size}-byte \
+                     message"
+                ),
+                code: NcclResult::REMOTE_ERROR,
+            });
+            return false;
+        }
+        st.posts.retire(idx as u32, slot)
+    }
+
+    /// Whether no thread of the data path holds any part of request `idx` (a failed request is
+    /// released only then: NCCL may free its buffer). A receive's post is retired first, so
+    /// no reader claims it from then on.
+    fn settled(&self, st: &State, idx: usize) -> bool {
+        let slot = &self.slots[idx];
+        match self.direction {
+            ConnDirection::Send => slot.pending_chunks.load(Ordering::Acquire) == 0,
+            ConnDirection::Recv => st.posts.retire(idx as u32, slot),
+        }
+    }
+
+    fn release(&self, st: &mut State, idx: usize) {
         st.reqs[idx] = IDLE;
         self.slots[idx].failed.store(false, Ordering::Relaxed);
         st.free.push(idx as u32);
-    }
-
-    /// Whether a message of `size` (over the inline limit) may have a chunk for the data path:
-    /// it is over the direct limit, another chunked request is in flight, or a stream has
-    /// chunks queued there (see [`Self::dispatch`]). Medium messages one at a time never
-    /// start it.
-    fn needs_data_path(&self, st: &State, size: usize) -> bool {
-        !self.direct_now(st, size) || st.queued.iter().any(|q| q.load(Ordering::Acquire) > 0)
-    }
-
-    /// Whether a message of `size` posted now is moved by the caller (see [`Self::dispatch`]):
-    /// it is at most the direct limit, and the comm has no other chunked request in flight and
-    /// had none for `direct_after_idle`. A message that follows the last one's completion
-    /// at once (a stream of them, each of which left whole inside `isend` into the socket's
-    /// buffer) is load, which the data path's workers share out.
-    fn direct_now(&self, st: &State, size: usize) -> bool {
-        size <= self.direct_limit
-            && st.chunked == 0
-            && st
-                .chunked_idle
-                .is_none_or(|t| t.elapsed() >= self.direct_after_idle)
     }
 
     /// Starts the data path on the comm's first message that needs it.
@@ -497,7 +515,7 @@ impl Comm {
         if st.workers.is_some() {
             return Ok(());
         }
-        let ctxs = self.stream_ctxs(&st.data, &st.queued, st.hooks.progress_mark());
+        let ctxs = self.stream_ctxs(&st.data, &st.queued, &st.posts, st.hooks.progress_mark());
         match DataPath::start(self.path, ctxs) {
             Ok(w) => {
                 st.workers = Some(w);
@@ -512,8 +530,9 @@ impl Comm {
 
     fn stream_ctxs(
         &self,
-        data: &[Arc<TcpStream>],
-        queued: &[Arc<AtomicU32>],
+        data: &Arc<[Arc<TcpStream>]>,
+        queued: &[Arc<AtomicU64>],
+        posts: &Arc<Posts>,
         progress: Option<ProgressMark<'static>>,
     ) -> Vec<StreamCtx> {
         let tag = match self.direction {
@@ -528,98 +547,51 @@ impl Comm {
                 conn_id: self.conn_id,
                 index: k,
                 stream: Arc::clone(stream),
+                siblings: Arc::clone(data),
                 slots: Arc::clone(&self.slots),
                 error: Arc::clone(&self.worker_error),
+                failed: Arc::clone(&self.stream_failed),
                 progress,
                 queued: Arc::clone(&queued[k]),
+                posts: (self.direction == ConnDirection::Recv).then(|| Arc::clone(posts)),
             })
             .collect()
     }
 
-    /// Hands the chunks of a large message to the data path (started by
-    /// [`Self::ensure_workers`]), or keeps them to move itself. Never fails: a chunk nothing
-    /// can take fails its request.
-    ///
-    /// A chunk of a message up to `direct_limit`, posted while no other chunked request of the
-    /// comm is in flight (nor was for `direct_after_idle`), whose stream has nothing queued
-    /// with the data path is *direct*: moved by the caller, inside this and later `isend`/`irecv`/
-    /// `test` calls, with non-blocking calls, so medium messages wait for no thread hand-off
-    /// (a send usually leaves inside `isend`; a receive is read as soon as its header is).
-    /// While a stream has direct chunks, every later chunk of a direct message is direct there
-    /// too; a message that is not direct first hands them over ([`Self::hand_over_direct`]);
-    /// and while a stream has chunks queued with the data path none is direct: the two never
-    /// touch one socket at the same time, and a stream's bytes stay in order.
-    fn dispatch(&self, st: &mut State, idx: u32, buf: Buf) {
+    /// Cuts message `seq` (request `idx`, bytes `buf`) into chunks and queues each, header
+    /// first, on the data stream with the fewest bytes queued (ties go round from the stream
+    /// after the last one used), so a slow stream takes fewer chunks. The data path is started
+    /// ([`Self::ensure_workers`]). Never fails: a chunk nothing can take fails its request.
+    fn dispatch(&self, st: &mut State, idx: u32, seq: u64, buf: Buf) {
         let mut pieces = Vec::new();
-        wire::plan_chunks(
-            &self.shape,
-            buf.len(),
-            &mut st.next_stream,
-            |off, len, stream| pieces.push((buf.sub(off, len), stream)),
-        );
-        let slot = &self.slots[idx as usize];
-        slot.pending_chunks
+        wire::plan_chunks(&self.shape, buf.len(), |off, len| pieces.push((off, len)));
+        self.slots[idx as usize]
+            .pending_chunks
             .store(pieces.len() as u32, Ordering::Release);
-        // Direct only while no other chunked request is in flight, nor was for a while: a lone
-        // message (latency) gains from no hand-off, but under load (NCCL keeps several steps in
-        // flight) the caller alone would be the one thread copying every byte.
-        let small = self.direct_now(st, buf.len());
-        if !small {
-            // `needs_data_path` may have said no a moment ago; should the start fail now, the
-            // chunks fail their request below (nothing serves them), the comm with it.
-            if self.ensure_workers(st).is_ok() {
-                // Load came: what the caller still has to move of earlier direct chunks goes
-                // to the data path too, ahead of this one's.
-                self.hand_over_direct(st);
+        let n = st.queued.len();
+        for (off, len) in pieces {
+            let k = least_queued(&st.queued, st.next_stream as usize);
+            st.next_stream = ((k + 1) % n) as u32;
+            let hdr = wire::ChunkHeader {
+                seq,
+                offset: off as u32,
+                len: len as u32,
             }
-        }
-        st.reqs[idx as usize].chunked = true;
-        st.chunked += 1;
-        for (piece, stream) in pieces {
-            let k = stream as usize;
-            if st.direct_broken.get(k).copied().unwrap_or(true) {
-                slot.failed.store(true, Ordering::Release);
-                slot.pending_chunks.fetch_sub(1, Ordering::AcqRel);
-                continue;
-            }
-            if !st.direct[k].is_empty() || (small && st.queued[k].load(Ordering::Acquire) == 0) {
-                st.direct[k].push_back(Direct {
-                    idx,
-                    buf: piece,
-                    done: 0,
-                });
-                continue;
-            }
-            self.submit(st, k, Task { idx, buf: piece });
-        }
-    }
-
-    /// Hands every stream's direct chunks, the rest of each, to the data path (started) in
-    /// their order. The caller no longer touches those streams until the data path has nothing
-    /// of them queued, so each stream's bytes stay in order.
-    fn hand_over_direct(&self, st: &mut State) {
-        for k in 0..st.direct.len() {
-            if st.direct_broken[k] {
-                continue;
-            }
-            while let Some(d) = st.direct[k].pop_front() {
-                let rest = d.buf.sub(d.done, d.buf.len() - d.done);
-                self.submit(
-                    st,
-                    k,
-                    Task {
-                        idx: d.idx,
-                        buf: rest,
-                    },
-                );
-            }
+            .encode();
+            let task = Task {
+                idx,
+                hdr: Box::new(hdr),
+                buf: buf.sub(off, len),
+            };
+            self.submit(st, k, task);
         }
     }
 
     /// Queues `task` with the data path on stream `k`; if nothing takes it, its request fails.
     fn submit(&self, st: &mut State, k: usize, task: Task) {
         let idx = task.idx;
-        st.queued[k].fetch_add(1, Ordering::AcqRel);
+        let bytes = task.wire_len() as u64;
+        st.queued[k].fetch_add(bytes, Ordering::AcqRel);
         let refused = match st.workers.as_ref() {
             Some(w) => w.submit(k, task).is_err(),
             None => true,
@@ -628,7 +600,7 @@ impl Comm {
             // Nothing serves this stream (a helper cannot exit while its sender lives, a
             // worker runs until the process ends, and both catch their panics, so this is a
             // bug): the message cannot be carried.
-            st.queued[k].fetch_sub(1, Ordering::AcqRel);
+            st.queued[k].fetch_sub(bytes, Ordering::AcqRel);
             lock(&self.worker_error).get_or_insert_with(|| NetError::Broken {
                 msg: format!("nothing serves data stream {k}"),
                 code: NcclResult::INTERNAL_ERROR,
@@ -636,48 +608,6 @@ impl Comm {
             let slot = &self.slots[idx as usize];
             slot.failed.store(true, Ordering::Release);
             slot.pending_chunks.fetch_sub(1, Ordering::AcqRel);
-        }
-    }
-
-    /// Moves direct chunks (see [`Self::dispatch`]) until each stream's next call would block.
-    /// After the comm failed, they are abandoned instead (their requests fail).
-    fn progress_direct(&self, st: &mut State) {
-        let failed = st.error.is_some();
-        for k in 0..st.direct.len() {
-            while let Some(d) = st.direct[k].front_mut() {
-                if failed || st.direct_broken[k] {
-                    let slot = &self.slots[d.idx as usize];
-                    slot.failed.store(true, Ordering::Release);
-                    slot.pending_chunks.fetch_sub(1, Ordering::AcqRel);
-                    st.direct[k].pop_front();
-                    continue;
-                }
-                match move_some(self.direction, &st.data[k], d) {
-                    Ok(true) => {
-                        let idx = d.idx;
-                        st.direct[k].pop_front();
-                        if let Some(p) = st.hooks.progress_mark() {
-                            p.stamp();
-                        }
-                        self.slots[idx as usize]
-                            .pending_chunks
-                            .fetch_sub(1, Ordering::AcqRel);
-                    }
-                    Ok(false) => break,
-                    Err(e) => {
-                        // As the data path does: the stream is out of step from here on.
-                        st.direct_broken[k] = true;
-                        let _ = st.data[k].shutdown(Shutdown::Both);
-                        lock(&self.worker_error).get_or_insert(NetError::io(
-                            match self.direction {
-                                ConnDirection::Send => "send on data stream",
-                                ConnDirection::Recv => "receive on data stream",
-                            },
-                            e,
-                        ));
-                    }
-                }
-            }
         }
     }
 
@@ -829,17 +759,8 @@ impl Comm {
         true
     }
 
+    /// Writes what the control stream takes now (frames, headers, inline messages).
     fn progress_send(&self, st: &mut State) {
-        self.progress_send_control(st);
-        self.progress_direct(st);
-    }
-
-    fn progress_recv(&self, st: &mut State) {
-        self.progress_recv_control(st);
-        self.progress_direct(st);
-    }
-
-    fn progress_send_control(&self, st: &mut State) {
         if st.error.is_some() {
             return;
         }
@@ -977,7 +898,8 @@ impl Comm {
         }
     }
 
-    fn progress_recv_control(&self, st: &mut State) {
+    /// Reads what the control stream has now (frames, headers, inline messages).
+    fn progress_recv(&self, st: &mut State) {
         if st.error.is_some() {
             return;
         }
@@ -1049,17 +971,38 @@ impl Comm {
                 r.size = incoming as usize;
                 r.inline = wire::is_inline(&self.shape, r.size);
                 if !r.inline {
-                    let (piece, size) = (r.buf.sub(0, r.size), r.size);
-                    // A refused thread fails the comm (`st.error`); the request is released
-                    // by `test` like any other failed one.
-                    if self.needs_data_path(st, size) && self.ensure_workers(st).is_err() {
+                    // Its chunks are the data streams' readers' (started with the first such
+                    // message; a refused thread fails the comm, and `test` releases the request
+                    // like any other failed one).
+                    if self.ensure_workers(st).is_err() {
                         return;
                     }
-                    self.dispatch(st, idx, piece);
                     st.control_done(idx);
                     continue;
                 }
+                // An inline message: no chunk may name it (no reader holds it from here on, and
+                // none has put a byte in it).
+                let slot = &self.slots[idx as usize];
+                if !st.posts.retire(idx, slot) || slot.received.load(Ordering::SeqCst) > 0 {
+                    st.error = Some(NetError::Broken {
+                        msg: format!(
+                            "the peer broke the chunk protocol: chunks for an inline message of {} \
+                             bytes",
+                            st.reqs[idx as usize].size
+                        ),
+                        code: NcclResult::REMOTE_ERROR,
+                    });
+                    return;
+                }
             }
+            let State {
+                control,
+                rx,
+                reqs,
+                cursor,
+                error,
+                ..
+            } = &mut *st;
             let r = &mut reqs[idx as usize];
             // SAFETY: NCCL lent this receive buffer to us until the request completes; only
             // this thread (holding the comm lock) touches its inline part.
@@ -1098,7 +1041,7 @@ impl Drop for Comm {
         // First out of the frame mover's list (it may be using this comm until then).
         crate::frames::unregister(self);
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
-        for s in &st.data {
+        for s in st.data.iter() {
             let _ = s.shutdown(Shutdown::Both);
         }
         let _ = st.control.shutdown(Shutdown::Both);
@@ -1108,19 +1051,13 @@ impl Drop for Comm {
     }
 }
 
-/// Moves what it can of direct chunk `d` over `s` without blocking; `true` once all of it is
-/// moved. End of stream is an error.
-fn move_some(dir: ConnDirection, s: &TcpStream, d: &mut Direct) -> io::Result<bool> {
-    let fd = std::os::fd::AsRawFd::as_raw_fd(s);
-    while d.done < d.buf.len() {
-        // SAFETY: `done < len`; the chunk is this comm's until it counts it down, and only the
-        // thread holding the comm lock touches it.
-        match unsafe { engine::move_once(dir, fd, d.buf, d.done, usize::MAX) }? {
-            Some(n) => d.done += n,
-            None => return Ok(false),
-        }
-    }
-    Ok(true)
+/// The stream with the fewest bytes queued; among equals the first from `start` on.
+fn least_queued(queued: &[Arc<AtomicU64>], start: usize) -> usize {
+    let n = queued.len().max(1);
+    (0..n)
+        .map(|i| (start + i) % n)
+        .min_by_key(|&k| queued.get(k).map_or(0, |q| q.load(Ordering::Acquire)))
+        .unwrap_or(0)
 }
 
 /// Test-only faults, keyed by connection id so tests running in parallel do not meet: the
@@ -1158,123 +1095,40 @@ pub(crate) mod inject {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
     use std::net::TcpListener;
     use std::time::Duration;
 
     const STREAMS: u32 = 4;
     const BIG: usize = 1 << 20;
 
-    /// How a test's comms move large messages: the path serving the data streams, and the
-    /// size up to which the caller moves chunks itself (direct chunks; 0: never).
-    #[derive(Clone, Copy, Debug)]
-    struct Way {
-        path: engine::Path,
-        direct: usize,
-    }
-
-    impl std::fmt::Display for Way {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            write!(f, "{} (direct up to {} B)", self.path, self.direct)
-        }
-    }
-
-    /// Every path this machine can serve data streams with, all chunks handed over.
-    fn paths() -> Vec<Way> {
+    /// Every path this machine can serve data streams with.
+    fn paths() -> Vec<engine::Path> {
         let mut p = vec![engine::Path::Threads, engine::Path::Epoll];
         if engine::uring::probe().is_ok() {
             p.push(engine::Path::Uring);
         }
-        p.into_iter().map(|path| Way { path, direct: 0 }).collect()
-    }
-
-    /// [`paths`], and each with the chunks of messages up to 1 MiB moved directly where the
-    /// stream allows it (so tests that mix sizes interleave both on one stream).
-    fn ways() -> Vec<Way> {
-        let mut w = paths();
-        w.extend(direct_ways());
-        w
-    }
-
-    /// [`paths`], each with the chunks of messages up to 1 MiB moved directly.
-    fn direct_ways() -> impl Iterator<Item = Way> {
-        paths().into_iter().map(|w| Way { direct: BIG, ..w })
-    }
-
-    /// 16 KiB socket buffers on every data stream of `s` (send) and `r` (receive): a chunk
-    /// cannot leave whole while nobody reads it.
-    fn small_buffers(s: &Comm, r: &Comm) {
-        for k in 0..STREAMS as usize {
-            socket2::SockRef::from(&*lock(&s.state).data[k])
-                .set_send_buffer_size(16 << 10)
-                .unwrap();
-            socket2::SockRef::from(&*lock(&r.state).data[k])
-                .set_recv_buffer_size(16 << 10)
-                .unwrap();
-        }
-    }
-
-    /// Messages over the inline limit and up to the direct limit are moved by the caller
-    /// alone: no thread starts, and they arrive intact; a larger one then starts the data
-    /// path, and medium messages behind it on the same streams still arrive in order.
-    #[test]
-    fn medium_messages_need_no_thread() {
-        let way = Way {
-            path: engine::Path::Threads,
-            direct: BIG,
-        };
-        let (s, r) = pair_on(way, 0xd1ec_0001, 0xd1ec_0002);
-        let sizes = [70_000usize, BIG, 300_000, 4 * BIG + 5, 80_000, BIG];
-        let mut out: Vec<Vec<u8>> = sizes
-            .iter()
-            .enumerate()
-            .map(|(j, &n)| (0..n).map(|b| (b * 13 + j) as u8).collect())
-            .collect();
-        let mut into: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
-        for j in 0..sizes.len() {
-            let rq = r.irecv(buf(&mut into[j])).unwrap().unwrap();
-            let sq = s.isend(buf(&mut out[j])).unwrap().unwrap();
-            assert_eq!(wait(&s, sq).unwrap(), sizes[j]);
-            assert_eq!(wait(&r, rq).unwrap(), sizes[j]);
-            assert!(into[j] == out[j], "message {j} differs");
-            let started = (
-                lock(&s.state).workers.is_some(),
-                lock(&r.state).workers.is_some(),
-            );
-            if j < 3 {
-                assert_eq!(started, (false, false), "message {j} started threads");
-            } else {
-                assert_eq!(
-                    started,
-                    (true, true),
-                    "message {j} is over the direct limit"
-                );
-            }
-        }
-        s.close();
-        r.close();
+        p
     }
 
     /// A connected (send, recv) pair of comms over loopback, 4 data streams, 64 KiB inline,
     /// the data streams served by helper threads.
     fn pair(send_id: u64, recv_id: u64) -> (Box<Comm>, Box<Comm>) {
-        pair_on(
-            Way {
-                path: engine::Path::Threads,
-                direct: 0,
-            },
-            send_id,
-            recv_id,
-        )
+        pair_on(engine::Path::Threads, send_id, recv_id)
     }
 
     /// [`pair`] on `path`.
-    fn pair_on(way: Way, send_id: u64, recv_id: u64) -> (Box<Comm>, Box<Comm>) {
-        pair_of(way, send_id, recv_id, 0)
+    fn pair_on(path: engine::Path, send_id: u64, recv_id: u64) -> (Box<Comm>, Box<Comm>) {
+        pair_of(path, send_id, recv_id, 0)
     }
 
     /// [`pair_on`], both ends of communicator `comm_id` (0: none named, as before net v11).
-    fn pair_of(way: Way, send_id: u64, recv_id: u64, comm_id: u64) -> (Box<Comm>, Box<Comm>) {
-        let path = way.path;
+    fn pair_of(
+        path: engine::Path,
+        send_id: u64,
+        recv_id: u64,
+        comm_id: u64,
+    ) -> (Box<Comm>, Box<Comm>) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         let (mut a, mut b) = (Vec::new(), Vec::new());
@@ -1282,19 +1136,18 @@ mod tests {
             a.push(TcpStream::connect(addr).unwrap());
             b.push(l.accept().unwrap().0);
         }
-        let shape = Shape {
-            nstreams: STREAMS,
-            inline_bytes: 64 * 1024,
-            min_chunk: 64 * 1024,
-        };
         let ep = || Endpoint { dev: 0, comm_id };
         let (ac, bc) = (a.remove(0), b.remove(0));
-        let mut s = Comm::on_path(ConnDirection::Send, send_id, ep(), shape, ac, a, path).unwrap();
-        let mut r = Comm::on_path(ConnDirection::Recv, recv_id, ep(), shape, bc, b, path).unwrap();
-        s.direct_limit = way.direct;
-        r.direct_limit = way.direct;
+        let s = Comm::on_path(ConnDirection::Send, send_id, ep(), SHAPE, ac, a, path).unwrap();
+        let r = Comm::on_path(ConnDirection::Recv, recv_id, ep(), SHAPE, bc, b, path).unwrap();
         (s, r)
     }
+
+    const SHAPE: Shape = Shape {
+        nstreams: STREAMS,
+        inline_bytes: 64 * 1024,
+        min_chunk: 64 * 1024,
+    };
 
     fn buf(v: &mut [u8]) -> Buf {
         // SAFETY: every test keeps its vectors alive until the comms are closed.
@@ -1319,7 +1172,7 @@ mod tests {
     #[test]
     fn the_communicators_busy_clock_runs_while_a_request_is_in_flight() {
         use ncclbpf_tuner::net_busy;
-        for (i, path) in ways().into_iter().enumerate() {
+        for (i, path) in paths().into_iter().enumerate() {
             let id = 0xb05e_0001 + 0x1000 * i as u64;
             let comm_id = 0xb05e_c000 + i as u64;
             let clock = net_busy::clock(comm_id).unwrap();
@@ -1351,13 +1204,13 @@ mod tests {
     /// messages (inline and chunked) intact.
     #[test]
     fn control_frames_travel_between_messages() {
-        for (i, path) in ways().into_iter().enumerate() {
+        for (i, path) in paths().into_iter().enumerate() {
             let id = 0xf2a0_0001 + 0x1000 * i as u64;
             frames_between_messages(path, id);
         }
     }
 
-    fn frames_between_messages(path: Way, id: u64) {
+    fn frames_between_messages(path: engine::Path, id: u64) {
         let (s, r) = pair_on(path, id, id + 1);
         let mut small: Vec<u8> = (0..100u8).collect();
         let mut big: Vec<u8> = (0..BIG).map(|i| (i * 7) as u8).collect();
@@ -1509,12 +1362,12 @@ mod tests {
     /// fail the receive, and only a receive that needs another message fails.
     #[test]
     fn a_peer_that_closes_after_its_last_message_does_not_fail_that_message() {
-        for (i, path) in ways().into_iter().enumerate() {
+        for (i, path) in paths().into_iter().enumerate() {
             closes_after_last_message(path, 0xf2a1_0010 + 0x1000 * i as u64);
         }
     }
 
-    fn closes_after_last_message(path: Way, base: u64) {
+    fn closes_after_last_message(path: engine::Path, base: u64) {
         for round in 0..20u64 {
             let (s, r) = pair_on(path, base + 2 * round, base + 1 + 2 * round);
             let mut big: Vec<u8> = (0..BIG).map(|i| (i * 3) as u8).collect();
@@ -1572,7 +1425,7 @@ mod tests {
         }
     }
 
-    fn send_io_panics(path: Way, sid: u64) {
+    fn send_io_panics(path: engine::Path, sid: u64) {
         let rid = sid + 1;
         inject::panic_in_helper(sid, 1);
         let (s, r) = pair_on(path, sid, rid);
@@ -1603,7 +1456,7 @@ mod tests {
         }
     }
 
-    fn recv_io_panics(path: Way, sid: u64) {
+    fn recv_io_panics(path: engine::Path, sid: u64) {
         let rid = sid + 1;
         inject::panic_in_helper(rid, 2);
         let (s, r) = pair_on(path, sid, rid);
@@ -1751,146 +1604,11 @@ mod tests {
         r.close();
     }
 
-    /// Under load (a second medium message while the first is in flight) chunks go to the data
-    /// path, and so does what the caller had still to move of the first (its direct chunks,
-    /// part written): the caller alone would otherwise copy every byte of a busy connection.
-    /// Both arrive whole and in order, on every path, the receiver's direct chunks handed
-    /// over the same way.
-    #[test]
-    fn medium_messages_under_load_go_to_the_data_path() {
-        const N: usize = 600_000;
-        for (i, way) in direct_ways().enumerate() {
-            let id = 0xd1ec_0011 + 0x10 * i as u64;
-            let (s, r) = pair_on(way, id, id + 1);
-            // The first message's chunks are still the caller's when the second comes.
-            small_buffers(&s, &r);
-            let mut a: Vec<u8> = (0..N).map(|b| b as u8).collect();
-            let mut b: Vec<u8> = (0..N).map(|b| (b * 3) as u8).collect();
-            let (mut ia, mut ib) = (vec![0u8; N], vec![0u8; N]);
-            // Nobody receives yet: the first stays in flight, direct.
-            let sa = s.isend(buf(&mut a)).unwrap().unwrap();
-            {
-                let st = lock(&s.state);
-                assert!(st.workers.is_none(), "{way}");
-                assert!(
-                    st.direct.iter().any(|d| !d.is_empty()),
-                    "{way}: nothing direct left"
-                );
-            }
-            let sb = s.isend(buf(&mut b)).unwrap().unwrap();
-            {
-                let st = lock(&s.state);
-                assert!(
-                    st.workers.is_some(),
-                    "{way}: the second went to the data path"
-                );
-                assert!(
-                    st.direct.iter().all(VecDeque::is_empty),
-                    "{way}: the first's direct chunks were handed over"
-                );
-            }
-            // The receiver: the first message's chunks direct (reading what has come), then
-            // the second's header hands them over.
-            let ra = r.irecv(buf(&mut ia)).unwrap().unwrap();
-            let _ = r.test(ra.idx as usize).unwrap();
-            let rb = r.irecv(buf(&mut ib)).unwrap().unwrap();
-            for (c, q) in [(&s, sa), (&s, sb), (&r, ra), (&r, rb)] {
-                assert_eq!(wait(c, q).unwrap(), N, "{way}");
-            }
-            assert!(ia == a, "{way}: the first message's bytes");
-            assert!(ib == b, "{way}: the second message's bytes");
-            for c in [&s, &r] {
-                let st = lock(&c.state);
-                assert_eq!(st.chunked, 0, "{way}: released requests are uncounted");
-                assert!(st.direct.iter().all(VecDeque::is_empty), "{way}");
-            }
-            s.close();
-            r.close();
-        }
-    }
-
-    /// A medium message posted soon after the comm's last chunked one completed is load: its
-    /// chunks go to the data path, which starts for it (on both ends, whose decisions are
-    /// their own); after the comm was idle long enough, one is direct again. Every message
-    /// arrives whole, on every path.
-    #[test]
-    fn a_medium_message_soon_after_another_goes_to_the_data_path() {
-        const N: usize = 300_000;
-        for (i, way) in direct_ways().enumerate() {
-            let id = 0xd1ec_0031 + 0x10 * i as u64;
-            let (mut s, mut r) = pair_on(way, id, id + 1);
-            let hour = Duration::from_secs(3600);
-            s.direct_after_idle = hour;
-            r.direct_after_idle = hour;
-            let msgs: Vec<Vec<u8>> = (0..3)
-                .map(|j| (0..N).map(|b| (b * 7 + j) as u8).collect())
-                .collect();
-            let mut into = vec![vec![0u8; N]; 3];
-            let mut out = msgs.clone();
-            for j in 0..3 {
-                if j == 2 {
-                    // Idle "long enough" from here on, once the data path let go of the
-                    // streams (a worker counts a chunk down before it uncounts its queue).
-                    let deadline = Instant::now() + Duration::from_secs(10);
-                    while lock(&s.state)
-                        .queued
-                        .iter()
-                        .any(|q| q.load(Ordering::Acquire) > 0)
-                    {
-                        assert!(
-                            Instant::now() < deadline,
-                            "{way}: queued chunks never drained"
-                        );
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
-                    s.direct_after_idle = Duration::ZERO;
-                    r.direct_after_idle = Duration::ZERO;
-                    small_buffers(&s, &r);
-                }
-                let sq = s.isend(buf(&mut out[j])).unwrap().unwrap();
-                {
-                    let st = lock(&s.state);
-                    match j {
-                        0 => assert!(st.workers.is_none(), "{way}: the first is direct"),
-                        1 => assert!(st.workers.is_some(), "{way}: the second is load"),
-                        _ => assert!(
-                            st.direct.iter().any(|d| !d.is_empty()),
-                            "{way}: after the idle time, direct again"
-                        ),
-                    }
-                }
-                let rq = r.irecv(buf(&mut into[j])).unwrap().unwrap();
-                // Direct chunks move only when their end is tested: test both.
-                let deadline = Instant::now() + Duration::from_secs(10);
-                let (mut sent, mut got) = (None, None);
-                while sent.is_none() || got.is_none() {
-                    if sent.is_none() {
-                        sent = s.test(sq.idx as usize).unwrap();
-                    }
-                    if got.is_none() {
-                        got = r.test(rq.idx as usize).unwrap();
-                    }
-                    assert!(Instant::now() < deadline, "{way}: message {j} stuck");
-                }
-                assert_eq!((sent, got), (Some(N), Some(N)), "{way}: message {j}");
-                assert!(into[j] == msgs[j], "{way}: message {j}'s bytes");
-                if j == 1 {
-                    assert!(
-                        lock(&r.state).workers.is_some(),
-                        "{way}: the receiver's too"
-                    );
-                }
-            }
-            s.close();
-            r.close();
-        }
-    }
-
     /// A sender that announces a message, delivers part of it and closes (or resets) fails the
-    /// pending receive with a remote error on every path, direct chunks or not.
+    /// pending receive with a remote error on every path.
     #[test]
     fn a_message_cut_short_fails_the_receive_on_every_way() {
-        for (i, way) in ways().into_iter().enumerate() {
+        for (i, way) in paths().into_iter().enumerate() {
             for reset in [false, true] {
                 let l = TcpListener::bind("127.0.0.1:0").unwrap();
                 let addr = l.local_addr().unwrap();
@@ -1899,21 +1617,20 @@ mod tests {
                     raw.push(TcpStream::connect(addr).unwrap());
                     ends.push(l.accept().unwrap().0);
                 }
-                let shape = Shape {
-                    nstreams: STREAMS,
-                    inline_bytes: 64 * 1024,
-                    min_chunk: 64 * 1024,
-                };
                 let ctl = ends.remove(0);
                 let id = 0xc075_0000 + 0x10 * i as u64 + u64::from(reset);
                 let ep = Endpoint { dev: 0, comm_id: 0 };
-                let mut r =
-                    Comm::on_path(ConnDirection::Recv, id, ep, shape, ctl, ends, way.path).unwrap();
-                r.direct_limit = way.direct;
+                let r = Comm::on_path(ConnDirection::Recv, id, ep, SHAPE, ctl, ends, way).unwrap();
                 let mut into = vec![0u8; 800_000];
                 let rq = r.irecv(buf(&mut into)).unwrap().unwrap();
                 raw[0].write_all(&800_000u64.to_le_bytes()).unwrap();
-                // Half of the first stream's 200,000-byte chunk, then the end.
+                // Half of a 200,000-byte chunk on the first stream, then the end.
+                let h = wire::ChunkHeader {
+                    seq: 0,
+                    offset: 0,
+                    len: 200_000,
+                };
+                raw[1].write_all(&h.encode()).unwrap();
                 raw[1].write_all(&[7u8; 100_000]).unwrap();
                 std::thread::sleep(Duration::from_millis(20));
                 for s in &raw {
@@ -1950,8 +1667,8 @@ mod tests {
     /// a thread of its own.
     #[test]
     fn many_comms_share_the_pool_workers() {
-        for (i, path) in ways().into_iter().enumerate() {
-            if path.path == engine::Path::Threads {
+        for (i, path) in paths().into_iter().enumerate() {
+            if path == engine::Path::Threads {
                 continue;
             }
             let base = 0x7e00_0000 + 0x10_0000 * i as u64;
@@ -1982,9 +1699,11 @@ mod tests {
             for (s, r) in &pairs {
                 for c in [s, r] {
                     let on_pool = matches!(lock(&c.state).workers, Some(DataPath::Pool(_)));
-                    // A comm that has sent only direct chunks has no data path yet.
+                    // A receive comm that has read no chunked header yet has no data path.
                     assert!(
-                        on_pool || lock(&c.state).workers.is_none(),
+                        on_pool
+                            || (c.direction == ConnDirection::Recv
+                                && lock(&c.state).workers.is_none()),
                         "{path}: not on the pool"
                     );
                 }
@@ -2002,7 +1721,7 @@ mod tests {
                     "{path} comm {k} message {j} differs"
                 );
             }
-            let workers = engine::pool::started_workers(path.path).expect("the pool started");
+            let workers = engine::pool::started_workers(path).expect("the pool started");
             assert!(workers >= 1 && threads_named("ncclbpf io") >= workers);
             for (s, r) in pairs {
                 s.close();
@@ -2015,7 +1734,7 @@ mod tests {
     /// sends) returns at once on every path, and the pool serves new comms afterwards.
     #[test]
     fn closing_with_chunks_in_flight_does_not_hang() {
-        for (i, path) in ways().into_iter().enumerate() {
+        for (i, path) in paths().into_iter().enumerate() {
             let base = 0x7f00_0000 + 0x1000 * i as u64;
             let (s, r) = pair_on(path, base, base + 1);
             // 64 MiB to a receiver that never posts: the sender's chunks block in the kernel.
@@ -2056,7 +1775,7 @@ mod tests {
     /// every path (the stream's end is seen by the engine, not only by `test`).
     #[test]
     fn a_peer_gone_mid_message_fails_the_receive() {
-        for (i, path) in ways().into_iter().enumerate() {
+        for (i, path) in paths().into_iter().enumerate() {
             let base = 0x7f10_0000 + 0x1000 * i as u64;
             let (s, r) = pair_on(path, base, base + 1);
             let mut into = vec![0u8; 16 << 20];
@@ -2072,5 +1791,184 @@ mod tests {
             }
             r.close();
         }
+    }
+
+    /// Chunks that arrive before their receive is posted wait in the kernel: the stream's
+    /// reader stops at the header and goes on once the receive is posted (a poke), on every
+    /// path; inline and chunked messages interleave, and every message arrives whole.
+    #[test]
+    fn chunks_wait_for_their_receive() {
+        for (i, path) in paths().into_iter().enumerate() {
+            let id = 0xc4a1_0001 + 0x10 * i as u64;
+            let (s, r) = pair_on(path, id, id + 1);
+            let sizes = [BIG, 1000, 3 * BIG + 5, 70_000, 2 * BIG];
+            let mut out: Vec<Vec<u8>> = sizes
+                .iter()
+                .enumerate()
+                .map(|(j, &n)| (0..n).map(|b| (b * 11 + j) as u8).collect())
+                .collect();
+            let mut into: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
+            let sends: Vec<_> = out
+                .iter_mut()
+                .map(|v| s.isend(buf(v)).unwrap().unwrap())
+                .collect();
+            let mut sent = vec![false; sizes.len()];
+            let pump = |sent: &mut Vec<bool>| {
+                for (j, q) in sends.iter().enumerate() {
+                    if !sent[j] && s.test(q.idx as usize).unwrap().is_some() {
+                        sent[j] = true;
+                    }
+                }
+            };
+            for j in 0..sizes.len() {
+                // Give the chunks time to arrive (and the readers to stop) before the post.
+                std::thread::sleep(Duration::from_millis(20));
+                pump(&mut sent);
+                let q = r.irecv(buf(&mut into[j])).unwrap().unwrap();
+                let deadline = Instant::now() + Duration::from_secs(10);
+                let n = loop {
+                    pump(&mut sent);
+                    if let Some(n) = r.test(q.idx as usize).unwrap() {
+                        break n;
+                    }
+                    assert!(Instant::now() < deadline, "{path}: message {j} stuck");
+                };
+                assert_eq!(n, sizes[j], "{path}: message {j}");
+                assert!(into[j] == out[j], "{path}: message {j}'s bytes");
+            }
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while sent.iter().any(|&d| !d) {
+                pump(&mut sent);
+                assert!(Instant::now() < deadline, "{path}: a send never completed");
+            }
+            s.close();
+            r.close();
+        }
+    }
+
+    /// A receive comm on `path` whose peer is the test: the control stream, then the data
+    /// streams, as raw sockets.
+    fn raw_peer(path: engine::Path, id: u64) -> (Box<Comm>, Vec<TcpStream>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let (mut raw, mut ends) = (Vec::new(), Vec::new());
+        for _ in 0..=STREAMS {
+            raw.push(TcpStream::connect(addr).unwrap());
+            ends.push(l.accept().unwrap().0);
+        }
+        let ctl = ends.remove(0);
+        let ep = Endpoint { dev: 0, comm_id: 0 };
+        let r = Comm::on_path(ConnDirection::Recv, id, ep, SHAPE, ctl, ends, path).unwrap();
+        (r, raw)
+    }
+
+    fn chunk(seq: u64, offset: u32, len: u32) -> [u8; wire::CHUNK_HEADER_SIZE] {
+        wire::ChunkHeader { seq, offset, len }.encode()
+    }
+
+    /// A peer that breaks the chunk protocol fails the connection with a remote error, on
+    /// every path, and never gets a byte written outside a posted receive: a chunk past the
+    /// buffer's end, an empty chunk, message numbers going back on one stream, chunks for an
+    /// inline message, more bytes than the message has, a chunk for a receive already over.
+    #[test]
+    fn a_peer_that_breaks_the_chunk_protocol_fails_the_connection() {
+        const POSTED: usize = 300_000;
+        const GUARD: usize = 4096;
+        type Play = fn(&mut [TcpStream]);
+        let cases: [(&str, Play); 6] = [
+            ("past the end", |raw| {
+                raw[0].write_all(&200_000u64.to_le_bytes()).unwrap();
+                raw[1].write_all(&chunk(0, 250_000, 100_000)).unwrap();
+                raw[1].write_all(&[0xee; 100_000]).unwrap();
+            }),
+            ("empty", |raw| {
+                raw[0].write_all(&200_000u64.to_le_bytes()).unwrap();
+                raw[1].write_all(&chunk(0, 0, 0)).unwrap();
+            }),
+            ("back in order", |raw| {
+                raw[0].write_all(&100_000u64.to_le_bytes()).unwrap();
+                raw[0].write_all(&100_000u64.to_le_bytes()).unwrap();
+                raw[1].write_all(&chunk(1, 0, 100_000)).unwrap();
+                raw[1].write_all(&[0xee; 100_000]).unwrap();
+                raw[1].write_all(&chunk(0, 0, 100_000)).unwrap();
+                raw[1].write_all(&[0xee; 100_000]).unwrap();
+            }),
+            ("for an inline message", |raw| {
+                // A chunked message first (the receive side's readers start with it).
+                raw[0].write_all(&100_000u64.to_le_bytes()).unwrap();
+                raw[1].write_all(&chunk(0, 0, 100_000)).unwrap();
+                raw[1].write_all(&[0xee; 100_000]).unwrap();
+                raw[2].write_all(&chunk(1, 0, 10)).unwrap();
+                raw[2].write_all(&[0xee; 10]).unwrap();
+                std::thread::sleep(Duration::from_millis(30));
+                raw[0].write_all(&10u64.to_le_bytes()).unwrap();
+                raw[0].write_all(&[0x11; 10]).unwrap();
+            }),
+            ("too many bytes", |raw| {
+                raw[1].write_all(&chunk(0, 0, 200_000)).unwrap();
+                raw[1].write_all(&[0xee; 200_000]).unwrap();
+                raw[2].write_all(&chunk(0, 0, 100_000)).unwrap();
+                raw[2].write_all(&[0xee; 100_000]).unwrap();
+                std::thread::sleep(Duration::from_millis(30));
+                raw[0].write_all(&200_000u64.to_le_bytes()).unwrap();
+            }),
+            ("after its receive", |raw| {
+                raw[0].write_all(&100_000u64.to_le_bytes()).unwrap();
+                raw[1].write_all(&chunk(0, 0, 100_000)).unwrap();
+                raw[1].write_all(&[0xee; 100_000]).unwrap();
+                std::thread::sleep(Duration::from_millis(50));
+                raw[2].write_all(&chunk(0, 0, 100_000)).unwrap();
+                raw[2].write_all(&[0xee; 100_000]).unwrap();
+            }),
+        ];
+        for (i, path) in paths().into_iter().enumerate() {
+            for (c, (what, play)) in cases.iter().enumerate() {
+                let id = 0xbad0_0000 + 0x100 * i as u64 + 2 * c as u64;
+                let (r, mut raw) = raw_peer(path, id);
+                // Two receives, each followed by a guard that no byte may reach, and a third
+                // for a message that never comes.
+                let mut mem = vec![0u8; 2 * (POSTED + GUARD)];
+                let mut spare = [0u8; 16];
+                let (a, b) = mem.split_at_mut(POSTED + GUARD);
+                let qs = [
+                    r.irecv(buf(&mut a[..POSTED])).unwrap().unwrap(),
+                    r.irecv(buf(&mut b[..POSTED])).unwrap().unwrap(),
+                    r.irecv(buf(&mut spare)).unwrap().unwrap(),
+                ];
+                play(&mut raw);
+                // A receive before the breach may complete; the comm fails at the latest on
+                // the receive after it.
+                let e = qs
+                    .iter()
+                    .find_map(|q| wait(&r, q).err())
+                    .expect("the breach went unnoticed");
+                assert_eq!(e.code(), NcclResult::REMOTE_ERROR, "{path}, {what}: {e}");
+                assert!(
+                    e.to_string().contains("protocol") || e.to_string().contains("peer"),
+                    "{path}, {what}: {e}"
+                );
+                r.close();
+                for g in [&mem[POSTED..POSTED + GUARD], &mem[2 * POSTED + GUARD..]] {
+                    assert!(
+                        g.iter().all(|&b| b == 0),
+                        "{path}, {what}: a guard was written"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Each chunk goes to the stream with the fewest bytes queued, ties going round from the
+    /// stream after the last one used.
+    #[test]
+    fn chunks_go_to_the_least_loaded_stream() {
+        let q = |v: &[u64]| -> Vec<Arc<AtomicU64>> {
+            v.iter().map(|&b| Arc::new(AtomicU64::new(b))).collect()
+        };
+        assert_eq!(least_queued(&q(&[0, 0, 0, 0]), 0), 0);
+        assert_eq!(least_queued(&q(&[0, 0, 0, 0]), 2), 2);
+        assert_eq!(least_queued(&q(&[5, 0, 7, 0]), 2), 3);
+        assert_eq!(least_queued(&q(&[5, 9, 7, 8]), 1), 0);
+        assert_eq!(least_queued(&q(&[1 << 40, 3, 3, 3]), 0), 1);
     }
 }

@@ -39,14 +39,6 @@ pub struct Config {
     /// `NCCL_BPF_IO_SPIN_US`: microseconds an engine worker spins without work before it
     /// parks in the kernel.
     pub io_spin_us: u32,
-    /// `NCCL_BPF_DIRECT_BYTES`: messages over the inline limit and up to this size have their
-    /// chunks moved by NCCL's proxy thread itself (non-blocking, inside `isend`/`irecv`/`test`)
-    /// while their stream has nothing queued with the I/O engine; 0 hands every chunk over.
-    pub direct_bytes: u32,
-    /// `NCCL_BPF_DIRECT_IDLE_US`: microseconds a comm must have had no chunked request in
-    /// flight before a message up to `direct_bytes` is moved directly (a message that follows
-    /// the last one at once is load, for the engine's workers).
-    pub direct_idle_us: u32,
     /// `NCCL_BPF_TCP_CONGESTION`: the TCP congestion control of every stream (`reno`, `cubic`,
     /// `bbr`, ...); `None` keeps the system's (`net.ipv4.tcp_congestion_control`).
     pub tcp_congestion: Option<String>,
@@ -66,14 +58,9 @@ impl Default for Config {
             control: true,
             io: crate::engine::IoMode::Auto,
             io_workers: 0,
-            // Both chosen on the GPU machine (bench/results/gpu-2026-12-01-io-sweep.md): spinning
-            // 50 µs cost 6-18% of all_reduce bandwidth at 4 ranks and gained no decode time;
-            // direct chunks up to 1 MiB cut bandwidth at 64 MiB by 3x (NCCL's messages are its
-            // steps, at most ~1 MiB, so the proxy thread alone moved everything) and gained
-            // nothing measurable at 256 KiB.
+            // Chosen on the GPU machine (bench/results/gpu-2026-12-01-io-sweep.md): spinning
+            // 50 µs cost 6-18% of all_reduce bandwidth at 4 ranks and gained no decode time.
             io_spin_us: 0,
-            direct_bytes: 0,
-            direct_idle_us: 10,
             tcp_congestion: None,
         }
     }
@@ -212,22 +199,18 @@ impl Config {
             &mut c.io_spin_us,
             &mut bad,
         );
-        parse_u32(
-            get,
-            "NCCL_BPF_DIRECT_BYTES",
-            0,
-            1 << 30,
-            &mut c.direct_bytes,
-            &mut bad,
-        );
-        parse_u32(
-            get,
-            "NCCL_BPF_DIRECT_IDLE_US",
-            0,
-            1_000_000,
-            &mut c.direct_idle_us,
-            &mut bad,
-        );
+        // Settings of earlier releases, said once rather than dropped in silence.
+        for var in ["NCCL_BPF_DIRECT_BYTES", "NCCL_BPF_DIRECT_IDLE_US"] {
+            if let Some(value) = get(var).filter(|v| !v.trim().is_empty()) {
+                bad.push(BadSetting {
+                    var,
+                    value,
+                    expected: "nothing: it is no longer used (the engine reads every chunk as it \
+                               arrives; medium messages are not moved by NCCL's proxy thread)"
+                        .into(),
+                });
+            }
+        }
         if let Some(v) = get("NCCL_BPF_TCP_CONGESTION") {
             let t = v.trim();
             // The kernel's names: at most 15 bytes (TCP_CA_NAME_MAX 16 with the NUL).
@@ -300,15 +283,20 @@ mod tests {
             ("NCCL_BPF_NSTREAMS", "8"),
             ("NCCL_BPF_INLINE_BYTES", "64K"),
             ("NCCL_BPF_MIN_CHUNK", "1M"),
-            ("NCCL_BPF_DIRECT_BYTES", "512K"),
-            ("NCCL_BPF_DIRECT_IDLE_US", "50"),
         ]);
         assert!(bad.is_empty(), "{bad:?}");
         assert_eq!(
             (c.nstreams, c.inline_bytes, c.min_chunk),
             (8, 65536, 1 << 20)
         );
-        assert_eq!((c.direct_bytes, c.direct_idle_us), (512 << 10, 50));
+    }
+
+    #[test]
+    fn settings_no_longer_used_are_reported() {
+        let (c, bad) = with(&[("NCCL_BPF_DIRECT_BYTES", "1M")]);
+        assert_eq!(c, Config::default());
+        assert_eq!(bad.len(), 1);
+        assert!(bad[0].to_string().contains("no longer used"), "{}", bad[0]);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! What travels between the two ends: the 128-byte handle NCCL ships out of band, the hello
-//! each TCP stream opens with, and the per-message header on the control stream.
+//! each TCP stream opens with, the per-message header on the control stream and the per-chunk
+//! header on the data streams.
 //!
 //! Handle layout (little endian):
 //!
@@ -23,9 +24,11 @@ use crate::handshake::{CHALLENGE_SIZE, SECRET_SIZE, Secret};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 pub const HANDLE_SIZE: usize = ncclnet_headers::net::NET_HANDLE_MAXSIZE;
-pub const HANDLE_MAGIC: u64 = 0x3246_5042_4c43_434e; // "NCCLBPF2"
+pub const HANDLE_MAGIC: u64 = 0x3346_5042_4c43_434e; // "NCCLBPF3"
 /// The handle of ncclbpf before admission by secret (no secret in it).
 const HANDLE_MAGIC_V1: u64 = 0x3146_5042_4c43_434e; // "NCCLBPF1"
+/// The handle of ncclbpf before chunk headers (chunks placed by a rotation both ends ran).
+const HANDLE_MAGIC_V2: u64 = 0x3246_5042_4c43_434e; // "NCCLBPF2"
 pub const HELLO_MAGIC: u64 = 0x324f_4c45_4846_5042; // "BPFHELO2"
 pub const HELLO_SIZE: usize = 48;
 const KEY_OFFSET: usize = 64;
@@ -79,10 +82,15 @@ impl Handle {
     }
 
     pub fn decode(b: &[u8; HANDLE_SIZE]) -> NetResult<Handle> {
-        if u64_at(b, 0) == HANDLE_MAGIC_V1 {
-            return Err(NetError::BadHandle(
-                "the peer runs an older ncclbpf (handle format 1, no admission secret): every rank must load the same plugin version".into(),
-            ));
+        for (old, what) in [
+            (HANDLE_MAGIC_V1, "handle format 1, no admission secret"),
+            (HANDLE_MAGIC_V2, "handle format 2, chunks without headers"),
+        ] {
+            if u64_at(b, 0) == old {
+                return Err(NetError::BadHandle(format!(
+                    "the peer runs an older ncclbpf ({what}): every rank must load the same plugin version"
+                )));
+            }
         }
         if u64_at(b, 0) != HANDLE_MAGIC {
             return Err(NetError::BadHandle(format!(
@@ -221,22 +229,62 @@ pub fn is_inline(shape: &Shape, size: usize) -> bool {
     shape.nstreams == 0 || size <= shape.inline_bytes as usize
 }
 
-/// Cuts a message of `size` bytes into `(offset, len, stream)` chunks over the data streams,
-/// starting at stream `*next` and leaving `*next` where the following message starts. Both
-/// ends run this on the same inputs, so no chunk carries a header.
-pub fn plan_chunks(
-    shape: &Shape,
-    size: usize,
-    next: &mut u32,
-    mut emit: impl FnMut(usize, usize, u32),
-) {
-    let n = shape.nstreams as usize;
-    let chunk = size.div_ceil(n).max(shape.min_chunk as usize);
+/// Header before every chunk on a data stream: which message (the sender's count of messages
+/// on the connection, inline ones included, which is the receiver's count of posted receives:
+/// messages match in posting order), where in it, and how many bytes follow.
+///
+/// | off | size | field |
+/// |---|---|---|
+/// | 0 | 8 | message number |
+/// | 8 | 4 | offset in the message |
+/// | 12 | 4 | length (> 0) |
+pub const CHUNK_HEADER_SIZE: usize = 16;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkHeader {
+    pub seq: u64,
+    pub offset: u32,
+    pub len: u32,
+}
+
+impl ChunkHeader {
+    pub fn encode(&self) -> [u8; CHUNK_HEADER_SIZE] {
+        let mut b = [0u8; CHUNK_HEADER_SIZE];
+        b[0..8].copy_from_slice(&self.seq.to_le_bytes());
+        b[8..12].copy_from_slice(&self.offset.to_le_bytes());
+        b[12..16].copy_from_slice(&self.len.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8; CHUNK_HEADER_SIZE]) -> ChunkHeader {
+        ChunkHeader {
+            seq: u64_at(b, 0),
+            offset: u32_at(b, 8),
+            len: u32_at(b, 12),
+        }
+    }
+}
+
+/// The largest chunk: a larger message is cut into more chunks than streams, so that a slow
+/// stream takes fewer of them and the receiver's writes pipeline with the sender's.
+pub const MAX_CHUNK: usize = 1 << 20;
+
+/// The chunk size of a message of `size` bytes (over the inline limit): `size / nstreams`,
+/// at least `min_chunk`, at most [`MAX_CHUNK`] (or `min_chunk`, if that is larger). NCCL's steps
+/// (up to 512 KiB) are cut over the streams as before; larger messages into 1 MiB chunks.
+pub fn chunk_size(shape: &Shape, size: usize) -> usize {
+    let n = shape.nstreams.max(1) as usize;
+    let min = shape.min_chunk as usize;
+    size.div_ceil(n).min(MAX_CHUNK.max(min)).max(min)
+}
+
+/// Cuts a message of `size` bytes into `(offset, len)` chunks of [`chunk_size`].
+pub fn plan_chunks(shape: &Shape, size: usize, mut emit: impl FnMut(usize, usize)) {
+    let chunk = chunk_size(shape, size);
     let mut off = 0;
     while off < size {
         let len = chunk.min(size - off);
-        emit(off, len, *next);
-        *next = (*next + 1) % shape.nstreams;
+        emit(off, len);
         off += len;
     }
 }
@@ -309,13 +357,15 @@ mod tests {
                 .contains("secret")
         );
         handle().encode(&mut b);
-        b[0..8].copy_from_slice(&HANDLE_MAGIC_V1.to_le_bytes());
-        assert!(
-            Handle::decode(&b)
-                .unwrap_err()
-                .to_string()
-                .contains("older ncclbpf")
-        );
+        for old in [HANDLE_MAGIC_V1, HANDLE_MAGIC_V2] {
+            b[0..8].copy_from_slice(&old.to_le_bytes());
+            assert!(
+                Handle::decode(&b)
+                    .unwrap_err()
+                    .to_string()
+                    .contains("older ncclbpf")
+            );
+        }
     }
 
     #[test]
@@ -336,24 +386,32 @@ mod tests {
     }
 
     #[test]
-    fn chunk_plan_covers_message_and_rotates() {
+    fn chunk_plan_covers_message_in_bounded_chunks() {
         let shape = Shape {
             nstreams: 3,
             inline_bytes: 0,
             min_chunk: 100,
         };
-        let mut next = 0;
-        let mut chunks = vec![];
-        plan_chunks(&shape, 1000, &mut next, |o, l, s| chunks.push((o, l, s)));
-        assert_eq!(chunks, [(0, 334, 0), (334, 334, 1), (668, 332, 2)]);
-        assert_eq!(next, 0);
-        chunks.clear();
-        plan_chunks(&shape, 250, &mut next, |o, l, s| chunks.push((o, l, s)));
-        assert_eq!(chunks, [(0, 100, 0), (100, 100, 1), (200, 50, 2)]);
-        chunks.clear();
-        plan_chunks(&shape, 50, &mut next, |o, l, s| chunks.push((o, l, s)));
-        assert_eq!(chunks, [(0, 50, 0)]);
-        assert_eq!(next, 1);
+        let plan = |size| {
+            let mut chunks = vec![];
+            plan_chunks(&shape, size, |o, l| chunks.push((o, l)));
+            chunks
+        };
+        assert_eq!(plan(1000), [(0, 334), (334, 334), (668, 332)]);
+        assert_eq!(plan(250), [(0, 100), (100, 100), (200, 50)]);
+        assert_eq!(plan(50), [(0, 50)]);
+        // Past MAX_CHUNK per stream, chunks stay at MAX_CHUNK, the last one short.
+        let big = 3 * MAX_CHUNK * 2 + 7;
+        let chunks = plan(big);
+        assert_eq!(chunks.len(), 7);
+        assert!(chunks[..6].iter().all(|&(_, l)| l == MAX_CHUNK));
+        assert_eq!(chunks[6], (6 * MAX_CHUNK, 7));
+        // A minimum above MAX_CHUNK wins.
+        let wide = Shape {
+            min_chunk: 4 * MAX_CHUNK as u32,
+            ..shape
+        };
+        assert_eq!(chunk_size(&wide, 100 * MAX_CHUNK), 4 * MAX_CHUNK);
         assert!(is_inline(
             &Shape {
                 nstreams: 0,
@@ -361,5 +419,17 @@ mod tests {
             },
             1 << 30
         ));
+    }
+
+    #[test]
+    fn chunk_headers_round_trip() {
+        let h = ChunkHeader {
+            seq: u64::MAX - 3,
+            offset: 0x0102_0304,
+            len: 65536,
+        };
+        let b = h.encode();
+        assert_eq!(ChunkHeader::decode(&b), h);
+        assert_eq!(&b[0..8], &(u64::MAX - 3).to_le_bytes());
     }
 }

@@ -1,14 +1,16 @@
-//! `NCCL_BPF_IO=epoll`: a pool worker moving chunks with non-blocking `send`/`recv`, woken by
-//! edge-triggered epoll.
+//! `NCCL_BPF_IO=epoll`: a pool worker moving chunks with non-blocking `sendmsg`/`recvmsg`,
+//! woken by edge-triggered epoll.
 //!
 //! A stream is *ready* from when it is added, or epoll reports it, until a call returns
-//! `EAGAIN`; a ready stream with queued chunks is on the active list. Each pass over the list
+//! `EAGAIN`; a ready stream with work (queued chunks to send; for a receive stream, a reader not
+//! waiting for a post) is on the active list. Each pass over the list
 //! moves at most [`VISIT_BYTES`] per stream before going on to the next, so one large message
 //! does not hold the others back. A stream that fails (error, end of stream, or a panic in its
 //! I/O, caught) is shut down, its chunks are abandoned, and the comm reports the error.
 
-use super::Queue;
 use super::pool::{Cmd, Serve, Waker, drain};
+use super::{Queue, QueueError};
+use crate::error::NetError;
 use crossbeam_channel::{Receiver, Sender};
 use shared_maps::ConnDirection;
 use std::collections::{HashMap, VecDeque};
@@ -89,38 +91,40 @@ enum Visit {
     Blocked,
     /// The visit's bytes are used up; more to do.
     More,
-    Failed(io::Error),
+    Failed(NetError),
 }
 
 impl Entry {
-    /// Moves queued chunks until one of [`Visit`]'s outcomes.
+    /// Moves the stream's bytes until one of [`Visit`]'s outcomes.
     fn visit(&mut self) -> Visit {
-        let fd = self.q.ctx.stream.as_raw_fd();
         let mut budget = VISIT_BYTES;
-        while let Some(t) = self.q.tasks.front() {
+        loop {
             self.q.ctx.injected_panic();
-            let len = t.buf.len();
-            if self.q.head_done < len {
-                // SAFETY: `head_done < len`; this chunk of the lent buffer is ours alone
-                // until it is counted down (`finished`/`abandon`).
-                let r = match unsafe {
-                    super::move_once(self.q.ctx.direction, fd, t.buf, self.q.head_done, budget)
-                } {
-                    Ok(Some(n)) => n,
-                    Ok(None) => return Visit::Blocked,
-                    Err(e) => return Visit::Failed(e),
-                };
-                budget -= r;
-                self.q.advance(r);
-            } else {
-                // An empty chunk: nothing to move.
-                self.q.advance(0);
-            }
-            if budget == 0 {
-                return Visit::More;
+            match self.q.move_once(false, budget) {
+                Ok(Some(n)) => {
+                    budget -= n;
+                    if budget == 0 {
+                        return Visit::More;
+                    }
+                }
+                Ok(None) if self.q.has_work() => return Visit::Blocked,
+                Ok(None) => return Visit::Drained,
+                Err(QueueError::Io(e))
+                    if e.kind() == io::ErrorKind::UnexpectedEof && self.q.ended_cleanly() =>
+                {
+                    return Visit::Drained;
+                }
+                Err(e) => return Visit::Failed(e.into_net(&self.q.ctx)),
             }
         }
-        Visit::Drained
+    }
+
+    /// Puts the stream on the active list if it is ready and has work.
+    fn activate(&mut self, key: u64, active: &mut VecDeque<u64>) {
+        if self.ready && !self.active && self.q.has_work() {
+            self.active = true;
+            active.push_back(key);
+        }
     }
 }
 
@@ -154,7 +158,7 @@ impl Worker {
                     | libc::EPOLLET;
                 let added = self.ep.add(ctx.stream.as_raw_fd(), interest as u32, key);
                 let mut e = Entry {
-                    q: Queue::new(ctx),
+                    q: Queue::new(*ctx),
                     ready: true,
                     active: false,
                 };
@@ -162,6 +166,8 @@ impl Worker {
                     let why = e.q.ctx.io_error(err);
                     e.q.fail(why);
                 }
+                // A receive stream starts reading headers at once.
+                e.activate(key, &mut self.active);
                 self.streams.insert(key, e);
             }
             Cmd::Task { key, task } => {
@@ -176,21 +182,24 @@ impl Worker {
                     return;
                 };
                 if e.q.broken {
-                    e.q.ctx.abandon(task.idx);
+                    e.q.ctx.abandon(&task);
                     return;
                 }
                 e.q.tasks.push_back(task);
-                if e.ready && !e.active {
-                    e.active = true;
-                    self.active.push_back(key);
+                e.activate(key, &mut self.active);
+            }
+            Cmd::Poke { key } => {
+                if let Some(e) = self.streams.get_mut(&key) {
+                    if let Some(r) = &mut e.q.reader {
+                        r.waiting = false;
+                    }
+                    e.activate(key, &mut self.active);
                 }
             }
             Cmd::Remove { key, done } => {
                 if let Some(mut e) = self.streams.remove(&key) {
                     self.ep.remove(e.q.ctx.stream.as_raw_fd());
-                    for t in e.q.tasks.drain(..) {
-                        e.q.ctx.abandon(t.idx);
-                    }
+                    e.q.abandon_all();
                 }
                 let _ = done.send(());
             }
@@ -200,10 +209,7 @@ impl Worker {
     fn ready(&mut self, key: u64) {
         if let Some(e) = self.streams.get_mut(&key) {
             e.ready = true;
-            if !e.q.tasks.is_empty() && !e.active {
-                e.active = true;
-                self.active.push_back(key);
-            }
+            e.activate(key, &mut self.active);
         }
     }
 
@@ -225,10 +231,7 @@ impl Worker {
                     e.active = true;
                     self.active.push_back(key);
                 }
-                Ok(Visit::Failed(err)) => {
-                    let why = e.q.ctx.io_error(err);
-                    e.q.fail(why);
-                }
+                Ok(Visit::Failed(why)) => e.q.fail(why),
                 Err(payload) => {
                     let why = e.q.ctx.panic_error(&*payload);
                     e.q.fail(why);

@@ -5,9 +5,9 @@
 //! three paths, chosen per process by `NCCL_BPF_IO` ([`IoMode`]):
 //!
 //! * `uring` ([`uring`]): a few process-wide workers, each with its own io_uring; one send or
-//!   receive in flight per stream, for the rest of its chunk.
-//! * `epoll` ([`epoll`]): the same workers, with non-blocking `send`/`recv` and edge-triggered
-//!   epoll.
+//!   receive in flight per stream.
+//! * `epoll` ([`epoll`]): the same workers, with non-blocking `sendmsg`/`recvmsg` and
+//!   edge-triggered epoll.
 //! * `threads` ([`threads`]): one helper thread per data stream per connection, blocking I/O
 //!   (the path before the engine; 1,000 comms of 4 streams start 4,000 threads).
 //! * `auto` (the default): `uring` where the kernel lets us set up a ring (it may be missing,
@@ -20,13 +20,19 @@
 //! spins for `NCCL_BPF_IO_SPIN_US` (default 0) before it parks in the kernel; a parked worker
 //! costs no CPU and is woken by an eventfd only when it was parked.
 //!
-//! Whatever the path, a chunk's request slot is counted down exactly once (done, or failed),
+//! Every chunk travels behind a 16-byte [`ChunkHeader`](crate::wire::ChunkHeader). A send
+//! stream moves the chunks the comm queued on it, header and bytes in one vectored call. A
+//! receive stream is not fed chunks: its server reads headers as they come and matches each to
+//! its posted receive itself ([`posts`]), so a chunk is copied the moment it arrives.
+//!
+//! Whatever the path, a sent chunk's request slot is counted down exactly once (done, or failed),
 //! and a comm that closes waits until no worker touches its buffers or sockets any more
 //! ([`DataPath::stop`]). An I/O error or a panic fails the stream's pending chunks and the
 //! comm, never the process.
 
 pub mod epoll;
 pub mod pool;
+pub mod posts;
 pub mod threads;
 pub mod uring;
 
@@ -34,12 +40,13 @@ use crate::buf::Buf;
 use crate::comm::ReqSlot;
 use crate::config::Config;
 use crate::error::NetError;
+use posts::{Iov, Posts, Reader};
 use shared_maps::{ConnDirection, ProgressMark};
 use std::any::Any;
 use std::fmt;
 use std::io;
 use std::net::{Shutdown, TcpStream};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// `NCCL_BPF_IO`: how data streams are served.
@@ -100,11 +107,6 @@ pub struct Settings {
     pub workers: u32,
     /// Microseconds a worker spins without work before it parks.
     pub spin_us: u32,
-    /// Messages up to this size have their chunks moved by NCCL's proxy thread itself while
-    /// the stream has nothing queued with the engine (`comm.rs`, direct chunks).
-    pub direct_bytes: u32,
-    /// Microseconds without a chunked request in flight before a message is direct.
-    pub direct_idle_us: u32,
 }
 
 impl Settings {
@@ -113,8 +115,6 @@ impl Settings {
             mode: c.io,
             workers: c.io_workers,
             spin_us: c.io_spin_us,
-            direct_bytes: c.direct_bytes,
-            direct_idle_us: c.direct_idle_us,
         }
     }
 
@@ -183,10 +183,19 @@ pub fn resolve(mode: IoMode) -> (Path, Option<String>) {
     }
 }
 
-/// One piece of a message for one data stream: request slot `idx`, bytes `buf`.
+/// One chunk of a message for a send stream: request slot `idx`, its header (boxed: io_uring
+/// reads it while the queue may grow), its bytes `buf`.
 pub struct Task {
     pub idx: u32,
+    pub hdr: Box<[u8; crate::wire::CHUNK_HEADER_SIZE]>,
     pub buf: Buf,
+}
+
+impl Task {
+    /// Bytes on the wire: header and payload.
+    pub fn wire_len(&self) -> usize {
+        crate::wire::CHUNK_HEADER_SIZE + self.buf.len()
+    }
 }
 
 /// What serving one data stream needs, whichever path serves it.
@@ -198,16 +207,21 @@ pub struct StreamCtx {
     /// The stream's index in its connection.
     pub index: usize,
     pub stream: Arc<TcpStream>,
+    /// Every data stream of the connection (this one among them).
+    pub siblings: Arc<[Arc<TcpStream>]>,
     pub slots: Arc<[ReqSlot]>,
     /// The comm's first data-stream failure; `test` reports it.
     pub error: Arc<Mutex<Option<NetError>>>,
+    /// Set with `error`: a data stream of the comm failed.
+    pub failed: Arc<AtomicBool>,
     /// Stamps the connection's last progress after each chunk (the comm stops its data path
     /// before its hooks, which hold the record, are dropped).
     pub progress: Option<ProgressMark<'static>>,
-    /// Chunks handed to this stream's server and not yet counted down: while it is 0 nothing
-    /// but the comm's own thread touches the socket, which may then move chunks itself
-    /// (`comm.rs`, direct chunks).
-    pub queued: Arc<AtomicU32>,
+    /// Send: bytes (headers included) queued on this stream and not yet moved; the comm puts
+    /// each chunk on the stream with the fewest.
+    pub queued: Arc<AtomicU64>,
+    /// Receive: the comm's posted receives, which this stream's chunks name.
+    pub posts: Option<Arc<Posts>>,
 }
 
 impl StreamCtx {
@@ -218,31 +232,41 @@ impl StreamCtx {
         }
     }
 
-    /// Chunk of request `idx` moved.
-    pub fn finished(&self, idx: u32) {
+    /// Chunk `t` sent.
+    pub fn finished(&self, t: &Task) {
         if let Some(p) = &self.progress {
             p.stamp();
         }
-        self.slots[idx as usize]
+        self.slots[t.idx as usize]
             .pending_chunks
             .fetch_sub(1, Ordering::AcqRel);
-        self.queued.fetch_sub(1, Ordering::Release);
+        self.queued
+            .fetch_sub(t.wire_len() as u64, Ordering::Release);
     }
 
-    /// Chunk of request `idx` not moved (the stream failed, or its comm closed).
-    pub fn abandon(&self, idx: u32) {
-        let slot = &self.slots[idx as usize];
+    /// Chunk `t` not sent (the stream failed, or its comm closed).
+    pub fn abandon(&self, t: &Task) {
+        let slot = &self.slots[t.idx as usize];
         slot.failed.store(true, Ordering::Release);
         slot.pending_chunks.fetch_sub(1, Ordering::AcqRel);
-        self.queued.fetch_sub(1, Ordering::Release);
+        self.queued
+            .fetch_sub(t.wire_len() as u64, Ordering::Release);
     }
 
-    /// The stream failed: its byte sequence is out of step from here on. Shut it down (so the
-    /// peer fails at once instead of waiting for the rest of a chunk) and record the first
-    /// failure for the comm.
+    /// The stream failed: its byte sequence is out of step from here on, and the connection
+    /// can no longer carry a message whole. Shut down every data stream of the connection (so
+    /// the peer fails at once: a receiver cannot tell which stream owed it a chunk, but one
+    /// whose data streams all ended knows none will come) and record the first failure for the
+    /// comm.
     pub fn fail_stream(&self, e: NetError) {
-        let _ = self.stream.shutdown(Shutdown::Both);
+        // Recorded before the shutdowns, which fail the sibling streams with errors of their
+        // own (a broken pipe) that must not take this one's place.
         lock(&self.error).get_or_insert(e);
+        self.failed.store(true, Ordering::Release);
+        let _ = self.stream.shutdown(Shutdown::Both);
+        for s in self.siblings.iter() {
+            let _ = s.shutdown(Shutdown::Both);
+        }
     }
 
     pub fn io_error(&self, e: io::Error) -> NetError {
@@ -271,51 +295,207 @@ impl StreamCtx {
     }
 }
 
-/// A stream's chunks as a pool worker keeps them (`epoll`, `uring`): moved in order, the head
-/// `head_done` bytes in.
+/// One stream as its server keeps it, whatever the path: a send stream's queued chunks (moved
+/// in order, the head `head_done` bytes in, header first), or a receive stream's reader.
 pub struct Queue {
     pub ctx: StreamCtx,
     pub tasks: std::collections::VecDeque<Task>,
     pub head_done: usize,
+    pub reader: Option<Reader>,
     /// The stream failed: chunks that come later are abandoned at once.
     pub broken: bool,
 }
 
 impl Queue {
     pub fn new(ctx: StreamCtx) -> Queue {
+        let reader = (ctx.direction == ConnDirection::Recv).then(|| Reader::new(ctx.index));
         Queue {
             ctx,
             tasks: std::collections::VecDeque::new(),
             head_done: 0,
+            reader,
             broken: false,
         }
     }
 
-    /// The stream failed with `e`: shut down, recorded, every queued chunk abandoned.
+    /// The stream failed with `e`: shut down, recorded, every queued chunk abandoned, the
+    /// chunk being received failed.
     pub fn fail(&mut self, e: NetError) {
         self.broken = true;
         self.ctx.fail_stream(e);
         self.abandon_all();
     }
 
+    /// Lets go of everything: queued chunks abandoned, a claimed receive failed.
     pub fn abandon_all(&mut self) {
         self.head_done = 0;
         for t in self.tasks.drain(..) {
-            self.ctx.abandon(t.idx);
+            self.ctx.abandon(&t);
+        }
+        if let Some(r) = &mut self.reader {
+            r.fail(&self.ctx);
         }
     }
 
-    /// Moves the head on by `n` bytes, counting it down once all of it is moved.
+    /// Whether the stream has something to move now (a receive stream always does, unless it
+    /// waits for a post or failed).
+    pub fn has_work(&self) -> bool {
+        !self.broken
+            && match &self.reader {
+                Some(r) => !r.waiting && !r.ended,
+                None => !self.tasks.is_empty(),
+            }
+    }
+
+    /// The memory the next call moves: the head chunk's rest (header, then bytes), or where the
+    /// receive stream's next bytes go. `Ok(None)`: nothing to do now. `Err`: the peer broke the
+    /// chunk protocol (the caller fails the stream).
+    pub fn next_io(&mut self) -> Result<Option<Iov>, NetError> {
+        if self.broken {
+            return Ok(None);
+        }
+        if let Some(r) = &mut self.reader {
+            return r.next(&self.ctx);
+        }
+        while let Some(t) = self.tasks.front_mut() {
+            let h = crate::wire::CHUNK_HEADER_SIZE;
+            if self.head_done >= t.wire_len() {
+                // Only an empty chunk gets here; none is made, but it would be done.
+                self.advance(0);
+                continue;
+            }
+            let len = t.buf.len();
+            // SAFETY: only the address is taken; the bytes are this stream's alone until the
+            // chunk is counted down.
+            let body = unsafe { t.buf.bytes().as_ptr().cast_mut() };
+            let hp = t.hdr.as_mut_ptr();
+            return Ok(Some(if self.head_done < h {
+                // SAFETY: `head_done < h`: inside the boxed header.
+                let hp = unsafe { hp.add(self.head_done) };
+                Iov::two((hp, h - self.head_done), (body, len))
+            } else {
+                let at = self.head_done - h;
+                // SAFETY: `at < len`: inside this chunk.
+                Iov::one(unsafe { body.add(at) }, len - at)
+            }));
+        }
+        Ok(None)
+    }
+
+    /// The stream reached its end: `true` when that is no error (a receive stream between
+    /// chunks: the peer closed its comm), and the stream then just stops.
+    pub fn ended_cleanly(&mut self) -> bool {
+        match &mut self.reader {
+            Some(r) => r.end(&self.ctx),
+            None => false,
+        }
+    }
+
+    /// `n` bytes of what [`Self::next_io`] gave were moved.
     pub fn advance(&mut self, n: usize) {
+        if let Some(r) = &mut self.reader {
+            r.advance(&self.ctx, n);
+            return;
+        }
         self.head_done += n;
         if self
             .tasks
             .front()
-            .is_some_and(|t| self.head_done >= t.buf.len())
+            .is_some_and(|t| self.head_done >= t.wire_len())
             && let Some(t) = self.tasks.pop_front()
         {
             self.head_done = 0;
-            self.ctx.finished(t.idx);
+            self.ctx.finished(&t);
+        }
+    }
+
+    /// One call moving what [`Self::next_io`] gives: `Ok(None)` when it would block (`wait`
+    /// false) or nothing is to do now, `Ok(Some(n))` with `n > 0` bytes moved (and accounted).
+    /// End of stream is an error; `EINTR` is retried. The epoll workers' and the helper
+    /// threads' one system call.
+    pub fn move_once(&mut self, wait: bool, max: usize) -> Result<Option<usize>, QueueError> {
+        let Some(iov) = self.next_io().map_err(QueueError::Protocol)? else {
+            return Ok(None);
+        };
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&*self.ctx.stream);
+        // SAFETY: `next_io` gave memory this stream alone may touch until `advance`.
+        let r = unsafe { sys_move(self.ctx.direction, fd, &iov, wait, max) };
+        match r {
+            Ok(Some(n)) => {
+                self.advance(n);
+                Ok(Some(n))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => Err(QueueError::Io(e)),
+        }
+    }
+}
+
+/// Why a stream stopped.
+pub enum QueueError {
+    Io(io::Error),
+    Protocol(NetError),
+}
+
+impl QueueError {
+    /// As the comm reports it.
+    pub fn into_net(self, ctx: &StreamCtx) -> NetError {
+        match self {
+            QueueError::Io(e) => ctx.io_error(e),
+            QueueError::Protocol(e) => e,
+        }
+    }
+}
+
+/// One `sendmsg`/`recvmsg` of up to `max` bytes of `iov` on `fd`, blocking if `wait`:
+/// `Ok(None)` when the socket would block, `Ok(Some(n))` with `n > 0`; the end of the stream
+/// is an error (`UnexpectedEof`), `EINTR` is retried.
+///
+/// # Safety
+/// The caller alone may touch `iov`'s memory while the call runs, and it is valid.
+unsafe fn sys_move(
+    dir: ConnDirection,
+    fd: std::os::fd::RawFd,
+    iov: &Iov,
+    wait: bool,
+    max: usize,
+) -> io::Result<Option<usize>> {
+    let mut v = iov.iovecs();
+    let mut left = max;
+    let mut n = 0;
+    for part in v.iter_mut().take(iov.n) {
+        part.iov_len = part.iov_len.min(left);
+        left -= part.iov_len;
+        if part.iov_len > 0 {
+            n += 1;
+        }
+    }
+    if n == 0 {
+        return Ok(None);
+    }
+    // SAFETY: a zeroed msghdr is valid; it names only `v`.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = v.as_mut_ptr();
+    msg.msg_iovlen = n as _;
+    let flags = if wait { 0 } else { libc::MSG_DONTWAIT };
+    loop {
+        let r = match dir {
+            // SAFETY: `msg` names memory valid for the call (this function's contract).
+            ConnDirection::Send => unsafe { libc::sendmsg(fd, &msg, flags | libc::MSG_NOSIGNAL) },
+            // SAFETY: as above, written by the kernel.
+            ConnDirection::Recv => unsafe { libc::recvmsg(fd, &mut msg, flags) },
+        };
+        if r > 0 {
+            return Ok(Some(r as usize));
+        }
+        if r == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::WouldBlock => return Ok(None),
+            io::ErrorKind::Interrupted => continue,
+            _ => return Err(e),
         }
     }
 }
@@ -345,6 +525,14 @@ impl DataPath {
         }
     }
 
+    /// Receive stream `k` may go on: the receive it waited for is posted.
+    pub fn poke(&self, k: usize) {
+        match self {
+            DataPath::Threads(w) => w.poke(k),
+            DataPath::Pool(s) => s.poke(k),
+        }
+    }
+
     /// Stops serving the streams: every chunk still queued is abandoned, and on return no
     /// thread touches the comm's buffers or sockets. The streams must be shut down first, so
     /// I/O in progress ends at once.
@@ -352,51 +540,6 @@ impl DataPath {
         match self {
             DataPath::Threads(w) => w.stop(),
             DataPath::Pool(s) => s.stop(),
-        }
-    }
-}
-
-/// One non-blocking `send` or `recv` of up to `max` bytes of `buf` from offset `at` on `fd`:
-/// `Ok(None)` when the socket would block, `Ok(Some(n))` with `n > 0` bytes moved; the end of
-/// the stream is an error (`UnexpectedEof`), `EINTR` is retried. The one system call of the
-/// epoll workers and of direct chunks.
-///
-/// # Safety
-/// `at < buf.len()`, and the caller alone may touch `buf` (a chunk of NCCL's lent buffer not
-/// yet counted down) while the call runs.
-pub unsafe fn move_once(
-    dir: ConnDirection,
-    fd: std::os::fd::RawFd,
-    buf: Buf,
-    at: usize,
-    max: usize,
-) -> io::Result<Option<usize>> {
-    let want = (buf.len() - at).min(max);
-    loop {
-        let r = match dir {
-            // SAFETY: `at < len` and `want <= len - at` keep the range inside the buffer, which
-            // the caller alone touches (this function's contract).
-            ConnDirection::Send => unsafe {
-                let p = buf.bytes().as_ptr().add(at);
-                libc::send(fd, p.cast(), want, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
-            },
-            // SAFETY: as above, written into the receive buffer.
-            ConnDirection::Recv => unsafe {
-                let p = buf.bytes_mut().as_mut_ptr().add(at);
-                libc::recv(fd, p.cast(), want, libc::MSG_DONTWAIT)
-            },
-        };
-        if r > 0 {
-            return Ok(Some(r as usize));
-        }
-        if r == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
-        let e = io::Error::last_os_error();
-        match e.kind() {
-            io::ErrorKind::WouldBlock => return Ok(None),
-            io::ErrorKind::Interrupted => continue,
-            _ => return Err(e),
         }
     }
 }
@@ -421,10 +564,10 @@ mod tests {
     use std::net::TcpListener;
     use std::time::Duration;
 
-    /// A stream removed while its receive is with the kernel (the socket *not* shut down, so
-    /// only the engine's own cancel can end the request) is let go only once nothing can write
-    /// into its buffer any more: bytes that arrive after `stop` returned never land there, and
-    /// the chunk was counted down exactly once, as failed.
+    /// A stream removed while its reader's receive is with the kernel (the socket *not* shut
+    /// down, so only the engine's own cancel can end the request) is let go only once nothing
+    /// can write into the claimed buffer any more: bytes that arrive after `stop` returned
+    /// never land there, the claim is dropped and the receive marked failed.
     #[test]
     fn a_stopped_stream_leaves_its_buffer_alone() {
         let mut paths = vec![Path::Epoll];
@@ -434,38 +577,62 @@ mod tests {
         for path in paths {
             let l = TcpListener::bind("127.0.0.1:0").unwrap();
             let mut peer = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-            let ours = l.accept().unwrap().0;
+            let ours = Arc::new(l.accept().unwrap().0);
             let slots = ReqSlot::fresh(1);
-            let queued = Arc::new(AtomicU32::new(1));
+            let posts = Arc::new(Posts::new(1));
             let ctx = StreamCtx {
                 direction: ConnDirection::Recv,
                 name: "ncclbpf R0".into(),
                 conn_id: 0x5709_0001,
                 index: 0,
-                stream: Arc::new(ours),
+                stream: Arc::clone(&ours),
+                siblings: Arc::new([ours]),
                 slots: Arc::clone(&slots),
                 error: Arc::new(Mutex::new(None)),
+                failed: Arc::new(AtomicBool::new(false)),
                 progress: None,
-                queued: Arc::clone(&queued),
+                queued: Arc::new(AtomicU64::new(0)),
+                posts: Some(Arc::clone(&posts)),
             };
-            let streams = pool::Streams::start(path, vec![ctx]).unwrap();
             let mut into = vec![0u8; 4096];
             // SAFETY: `into` outlives the stream's service (stopped below, before it drops).
             let buf = unsafe { Buf::new(into.as_mut_ptr(), into.len()) };
-            slots[0].pending_chunks.store(1, Ordering::Release);
-            assert!(streams.submit(0, Task { idx: 0, buf }).is_ok());
-            // The receive is now waiting in the kernel (uring) or for readiness (epoll).
+            posts.post(0, buf);
+            let streams = pool::Streams::start(path, vec![ctx]).unwrap();
+            let h = crate::wire::ChunkHeader {
+                seq: 0,
+                offset: 0,
+                len: 4096,
+            };
+            peer.write_all(&h.encode()).unwrap();
+            peer.write_all(&[0xcd; 100]).unwrap();
+            // The reader claimed the receive, took 100 bytes and now waits in the kernel
+            // (uring) or for readiness (epoll) for the rest.
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while slots[0].busy.load(Ordering::SeqCst) == 0 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{path}: never claimed"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
             std::thread::sleep(Duration::from_millis(50));
+            assert_eq!(slots[0].busy.load(Ordering::SeqCst), 1, "{path}: claimed");
             streams.stop();
-            peer.write_all(&[0xab; 4096]).unwrap();
+            peer.write_all(&[0xab; 3996]).unwrap();
             std::thread::sleep(Duration::from_millis(50));
-            assert!(into.iter().all(|&b| b == 0), "{path}: written after stop");
-            assert_eq!(slots[0].pending_chunks.load(Ordering::Acquire), 0, "{path}");
+            assert!(into[..100].iter().all(|&b| b == 0xcd), "{path}: read");
+            assert!(
+                into[100..].iter().all(|&b| b == 0),
+                "{path}: written after stop"
+            );
+            assert_eq!(slots[0].busy.load(Ordering::SeqCst), 0, "{path}: let go");
+            assert_eq!(slots[0].received.load(Ordering::SeqCst), 0, "{path}");
             assert!(
                 slots[0].failed.load(Ordering::Acquire),
-                "{path}: abandoned, not done"
+                "{path}: failed, not done"
             );
-            assert_eq!(queued.load(Ordering::Acquire), 0, "{path}");
+            assert!(posts.retire(0, &slots[0]), "{path}");
         }
     }
 

@@ -4,8 +4,9 @@
 //! process (the library is linked `-z nodelete`, so NCCL's dlclose cannot unmap code a worker
 //! runs; a parked worker costs nothing). Each worker owns the streams given to it: only it does
 //! their I/O, so a stream needs no lock. Comms talk to a worker through its command channel:
-//! add a stream, queue a chunk, remove a stream (acknowledged once the worker holds nothing of
-//! it). A command wakes the worker through its eventfd only when the worker is parked.
+//! add a stream, queue a chunk, poke a receive stream that waited for a post, remove a stream
+//! (acknowledged once the worker holds nothing of it). A command wakes the worker through its
+//! eventfd only when the worker is parked.
 //!
 //! If the OS refuses some worker threads (a pid limit), the pool runs with those it got, said
 //! once in the log; if it refuses all, the comm fails with `ncclSystemError` and a message
@@ -22,9 +23,11 @@ use std::time::Duration;
 /// What a comm asks of a worker.
 pub enum Cmd {
     /// Serve this stream under `key`.
-    Add { key: u64, ctx: StreamCtx },
-    /// Move this chunk on stream `key`, after those queued before it.
+    Add { key: u64, ctx: Box<StreamCtx> },
+    /// Move this chunk on send stream `key`, after those queued before it.
     Task { key: u64, task: Task },
+    /// Receive stream `key` may go on reading: the receive it stopped for is posted.
+    Poke { key: u64 },
     /// Abandon the stream's queued chunks, forget it, then say so on `done`.
     Remove { key: u64, done: Sender<()> },
 }
@@ -33,7 +36,10 @@ impl Cmd {
     /// The stream the command is about.
     pub fn key(&self) -> u64 {
         match self {
-            Cmd::Add { key, .. } | Cmd::Task { key, .. } | Cmd::Remove { key, .. } => *key,
+            Cmd::Add { key, .. }
+            | Cmd::Task { key, .. }
+            | Cmd::Poke { key }
+            | Cmd::Remove { key, .. } => *key,
         }
     }
 }
@@ -281,7 +287,13 @@ impl Streams {
         for (k, ctx) in streams.into_iter().enumerate() {
             let w = (base + k) % n;
             let key = KEYS.fetch_add(1, Ordering::Relaxed);
-            if pool.workers[w].send(Cmd::Add { key, ctx }).is_err() {
+            if pool.workers[w]
+                .send(Cmd::Add {
+                    key,
+                    ctx: Box::new(ctx),
+                })
+                .is_err()
+            {
                 // A worker's channel closes only if its thread ended (a bug caught there).
                 let s = Streams { pool, at };
                 s.stop();
@@ -300,6 +312,13 @@ impl Streams {
             Ok(()) => Ok(()),
             Err(Cmd::Task { task, .. }) => Err(task),
             Err(_) => unreachable!("send gives back what it was given"),
+        }
+    }
+
+    pub fn poke(&self, k: usize) {
+        if let Some(&(w, key)) = self.at.get(k) {
+            // A worker that is gone has failed its streams already.
+            let _ = self.pool.workers[w].send(Cmd::Poke { key });
         }
     }
 

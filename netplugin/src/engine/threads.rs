@@ -1,30 +1,43 @@
-//! `NCCL_BPF_IO=threads`: one helper thread per data stream, blocking I/O, fed by a channel.
+//! `NCCL_BPF_IO=threads`: one helper thread per data stream, blocking I/O. A send helper is fed
+//! chunks by a channel; a receive helper reads its stream's chunks as they come, and waits on
+//! the channel only for a poke when a chunk's receive is not posted yet.
 //!
 //! Helpers start when a comm first carries a large message. If the OS refuses one (EAGAIN
 //! under a pid or thread limit), the ones already started are stopped and joined and the comm
 //! fails with a message naming the limit. A panic inside a helper is caught there: its chunk
 //! fails, the stream and the comm with it, and the helper carries on failing later chunks.
 
-use super::{StreamCtx, Task};
+use super::{Queue, QueueError, StreamCtx, Task};
 use crossbeam_channel::{Receiver, Sender};
-use std::io::{self, Read, Write};
+use shared_maps::ConnDirection;
+use std::io;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
+/// What a comm tells a helper.
+pub enum Msg {
+    /// Send this chunk.
+    Task(Task),
+    /// The receive this stream waited for is posted.
+    Poke,
+}
+
 pub struct Workers {
-    txs: Vec<Sender<Task>>,
+    txs: Vec<Sender<Msg>>,
     joins: Vec<JoinHandle<()>>,
 }
 
 impl Workers {
-    /// One helper thread per stream. If one cannot be started, those already started are
-    /// stopped and joined (their queues are empty) and the reason comes back as a message.
+    /// One helper thread per stream. If one cannot be started, the streams are shut down, those
+    /// already started are stopped and joined, and the reason comes back as a message.
     pub fn start(streams: Vec<StreamCtx>) -> Result<Workers, String> {
         let n = streams.len();
         let mut workers = Workers {
             txs: Vec::with_capacity(n),
             joins: Vec::with_capacity(n),
         };
+        let sockets: Vec<_> = streams.iter().map(|c| Arc::clone(&c.stream)).collect();
         for (k, ctx) in streams.into_iter().enumerate() {
             let (tx, rx) = crossbeam_channel::unbounded();
             let (conn_id, dir) = (ctx.conn_id, ctx.direction);
@@ -34,6 +47,11 @@ impl Workers {
                     workers.joins.push(join);
                 }
                 Err(e) => {
+                    // A receive helper may be in a blocking read already: end it. The comm
+                    // fails for good with this error, so its streams are done with anyway.
+                    for s in &sockets {
+                        let _ = s.shutdown(std::net::Shutdown::Both);
+                    }
                     workers.stop();
                     return Err(format!(
                         "cannot start helper thread {} of {n} for connection {conn_id:#018x} \
@@ -54,8 +72,17 @@ impl Workers {
 
     pub fn submit(&self, k: usize, task: Task) -> Result<(), Task> {
         match self.txs.get(k) {
-            Some(tx) => tx.send(task).map_err(|e| e.0),
+            Some(tx) => tx.send(Msg::Task(task)).map_err(|e| match e.0 {
+                Msg::Task(t) => t,
+                Msg::Poke => unreachable!("send gives back what it was given"),
+            }),
             None => Err(task),
+        }
+    }
+
+    pub fn poke(&self, k: usize) {
+        if let Some(tx) = self.txs.get(k) {
+            let _ = tx.send(Msg::Poke);
         }
     }
 
@@ -71,54 +98,81 @@ impl Workers {
     }
 }
 
-fn spawn_helper(ctx: StreamCtx, rx: Receiver<Task>) -> io::Result<JoinHandle<()>> {
+fn spawn_helper(ctx: StreamCtx, rx: Receiver<Msg>) -> io::Result<JoinHandle<()>> {
     #[cfg(test)]
     if crate::comm::inject::spawn_fails(ctx.conn_id, ctx.index) {
         return Err(io::Error::from_raw_os_error(libc::EAGAIN));
     }
     std::thread::Builder::new()
         .name(ctx.name.clone())
-        .spawn(move || run(ctx, rx))
+        .spawn(move || match ctx.direction {
+            ConnDirection::Send => run_send(Queue::new(ctx), rx),
+            ConnDirection::Recv => run_recv(Queue::new(ctx), rx),
+        })
 }
 
-/// Serves one data stream until its comm closes the channel.
+/// Moves what the queue has until it has nothing to do now (`Ok`) or the stream stops (`Err`).
+/// A panic is caught here (the release profile unwinds) and fails the stream like an error.
+fn drive(q: &mut Queue) -> Result<(), ()> {
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        loop {
+            q.ctx.injected_panic();
+            match q.move_once(true, usize::MAX) {
+                Ok(Some(_)) => {}
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+    }));
+    let why = match r {
+        Ok(Ok(())) => return Ok(()),
+        Ok(Err(QueueError::Io(e)))
+            if e.kind() == io::ErrorKind::UnexpectedEof && q.ended_cleanly() =>
+        {
+            return Err(());
+        }
+        Ok(Err(e)) => e.into_net(&q.ctx),
+        Err(payload) => q.ctx.panic_error(&*payload),
+    };
+    q.fail(why);
+    Err(())
+}
+
+/// Serves one send stream until its comm closes the channel.
 ///
-/// Every task's pending count goes down exactly once, whatever happens to its I/O: an error
-/// or a panic (caught here; the release profile unwinds) fails the request and the stream;
-/// later tasks are failed without I/O.
-fn run(ctx: StreamCtx, rx: Receiver<Task>) {
-    let mut broken = false;
-    for task in rx {
-        if broken {
-            ctx.abandon(task.idx);
+/// Every chunk's pending count goes down exactly once, whatever happens to its I/O: an error
+/// or a panic fails the request and the stream; later chunks are failed without I/O.
+fn run_send(mut q: Queue, rx: Receiver<Msg>) {
+    for msg in rx {
+        let Msg::Task(task) = msg else { continue };
+        if q.broken {
+            q.ctx.abandon(&task);
             continue;
         }
-        match catch_unwind(AssertUnwindSafe(|| transfer(&ctx, &task))) {
-            Ok(Ok(())) => ctx.finished(task.idx),
-            Ok(Err(e)) => {
-                broken = true;
-                ctx.fail_stream(ctx.io_error(e));
-                ctx.abandon(task.idx);
-            }
-            Err(payload) => {
-                broken = true;
-                ctx.fail_stream(ctx.panic_error(&*payload));
-                ctx.abandon(task.idx);
-            }
-        }
+        q.tasks.push_back(task);
+        let _ = drive(&mut q);
     }
 }
 
-/// Moves one chunk over the stream (blocking).
-fn transfer(ctx: &StreamCtx, task: &Task) -> io::Result<()> {
-    ctx.injected_panic();
-    let mut s = &*ctx.stream;
-    // SAFETY: this chunk of the lent buffer is handed to this thread alone, and the request
-    // cannot complete (freeing the buffer) until `run` counts it down after this.
-    unsafe {
-        match ctx.direction {
-            shared_maps::ConnDirection::Send => s.write_all(task.buf.bytes()),
-            shared_maps::ConnDirection::Recv => s.read_exact(task.buf.bytes_mut()),
+/// Serves one receive stream: reads chunks until it must wait for a post (then for a poke),
+/// the peer closes it, or it fails; returns once its comm closes the channel (the comm shuts
+/// the stream down first, which ends a read in progress).
+fn run_recv(mut q: Queue, rx: Receiver<Msg>) {
+    loop {
+        if drive(&mut q).is_ok() && q.has_work() {
+            continue;
+        }
+        match rx.recv() {
+            Ok(Msg::Poke) => {
+                if let Some(r) = &mut q.reader {
+                    r.waiting = false;
+                }
+            }
+            Ok(Msg::Task(t)) => q.ctx.abandon(&t),
+            Err(_) => {
+                q.abandon_all();
+                return;
+            }
         }
     }
 }

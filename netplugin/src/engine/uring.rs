@@ -1,6 +1,8 @@
-//! `NCCL_BPF_IO=uring`: a pool worker with its own io_uring, one send or receive in flight per
-//! stream, each for the whole rest of its chunk; a short completion (the socket's buffer was
-//! full, or held less) is resubmitted for the remainder.
+//! `NCCL_BPF_IO=uring`: a pool worker with its own io_uring, one `sendmsg` or `recvmsg` in
+//! flight per stream. A send asks for the whole rest of its chunk (header and bytes in one
+//! request); a receive for the rest of the chunk being read and the next chunk's header, or for
+//! a header alone. A short completion (the socket's buffer was full, or held less) is
+//! resubmitted for the remainder.
 //!
 //! Not `MSG_WAITALL`: with it the kernel retries inside the request, and when the connection
 //! then fails (a dead peer's `TCP_USER_TIMEOUT`) the request completes with the bytes it moved
@@ -54,8 +56,8 @@ pub fn probe() -> Result<(), String> {
                 .register_probe(&mut p)
                 .map_err(|e| format!("IORING_REGISTER_PROBE: {e}"))?;
             for (code, name) in [
-                (opcode::Send::CODE, "send"),
-                (opcode::Recv::CODE, "recv"),
+                (opcode::SendMsg::CODE, "sendmsg"),
+                (opcode::RecvMsg::CODE, "recvmsg"),
                 (opcode::PollAdd::CODE, "poll"),
                 (opcode::AsyncCancel::CODE, "cancel"),
             ] {
@@ -72,6 +74,9 @@ struct Entry {
     q: Queue,
     /// A request for the head is with the kernel.
     inflight: bool,
+    /// What that request names (boxed: the kernel reads them while the map may move entries).
+    iov: Box<[libc::iovec; 2]>,
+    msg: Box<libc::msghdr>,
     /// Removal asked while a request was in flight: acknowledged once it completes.
     removing: Option<Sender<()>>,
 }
@@ -108,7 +113,8 @@ impl Worker {
         Err(io::Error::other("the submission queue stays full"))
     }
 
-    /// Starts the request for stream `key`'s head chunk, if it has one and none is in flight.
+    /// Starts stream `key`'s next request (the head chunk's rest, or the receive stream's next
+    /// bytes), if it has one and none is in flight.
     fn start(&mut self, key: u64) {
         let Some(e) = self.streams.get_mut(&key) else {
             return;
@@ -116,42 +122,40 @@ impl Worker {
         if e.inflight || e.q.broken || e.removing.is_some() {
             return;
         }
-        let sqe = loop {
-            let Some(t) = e.q.tasks.front() else {
-                return;
-            };
-            let len = t.buf.len();
-            if e.q.head_done >= len {
-                // An empty chunk: nothing to move.
-                let t = e.q.tasks.pop_front().expect("the head");
-                e.q.head_done = 0;
-                e.q.ctx.finished(t.idx);
-                continue;
-            }
-            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| e.q.ctx.injected_panic())) {
-                let why = e.q.ctx.panic_error(&*payload);
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| e.q.ctx.injected_panic())) {
+            let why = e.q.ctx.panic_error(&*payload);
+            e.q.fail(why);
+            return;
+        }
+        let iov = match e.q.next_io() {
+            Ok(Some(iov)) => iov,
+            Ok(None) => return,
+            Err(why) => {
                 e.q.fail(why);
                 return;
             }
-            let want = (len - e.q.head_done).min(MAX_REQUEST) as u32;
-            let fd = types::Fd(e.q.ctx.stream.as_raw_fd());
-            break match e.q.ctx.direction {
-                // SAFETY: `head_done < len`: the pointer stays inside this chunk of the lent
-                // buffer, which is ours alone until the chunk is counted down.
-                ConnDirection::Send => unsafe {
-                    let p = t.buf.bytes().as_ptr().add(e.q.head_done);
-                    opcode::Send::new(fd, p, want)
-                        .flags(libc::MSG_NOSIGNAL)
-                        .build()
-                },
-                // SAFETY: as above, written by the kernel until the completion arrives.
-                ConnDirection::Recv => unsafe {
-                    let p = t.buf.bytes_mut().as_mut_ptr().add(e.q.head_done);
-                    opcode::Recv::new(fd, p, want).build()
-                },
-            }
-            .user_data(key);
         };
+        *e.iov = iov.iovecs();
+        let mut left = MAX_REQUEST;
+        for v in e.iov.iter_mut() {
+            v.iov_len = v.iov_len.min(left);
+            left -= v.iov_len;
+        }
+        // SAFETY: a zeroed msghdr is valid; it names only the boxed iovecs.
+        *e.msg = unsafe { std::mem::zeroed() };
+        e.msg.msg_iov = e.iov.as_mut_ptr();
+        e.msg.msg_iovlen = iov.n as _;
+        let fd = types::Fd(e.q.ctx.stream.as_raw_fd());
+        // The iovecs name the head chunk of NCCL's lent buffer (ours alone until it is counted
+        // down, after this request's completion), the boxed header, or a claimed receive
+        // (held until the reader drops the claim, after the completion).
+        let sqe = match e.q.ctx.direction {
+            ConnDirection::Send => opcode::SendMsg::new(fd, &*e.msg)
+                .flags(libc::MSG_NOSIGNAL as u32)
+                .build(),
+            ConnDirection::Recv => opcode::RecvMsg::new(fd, &mut *e.msg).build(),
+        }
+        .user_data(key);
         e.inflight = true;
         if self.push(&sqe).is_err() {
             // The kernel took nothing (a full queue it cannot flush now): try again after the
@@ -169,11 +173,22 @@ impl Worker {
                 self.streams.insert(
                     key,
                     Entry {
-                        q: Queue::new(ctx),
+                        q: Queue::new(*ctx),
                         inflight: false,
+                        // SAFETY: zeroed iovecs and msghdr are valid (null, 0).
+                        iov: Box::new(unsafe { std::mem::zeroed() }),
+                        msg: Box::new(unsafe { std::mem::zeroed() }),
                         removing: None,
                     },
                 );
+                // A receive stream starts reading headers at once.
+                self.start(key);
+            }
+            Cmd::Poke { key } => {
+                if let Some(r) = self.streams.get_mut(&key).and_then(|e| e.q.reader.as_mut()) {
+                    r.waiting = false;
+                }
+                self.start(key);
             }
             Cmd::Task { key, task } => {
                 let Some(e) = self.streams.get_mut(&key) else {
@@ -187,7 +202,7 @@ impl Worker {
                     return;
                 };
                 if e.q.broken || e.removing.is_some() {
-                    e.q.ctx.abandon(task.idx);
+                    e.q.ctx.abandon(&task);
                     return;
                 }
                 e.q.tasks.push_back(task);
@@ -221,6 +236,8 @@ impl Worker {
         e.inflight = false;
         if res > 0 {
             e.q.advance(res as usize);
+        } else if res == 0 && e.q.ended_cleanly() {
+            // The peer closed its comm between chunks: nothing more to read.
         } else if e.removing.is_none() {
             let err = if res == 0 {
                 io::ErrorKind::UnexpectedEof.into()
