@@ -19,11 +19,13 @@
 #   bpfpol          the plugin with NCCL_BPF_POLICY=conn_counter.o,size_aware.o and
 #                   NCCL_TUNER_PLUGIN=lib
 #   bpf-<io>, bpfpol-<io>  the same with NCCL_BPF_IO=<io> (auto, uring, epoll, threads)
+#   bpf@<tag>...    any bpf arm with the library build/libnccl-net-bpf-<tag>.so instead (an
+#                   earlier build, for a before/after comparison in one run: bpf@old)
 #   ...[-w<N>][-d<B>][-s<N>][-c<N>][-p<N>][-g<G>][-m<B>][-i<U>][-l<B>]  and NCCL_BPF_IO_WORKERS=N,
-#                   NCCL_BPF_DIRECT_BYTES=B, NCCL_BPF_NSTREAMS=N, NCCL_MIN_NCHANNELS=N,
+#                   NCCL_BPF_DIRECT_BYTES=B (libraries before chunk headers only), NCCL_BPF_NSTREAMS=N, NCCL_MIN_NCHANNELS=N,
 #                   NCCL_BPF_IO_SPIN_US=N, NCCL_BPF_SPEED_MBPS=G*1000 (the speed reported to
 #                   NCCL, which sets its channel count), NCCL_BPF_MIN_CHUNK=B (the smallest
-#                   piece a message is cut into over the streams), NCCL_BPF_DIRECT_IDLE_US=U,
+#                   piece a message is cut into over the streams), NCCL_BPF_DIRECT_IDLE_US=U (as -d),
 #                   NCCL_BPF_INLINE_BYTES=B (the plugin's settings sweep), in that
 #                   order: bpf-uring-w8-d0, bpf-threads-s8-c8, bpf-g400
 # SWEEP_ARMS: more Socket settings (sock* names), run alternated with the others in every round
@@ -84,12 +86,17 @@ arm_env() {
     echo
     return 0
   fi
-  if [[ $a =~ ^(bpf|bpfpol)(-(auto|uring|epoll|threads))?(-w([0-9]+))?(-d([0-9]+[KM]?))?(-s([0-9]+))?(-c([0-9]+))?(-p([0-9]+))?(-g([0-9]+))?(-m([0-9]+[KM]?))?(-i([0-9]+))?(-l([0-9]+[KM]?))?$ ]]; then
+  local base=$a lib=$LIB
+  if [[ $a =~ ^([a-z]+)@([a-z0-9]+)(.*)$ ]]; then
+    base=${BASH_REMATCH[1]}${BASH_REMATCH[3]}
+    lib=$B/libnccl-net-bpf-${BASH_REMATCH[2]}.so
+  fi
+  if [[ $base =~ ^(bpf|bpfpol)(-(auto|uring|epoll|threads))?(-w([0-9]+))?(-d([0-9]+[KM]?))?(-s([0-9]+))?(-c([0-9]+))?(-p([0-9]+))?(-g([0-9]+))?(-m([0-9]+[KM]?))?(-i([0-9]+))?(-l([0-9]+[KM]?))?$ ]]; then
     io=${BASH_REMATCH[3]}
     local w=${BASH_REMATCH[5]} d=${BASH_REMATCH[7]} st=${BASH_REMATCH[9]} ch=${BASH_REMATCH[11]} sp=${BASH_REMATCH[13]} g=${BASH_REMATCH[15]} mc=${BASH_REMATCH[17]} di=${BASH_REMATCH[19]} il=${BASH_REMATCH[21]}
-    echo -n "NCCL_NET_PLUGIN=$LIB NCCL_NET=BPF"
+    echo -n "NCCL_NET_PLUGIN=$lib NCCL_NET=BPF"
     if [ "${BASH_REMATCH[1]}" = bpfpol ]; then
-      echo -n " NCCL_TUNER_PLUGIN=$LIB NCCL_BPF_POLICY=$B/conn_counter.o,$B/size_aware.o"
+      echo -n " NCCL_TUNER_PLUGIN=$lib NCCL_BPF_POLICY=$B/conn_counter.o,$B/size_aware.o"
     else
       echo -n " NCCL_TUNER_PLUGIN=none"
     fi
@@ -112,7 +119,10 @@ arm_env() {
 # Everything checked before the GPU is touched.
 [ -f "$LIB" ] || die "missing $LIB: run scripts/stage.sh on a build machine"
 for a in $ARMS $SWEEP_ARMS; do
-  arm_env "$a" >/dev/null || die "unknown arm '$a' (sock[<C>ch][<T>x<S>], bpf, bpfpol, bpf-<io>, bpfpol-<io> [-w<N>][-d<B>][-s<N>][-c<N>][-p<N>][-g<G>][-m<B>][-i<U>][-l<B>]; io: auto uring epoll threads)"
+  arm_env "$a" >/dev/null || die "unknown arm '$a' (sock[<C>ch][<T>x<S>], bpf[@<tag>], bpfpol[@<tag>], bpf-<io>, bpfpol-<io> [-w<N>][-d<B>][-s<N>][-c<N>][-p<N>][-g<G>][-m<B>][-i<U>][-l<B>]; io: auto uring epoll threads)"
+  if [[ $a =~ @([a-z0-9]+) ]]; then
+    [ -f "$B/libnccl-net-bpf-${BASH_REMATCH[1]}.so" ] || die "missing $B/libnccl-net-bpf-${BASH_REMATCH[1]}.so (arm $a)"
+  fi
   case $a in
     bpfpol*) for f in "$B/conn_counter.o" "$B/size_aware.o"; do [ -f "$f" ] || die "missing $f (arm $a): run scripts/stage.sh"; done ;;
   esac

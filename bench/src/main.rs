@@ -6,6 +6,7 @@
 //! cargo run --release -p ncclbpf-bench -- loopback [--rounds 3] [--quick]
 //! cargo run --release -p ncclbpf-bench -- comms --counts 10,100,1000
 //! cargo run --release -p ncclbpf-bench -- hooks [--rounds 5] [--quick]
+//! cargo run --release -p ncclbpf-bench -- zerocopy [--sizes 64K,1M] [--streams 4] [--quick]
 //! ```
 //! With no subcommand it runs `loopback` (the options of `loopback` apply). The plugin is
 //! `$NCCLBPF_PLUGIN`, else the harness's default path; `NCCL_BPF_*` settings of the
@@ -17,6 +18,7 @@ mod comms;
 mod hookcost;
 mod loopback;
 mod transport;
+mod zerocopy;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -46,6 +48,9 @@ enum Cmd {
     Comms(comms::Args),
     /// Per-operation cost of the net hooks, conn_counter against no policy.
     Hooks(hookcost::Args),
+    /// Throughput of plain send against send(MSG_ZEROCOPY) over TCP loopback (64 KiB–16 MiB,
+    /// N streams), their ratio, and how often the kernel copied the zero-copy sends anyway.
+    Zerocopy(zerocopy::Args),
     /// (internal) One loopback measurement, in a child process.
     #[command(hide = true)]
     Arm(loopback::ArmArgs),
@@ -64,6 +69,7 @@ fn main() -> ExitCode {
         Some(Cmd::Loopback(a)) => loopback::run(a),
         Some(Cmd::Comms(a)) => comms::run(a),
         Some(Cmd::Hooks(a)) => hookcost::run(a),
+        Some(Cmd::Zerocopy(a)) => zerocopy::run(a),
         Some(Cmd::Arm(a)) => loopback::arm_main(a),
         Some(Cmd::CommsChild(a)) => comms::child_main(a),
         Some(Cmd::HookDirect(a)) => hookcost::direct_main(a),

@@ -21,7 +21,7 @@ fn bench(args: &[&str]) -> String {
 
 #[test]
 fn help_of_every_subcommand() {
-    for sub in ["loopback", "comms", "hooks"] {
+    for sub in ["loopback", "comms", "hooks", "zerocopy"] {
         assert!(bench(&[sub, "--help"]).contains("Usage:"), "{sub} --help");
     }
     // The old invocation (no subcommand) is loopback.
@@ -46,6 +46,17 @@ fn hooks_quick_prints_its_table() {
     let t = bench(&["hooks", "--quick"]);
     assert!(t.contains("| hook calls of one request"), "{t}");
     assert!(t.contains("tuner-bench.sh"), "{t}");
+}
+
+#[test]
+fn zerocopy_quick_prints_its_table() {
+    let t = bench(&["zerocopy", "--quick"]);
+    assert!(t.contains("command: "), "{t}");
+    // A kernel that refuses SO_ZEROCOPY gets a line that says so, and no table.
+    assert!(
+        t.contains("| 64 KiB |") || t.contains("SO_ZEROCOPY refused"),
+        "no table in\n{t}"
+    );
 }
 
 #[test]
