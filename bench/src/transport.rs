@@ -5,9 +5,11 @@
 //!   `sched_yield` when a pass makes no progress); with or without a policy, as the parent set
 //!   the child's environment;
 //! * raw TCP, blocking: messages up to the plugin's inline limit whole on one stream with their
-//!   8-byte size, larger ones cut over the same number of data streams as the plugin's, by the
-//!   same rule (`max(size / streams, min_chunk)` per piece). Throughput: one thread per stream
-//!   and side; latency: one thread per side, pieces written and then read in order;
+//!   8-byte size, larger ones cut over the same number of data streams as the plugin's into
+//!   `max(size / streams, min_chunk)` pieces, round-robin, with no header per piece (the plugin
+//!   caps its chunks at 1 MiB, puts each on its least-loaded stream and heads it with 16 bytes).
+//!   Throughput: one thread per stream and side; latency: one thread per side, pieces written
+//!   and then read in order;
 //! * raw TCP, busy-polling: the same streams non-blocking, one thread per side driving all of
 //!   them, spinning on `read`/`write`; like the plugin's driver and NCCL's proxy thread it
 //!   calls `sched_yield` after a pass that moved nothing (on 2 shared cores a thread that
@@ -91,8 +93,7 @@ impl Shape {
             .max(1)
     }
 
-    /// The pieces `(offset, len, data stream)` of one message, as the plugin cuts it
-    /// (`wire::plan_chunks`), starting at stream `*next`.
+    /// The pieces `(offset, len, data stream)` of one message, starting at stream `*next`.
     fn pieces(&self, size: usize, next: &mut usize) -> Vec<(usize, usize, usize)> {
         let chunk = self.chunk(size);
         let mut out = vec![];
