@@ -110,6 +110,8 @@ struct Req {
     ctrl_done: bool,
     /// When it was posted, if a policy wants latencies.
     posted: Option<Instant>,
+    /// Its message's number on the connection (a receive: the chunks' headers name it).
+    seq: u64,
 }
 
 const IDLE: Req = Req {
@@ -120,6 +122,7 @@ const IDLE: Req = Req {
     header_done: false,
     ctrl_done: false,
     posted: None,
+    seq: 0,
 };
 
 struct State {
@@ -135,6 +138,8 @@ struct State {
     posts: Arc<Posts>,
     /// Messages posted so far (a send comm): the next one's number in its chunk headers.
     sent: u64,
+    /// The data streams were shut down (the comm failed).
+    data_shut: bool,
     reqs: Vec<Req>,
     free: Vec<u32>,
     /// Posted requests whose control-stream part is not finished, oldest first.
@@ -274,8 +279,9 @@ impl Comm {
                 control,
                 rx: RxBuf::default(),
                 queued: data.iter().map(|_| Arc::new(AtomicU64::new(0))).collect(),
-                posts: Arc::new(Posts::new(SLOTS)),
+                posts: Arc::new(Posts::new(SLOTS, shape)),
                 sent: 0,
+                data_shut: false,
                 data: data.into_iter().map(Arc::new).collect(),
                 workers: None,
                 reqs: vec![IDLE; SLOTS],
@@ -347,6 +353,7 @@ impl Comm {
             header_done: true,
             ctrl_done: false,
             posted,
+            seq,
         };
         if !inline {
             self.dispatch(&mut st, idx, seq, buf);
@@ -367,6 +374,10 @@ impl Comm {
             return Ok(None);
         };
         let posted = st.hooks.wants_time().then(Instant::now);
+        let slot = &self.slots[idx as usize];
+        slot.received.store(0, Ordering::Relaxed);
+        slot.failed.store(false, Ordering::Relaxed);
+        let (seq, waiting) = st.posts.post(idx, buf);
         st.reqs[idx as usize] = Req {
             in_use: true,
             buf,
@@ -375,11 +386,8 @@ impl Comm {
             header_done: false,
             ctrl_done: false,
             posted,
+            seq,
         };
-        let slot = &self.slots[idx as usize];
-        slot.received.store(0, Ordering::Relaxed);
-        slot.failed.store(false, Ordering::Relaxed);
-        let waiting = st.posts.post(idx, buf);
         if let Some(w) = &st.workers {
             for k in (0..self.shape.nstreams as usize).filter(|k| waiting & (1 << k) != 0) {
                 w.poke(k);
@@ -418,16 +426,23 @@ impl Comm {
             st.error = Some(e);
         }
         let r = st.reqs[idx];
-        if st.error.is_none() && r.ctrl_done {
+        // A request whose every byte has moved completes, even after the comm failed for a
+        // later one (the peer closing with one more receive posted, say).
+        if r.ctrl_done && !slot.failed.load(Ordering::Acquire) {
             let done = match self.direction {
                 ConnDirection::Send => slot.pending_chunks.load(Ordering::Acquire) == 0,
-                ConnDirection::Recv => r.inline || self.received_all(&mut st, idx, r.size),
+                ConnDirection::Recv => r.inline || self.received_all(&mut st, idx, r.size, r.seq),
             };
             if done {
                 self.release(&mut st, idx);
                 st.hooks.on_complete(r.size, r.posted);
                 return Ok(Some(r.size));
             }
+        }
+        if st.error.is_some() {
+            // The connection is over: readers let go of their claims at once, and the peer
+            // fails too, rather than sending into a comm that reads no more.
+            self.shut_data_streams(&mut st);
         }
         match &st.error {
             None => Ok(None),
@@ -453,37 +468,79 @@ impl Comm {
         }
     }
 
-    /// Whether every byte of chunked receive `idx` (of `size` bytes) has landed and no reader
-    /// holds its buffer any more; sets the comm's error where it cannot come right (more bytes
-    /// than the message has, or every data stream closed before the rest came).
-    fn received_all(&self, st: &mut State, idx: usize, size: usize) -> bool {
+    /// Whether every byte of chunked receive `idx` (message `seq`, of `size` bytes) has landed
+    /// and no reader holds its buffer any more. Sets the comm's error where it cannot come right:
+    /// every data stream has read past the message (or ended) with bytes still missing, or its
+    /// chunks gave another size than its header.
+    fn received_all(&self, st: &mut State, idx: usize, size: usize, seq: u64) -> bool {
         let slot = &self.slots[idx];
-        // Streams' ends before the count: a stream counts its end after its last chunk's bytes.
-        let all_ended = st.posts.ended() >= self.shape.nstreams;
+        let fail = |st: &mut State, e: NetError| {
+            st.error.get_or_insert(e);
+            false
+        };
+        if let Some(said) = st.posts.chunk_size_of(idx as u32)
+            && said != size as u64
+        {
+            return fail(
+                st,
+                NetError::Broken {
+                    msg: format!(
+                        "the peer broke the chunk protocol: chunks of a {said}-byte message for \
+                         a {size}-byte one"
+                    ),
+                    code: NcclResult::REMOTE_ERROR,
+                },
+            );
+        }
+        // The frontiers before the count: a stream moves past a message only after that
+        // message's bytes on it are counted.
+        let passed = st.posts.passed(seq);
         let got = slot.received.load(Ordering::SeqCst);
         if got < size as u64 {
-            if all_ended {
-                st.error = Some(NetError::PeerClosed {
-                    op: "receive on data streams",
-                    detail: format!(
-                        "the peer closed every data stream with {got} of a {size}-byte message \
-                         received"
-                    ),
-                });
+            if passed {
+                return fail(
+                    st,
+                    NetError::PeerClosed {
+                        op: "receive on data streams",
+                        detail: format!(
+                            "{got} of a {size}-byte message came before every data stream \
+                             ended or moved past it"
+                        ),
+                    },
+                );
             }
             return false;
         }
-        if got > size as u64 {
-            st.error = Some(NetError::Broken {
-                msg: format!(
-                    "the peer broke the chunk protocol: {got} bytes of chunks for a {size}-byte \
-                     message"
-                ),
-                code: NcclResult::REMOTE_ERROR,
-            });
+        // Only distinct chunks of the plan land, so the count cannot pass the size (checked all
+        // the same); after the retirement (no claim left) it is final.
+        if !st.posts.retire(idx as u32, slot) {
             return false;
         }
-        st.posts.retire(idx as u32, slot)
+        let got = slot.received.load(Ordering::SeqCst);
+        if got != size as u64 {
+            return fail(
+                st,
+                NetError::Broken {
+                    msg: format!(
+                        "the peer broke the chunk protocol: {got} bytes of chunks for a \
+                         {size}-byte message"
+                    ),
+                    code: NcclResult::REMOTE_ERROR,
+                },
+            );
+        }
+        true
+    }
+
+    /// Shuts every data stream of the comm down (once): readers holding a claim fail it and let
+    /// go, servers stop, and the peer's streams end.
+    fn shut_data_streams(&self, st: &mut State) {
+        if !st.data_shut {
+            st.data_shut = true;
+            for s in st.data.iter() {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+        }
     }
 
     /// Whether no thread of the data path holds any part of request `idx` (a failed request is
@@ -563,6 +620,9 @@ impl Comm {
     /// after the last one used), so a slow stream takes fewer chunks. The data path is started
     /// ([`Self::ensure_workers`]). Never fails: a chunk nothing can take fails its request.
     fn dispatch(&self, st: &mut State, idx: u32, seq: u64, buf: Buf) {
+        // Messages are at most `ffi::MAX_MESSAGE` (< 2^31 bytes, checked at the ABI), so every
+        // offset and length fits the header's 32 bits.
+        debug_assert!(buf.len() <= u32::MAX as usize);
         let mut pieces = Vec::new();
         wire::plan_chunks(&self.shape, buf.len(), |off, len| pieces.push((off, len)));
         self.slots[idx as usize]
@@ -574,6 +634,7 @@ impl Comm {
             st.next_stream = ((k + 1) % n) as u32;
             let hdr = wire::ChunkHeader {
                 seq,
+                size: buf.len() as u32,
                 offset: off as u32,
                 len: len as u32,
             }
@@ -1625,12 +1686,7 @@ mod tests {
                 let rq = r.irecv(buf(&mut into)).unwrap().unwrap();
                 raw[0].write_all(&800_000u64.to_le_bytes()).unwrap();
                 // Half of a 200,000-byte chunk on the first stream, then the end.
-                let h = wire::ChunkHeader {
-                    seq: 0,
-                    offset: 0,
-                    len: 200_000,
-                };
-                raw[1].write_all(&h.encode()).unwrap();
+                raw[1].write_all(&chunk(0, 800_000, 0, 200_000)).unwrap();
                 raw[1].write_all(&[7u8; 100_000]).unwrap();
                 std::thread::sleep(Duration::from_millis(20));
                 for s in &raw {
@@ -1862,63 +1918,116 @@ mod tests {
         (r, raw)
     }
 
-    fn chunk(seq: u64, offset: u32, len: u32) -> [u8; wire::CHUNK_HEADER_SIZE] {
-        wire::ChunkHeader { seq, offset, len }.encode()
+    fn chunk(seq: u64, size: u32, offset: u32, len: u32) -> [u8; wire::CHUNK_HEADER_SIZE] {
+        wire::ChunkHeader {
+            seq,
+            size,
+            offset,
+            len,
+        }
+        .encode()
+    }
+
+    /// Writes chunk `i` of the plan for message `seq` of `size` bytes on `s`, header and
+    /// `fill` bytes; returns the chunk's length.
+    fn planned(s: &mut TcpStream, seq: u64, size: usize, i: usize, fill: u8) -> usize {
+        let mut plan = vec![];
+        wire::plan_chunks(&SHAPE, size, |o, l| plan.push((o, l)));
+        let (o, l) = plan[i];
+        s.write_all(&chunk(seq, size as u32, o as u32, l as u32))
+            .unwrap();
+        s.write_all(&vec![fill; l]).unwrap();
+        l
+    }
+
+    /// Tests `q` on `c` until it is done or fails, or 5 s pass ("HANG").
+    fn outcome(c: &Comm, q: &ReqSlot) -> Result<usize, String> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match c.test(q.idx as usize) {
+                Ok(Some(n)) => return Ok(n),
+                Err(e) => return Err(e.to_string()),
+                Ok(None) if Instant::now() > deadline => return Err("HANG".into()),
+                Ok(None) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
     }
 
     /// A peer that breaks the chunk protocol fails the connection with a remote error, on
     /// every path, and never gets a byte written outside a posted receive: a chunk past the
-    /// buffer's end, an empty chunk, message numbers going back on one stream, chunks for an
-    /// inline message, more bytes than the message has, a chunk for a receive already over.
+    /// message's end, an empty chunk, one off the sender's plan, message numbers going back on
+    /// one stream, a chunk for an inline message, a chunk twice (two of them would otherwise
+    /// add up to a message with a hole), chunks that disagree on the size, a chunk for a
+    /// receive already over, a reserved word set.
     #[test]
     fn a_peer_that_breaks_the_chunk_protocol_fails_the_connection() {
         const POSTED: usize = 300_000;
         const GUARD: usize = 4096;
         type Play = fn(&mut [TcpStream]);
-        let cases: [(&str, Play); 6] = [
+        let cases: [(&str, Play); 10] = [
             ("past the end", |raw| {
                 raw[0].write_all(&200_000u64.to_le_bytes()).unwrap();
-                raw[1].write_all(&chunk(0, 250_000, 100_000)).unwrap();
-                raw[1].write_all(&[0xee; 100_000]).unwrap();
+                raw[1]
+                    .write_all(&chunk(0, 200_000, 250_000, 65536))
+                    .unwrap();
+                raw[1].write_all(&[0xee; 65536]).unwrap();
             }),
             ("empty", |raw| {
                 raw[0].write_all(&200_000u64.to_le_bytes()).unwrap();
-                raw[1].write_all(&chunk(0, 0, 0)).unwrap();
+                raw[1].write_all(&chunk(0, 200_000, 0, 0)).unwrap();
+            }),
+            ("off the plan", |raw| {
+                raw[0].write_all(&200_000u64.to_le_bytes()).unwrap();
+                raw[1].write_all(&chunk(0, 200_000, 1000, 65536)).unwrap();
+                raw[1].write_all(&[0xee; 65536]).unwrap();
             }),
             ("back in order", |raw| {
                 raw[0].write_all(&100_000u64.to_le_bytes()).unwrap();
                 raw[0].write_all(&100_000u64.to_le_bytes()).unwrap();
-                raw[1].write_all(&chunk(1, 0, 100_000)).unwrap();
-                raw[1].write_all(&[0xee; 100_000]).unwrap();
-                raw[1].write_all(&chunk(0, 0, 100_000)).unwrap();
-                raw[1].write_all(&[0xee; 100_000]).unwrap();
+                planned(&mut raw[1], 1, 100_000, 0, 0xee);
+                planned(&mut raw[1], 0, 100_000, 0, 0xee);
             }),
             ("for an inline message", |raw| {
                 // A chunked message first (the receive side's readers start with it).
                 raw[0].write_all(&100_000u64.to_le_bytes()).unwrap();
-                raw[1].write_all(&chunk(0, 0, 100_000)).unwrap();
-                raw[1].write_all(&[0xee; 100_000]).unwrap();
-                raw[2].write_all(&chunk(1, 0, 10)).unwrap();
-                raw[2].write_all(&[0xee; 10]).unwrap();
+                planned(&mut raw[1], 0, 100_000, 0, 0xee);
+                planned(&mut raw[1], 0, 100_000, 1, 0xee);
+                // Then a chunk for message 1, which the control stream sends inline.
+                planned(&mut raw[2], 1, 100_000, 0, 0xee);
                 std::thread::sleep(Duration::from_millis(30));
                 raw[0].write_all(&10u64.to_le_bytes()).unwrap();
                 raw[0].write_all(&[0x11; 10]).unwrap();
             }),
-            ("too many bytes", |raw| {
-                raw[1].write_all(&chunk(0, 0, 200_000)).unwrap();
-                raw[1].write_all(&[0xee; 200_000]).unwrap();
-                raw[2].write_all(&chunk(0, 0, 100_000)).unwrap();
-                raw[2].write_all(&[0xee; 100_000]).unwrap();
-                std::thread::sleep(Duration::from_millis(30));
+            ("twice", |raw| {
                 raw[0].write_all(&200_000u64.to_le_bytes()).unwrap();
+                planned(&mut raw[1], 0, 200_000, 0, 0xee);
+                planned(&mut raw[1], 0, 200_000, 1, 0xee);
+                planned(&mut raw[2], 0, 200_000, 0, 0xee);
+                planned(&mut raw[2], 0, 200_000, 1, 0xee);
+            }),
+            ("sizes disagree", |raw| {
+                raw[0].write_all(&200_000u64.to_le_bytes()).unwrap();
+                planned(&mut raw[1], 0, 200_000, 0, 0xee);
+                planned(&mut raw[2], 0, 131_072, 1, 0xee);
+            }),
+            ("a size unlike its header's", |raw| {
+                raw[0].write_all(&200_000u64.to_le_bytes()).unwrap();
+                planned(&mut raw[1], 0, 131_072, 0, 0xee);
+                planned(&mut raw[2], 0, 131_072, 1, 0xee);
             }),
             ("after its receive", |raw| {
                 raw[0].write_all(&100_000u64.to_le_bytes()).unwrap();
-                raw[1].write_all(&chunk(0, 0, 100_000)).unwrap();
-                raw[1].write_all(&[0xee; 100_000]).unwrap();
+                planned(&mut raw[1], 0, 100_000, 0, 0xee);
+                planned(&mut raw[1], 0, 100_000, 1, 0xee);
                 std::thread::sleep(Duration::from_millis(50));
-                raw[2].write_all(&chunk(0, 0, 100_000)).unwrap();
-                raw[2].write_all(&[0xee; 100_000]).unwrap();
+                planned(&mut raw[2], 0, 100_000, 0, 0xee);
+            }),
+            ("reserved word", |raw| {
+                raw[0].write_all(&200_000u64.to_le_bytes()).unwrap();
+                let mut h = chunk(0, 200_000, 0, 65536);
+                h[22] = 1;
+                raw[1].write_all(&h).unwrap();
+                raw[1].write_all(&[0xee; 65536]).unwrap();
             }),
         ];
         for (i, path) in paths().into_iter().enumerate() {
@@ -1940,13 +2049,13 @@ mod tests {
                 // the receive after it.
                 let e = qs
                     .iter()
-                    .find_map(|q| wait(&r, q).err())
+                    .find_map(|q| outcome(&r, q).err())
                     .expect("the breach went unnoticed");
-                assert_eq!(e.code(), NcclResult::REMOTE_ERROR, "{path}, {what}: {e}");
                 assert!(
-                    e.to_string().contains("protocol") || e.to_string().contains("peer"),
+                    e.contains("protocol") || e.contains("peer"),
                     "{path}, {what}: {e}"
                 );
+                assert!(!e.contains("HANG"), "{path}, {what}: {e}");
                 r.close();
                 for g in [&mem[POSTED..POSTED + GUARD], &mem[2 * POSTED + GUARD..]] {
                     assert!(
@@ -1955,6 +2064,130 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// A peer that dies while a message still owes a chunk fails the receive, on every path,
+    /// even when a stream has already read the header of the next message (not posted, so it
+    /// stopped there and never reads its end): every stream is past the message, so no byte
+    /// of it can come.
+    #[test]
+    fn a_dead_peer_fails_a_short_receive_even_with_a_stream_stopped_ahead() {
+        for (i, path) in paths().into_iter().enumerate() {
+            let (r, mut raw) = raw_peer(path, 0x5e71_0000 + 0x10 * i as u64);
+            let mut into = vec![0u8; 200_000];
+            let rq = r.irecv(buf(&mut into)).unwrap().unwrap();
+            // Message 0: 200,000 bytes, four chunks; only the first comes (stream 1) ...
+            raw[0].write_all(&200_000u64.to_le_bytes()).unwrap();
+            planned(&mut raw[1], 0, 200_000, 0, 7);
+            // ... followed on the same stream by the first header of message 1 (not posted).
+            raw[1].write_all(&chunk(1, 100_000, 0, 65536)).unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            drop(raw);
+            let out = outcome(&r, rq);
+            assert!(
+                out.as_ref().is_err_and(|e| e.contains("moved past")),
+                "{path}: {out:?}"
+            );
+            r.close();
+        }
+    }
+
+    /// A sender ahead by one message and then closed with chunks still queued (as
+    /// `ncclCommAbort` does on a failing rank): the receiver, which posted only the first
+    /// message, sees it complete or fail, never hang, on every path.
+    #[test]
+    fn an_aborted_sender_ahead_by_one_message_never_hangs_the_receiver() {
+        for (i, path) in paths().into_iter().enumerate() {
+            for round in 0..8u64 {
+                let id = 0x5e72_0000 + 0x1000 * i as u64 + 2 * round;
+                let (s, r) = pair_on(path, id, id + 1);
+                let mut m0 = vec![1u8; 16 << 20];
+                let mut m1 = vec![2u8; 16 << 20];
+                let mut into = vec![0u8; 16 << 20];
+                let rq = r.irecv(buf(&mut into)).unwrap().unwrap();
+                let _a = s.isend(buf(&mut m0)).unwrap().unwrap();
+                let _b = s.isend(buf(&mut m1)).unwrap().unwrap();
+                let t0 = Instant::now();
+                while t0.elapsed() < Duration::from_millis(1 + round % 8) {
+                    let _ = r.test(rq.idx as usize);
+                }
+                s.close();
+                let out = outcome(&r, rq);
+                assert!(
+                    out.as_ref().is_ok_and(|&n| n == 16 << 20)
+                        || out.as_ref().is_err_and(|e| e != "HANG"),
+                    "{path} round {round}: {out:?}"
+                );
+                r.close();
+            }
+        }
+    }
+
+    /// Once a receive fails for a reason of the comm's (here a truncated message), the data
+    /// streams are shut down: a reader that held a claim lets go, and bytes the peer sends
+    /// after the failure never land in the buffer.
+    #[test]
+    fn no_byte_lands_after_a_reported_failure() {
+        for (i, path) in paths().into_iter().enumerate() {
+            let (r, mut raw) = raw_peer(path, 0x5e73_0000 + 0x10 * i as u64);
+            // Message 0, whole, starts the data streams' readers.
+            let mut first = vec![0u8; 100_000];
+            let q0 = r.irecv(buf(&mut first)).unwrap().unwrap();
+            raw[0].write_all(&100_000u64.to_le_bytes()).unwrap();
+            planned(&mut raw[1], 0, 100_000, 0, 0x11);
+            planned(&mut raw[1], 0, 100_000, 1, 0x11);
+            assert_eq!(outcome(&r, q0), Ok(100_000), "{path}");
+            // Message 1: half a chunk, then a control header that says more than was posted.
+            let mut into = vec![0u8; 300_000];
+            let rq = r.irecv(buf(&mut into)).unwrap().unwrap();
+            raw[2].write_all(&chunk(1, 200_000, 0, 65536)).unwrap();
+            raw[2].write_all(&[0xaa; 30_000]).unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            raw[0].write_all(&400_000u64.to_le_bytes()).unwrap();
+            let e = outcome(&r, rq).unwrap_err();
+            assert!(e.contains("truncated"), "{path}: {e}");
+            // The peer goes on; nothing more lands.
+            let _ = raw[2].write_all(&[0xbb; 35_536]);
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(
+                into[30_000..].iter().all(|&b| b == 0),
+                "{path}: written after the failure"
+            );
+            assert_eq!(outcome(&r, rq).map_err(|_| ()), Err(()), "{path}");
+            assert_eq!(lock(&r.state).free.len(), SLOTS, "{path}: slots released");
+            drop(raw);
+            r.close();
+        }
+    }
+
+    /// A receive whose every byte has landed completes even if the comm has failed since for
+    /// a later one (here the sender closed after its last message while one more receive was
+    /// posted), on every path.
+    #[test]
+    fn a_complete_receive_completes_after_a_later_error() {
+        for (i, path) in paths().into_iter().enumerate() {
+            let id = 0x5e75_0000 + 0x10 * i as u64;
+            let (s, r) = pair_on(path, id, id + 1);
+            let mut m: Vec<u8> = (0..BIG).map(|b| b as u8).collect();
+            let mut into = vec![0u8; BIG];
+            let rq = r.irecv(buf(&mut into)).unwrap().unwrap();
+            let sq = s.isend(buf(&mut m)).unwrap().unwrap();
+            assert_eq!(wait(&s, sq).unwrap(), BIG);
+            s.close();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while r.slots[rq.idx as usize].received.load(Ordering::SeqCst) < BIG as u64 {
+                assert!(Instant::now() < deadline, "{path}");
+                // Progresses the control stream (reads the header; starts the readers).
+                let _ = r.take_frames();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let mut more = vec![0u8; 16];
+            let next = r.irecv(buf(&mut more)).unwrap().unwrap();
+            assert!(outcome(&r, next).is_err(), "{path}: the sender is gone");
+            assert_eq!(outcome(&r, rq), Ok(BIG), "{path}");
+            assert!(into == m, "{path}");
+            r.close();
         }
     }
 

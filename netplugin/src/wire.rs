@@ -231,18 +231,23 @@ pub fn is_inline(shape: &Shape, size: usize) -> bool {
 
 /// Header before every chunk on a data stream: which message (the sender's count of messages
 /// on the connection, inline ones included, which is the receiver's count of posted receives:
-/// messages match in posting order), where in it, and how many bytes follow.
+/// messages match in posting order), the message's size, where in it, and how many bytes follow.
+/// With the size the receiver checks every chunk against the plan both ends share
+/// ([`chunk_size`]) before a byte lands: inside the message, on a chunk boundary, whole.
 ///
 /// | off | size | field |
 /// |---|---|---|
 /// | 0 | 8 | message number |
-/// | 8 | 4 | offset in the message |
-/// | 12 | 4 | length (> 0) |
-pub const CHUNK_HEADER_SIZE: usize = 16;
+/// | 8 | 4 | message size |
+/// | 12 | 4 | offset in the message |
+/// | 16 | 4 | length (> 0) |
+/// | 20 | 4 | 0 (reserved) |
+pub const CHUNK_HEADER_SIZE: usize = 24;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChunkHeader {
     pub seq: u64,
+    pub size: u32,
     pub offset: u32,
     pub len: u32,
 }
@@ -251,19 +256,48 @@ impl ChunkHeader {
     pub fn encode(&self) -> [u8; CHUNK_HEADER_SIZE] {
         let mut b = [0u8; CHUNK_HEADER_SIZE];
         b[0..8].copy_from_slice(&self.seq.to_le_bytes());
-        b[8..12].copy_from_slice(&self.offset.to_le_bytes());
-        b[12..16].copy_from_slice(&self.len.to_le_bytes());
+        b[8..12].copy_from_slice(&self.size.to_le_bytes());
+        b[12..16].copy_from_slice(&self.offset.to_le_bytes());
+        b[16..20].copy_from_slice(&self.len.to_le_bytes());
         b
     }
 
-    pub fn decode(b: &[u8; CHUNK_HEADER_SIZE]) -> ChunkHeader {
-        ChunkHeader {
+    /// `None` when the reserved word is not 0 (no sender of ours writes that).
+    pub fn decode(b: &[u8; CHUNK_HEADER_SIZE]) -> Option<ChunkHeader> {
+        (u32_at(b, 20) == 0).then(|| ChunkHeader {
             seq: u64_at(b, 0),
-            offset: u32_at(b, 8),
-            len: u32_at(b, 12),
+            size: u32_at(b, 8),
+            offset: u32_at(b, 12),
+            len: u32_at(b, 16),
+        })
+    }
+
+    /// Why this header is not a chunk the sender's plan for its message makes (`None`: it is):
+    /// not empty, on a chunk boundary, inside the message, and whole.
+    pub fn off_plan(&self, shape: &Shape) -> Option<String> {
+        let (size, off, len) = (self.size as usize, self.offset as usize, self.len as usize);
+        if len == 0 {
+            return Some("an empty chunk".into());
         }
+        if is_inline(shape, size) {
+            return Some(format!(
+                "a chunk of a {size}-byte message, which travels inline"
+            ));
+        }
+        let c = chunk_size(shape, size);
+        if off >= size || off % c != 0 || len != c.min(size - off) {
+            return Some(format!(
+                "bytes {off}..{} of a {size}-byte message, not one of its {c}-byte chunks",
+                off.saturating_add(len)
+            ));
+        }
+        None
     }
 }
+
+/// Chunks of one message at most: `chunk_size` is at least `size / nstreams` up to 1 MiB, so a
+/// message under 2^31 bytes has at most max(16, 2^31 / 2^20) of them.
+pub const MAX_CHUNKS: usize = 2048;
 
 /// The largest chunk: a larger message is cut into more chunks than streams, so that a slow
 /// stream takes fewer of them and the receiver's writes pipeline with the sender's.
@@ -425,11 +459,59 @@ mod tests {
     fn chunk_headers_round_trip() {
         let h = ChunkHeader {
             seq: u64::MAX - 3,
+            size: 0x0a0b_0c0d,
             offset: 0x0102_0304,
             len: 65536,
         };
-        let b = h.encode();
-        assert_eq!(ChunkHeader::decode(&b), h);
+        let mut b = h.encode();
+        assert_eq!(ChunkHeader::decode(&b), Some(h));
         assert_eq!(&b[0..8], &(u64::MAX - 3).to_le_bytes());
+        b[23] = 1;
+        assert_eq!(ChunkHeader::decode(&b), None, "the reserved word");
+    }
+
+    #[test]
+    fn only_planned_chunks_pass() {
+        let shape = Shape {
+            nstreams: 4,
+            inline_bytes: 1000,
+            min_chunk: 100,
+        };
+        let mut planned = vec![];
+        plan_chunks(&shape, 1003, |o, l| planned.push((o, l)));
+        for &(o, l) in &planned {
+            let h = ChunkHeader {
+                seq: 0,
+                size: 1003,
+                offset: o as u32,
+                len: l as u32,
+            };
+            assert_eq!(h.off_plan(&shape), None, "{o}+{l}");
+        }
+        let h = |size, offset, len| ChunkHeader {
+            seq: 0,
+            size,
+            offset,
+            len,
+        };
+        for bad in [
+            h(1003, 0, 0),     // empty
+            h(1003, 1, 251),   // off a boundary
+            h(1003, 0, 250),   // not whole
+            h(1003, 1004, 1),  // past the end
+            h(1003, 753, 251), // the last chunk is 250
+            h(999, 0, 999),    // an inline message
+            h(1003, u32::MAX, u32::MAX),
+        ] {
+            assert!(bad.off_plan(&shape).is_some(), "{bad:?}");
+        }
+        // The largest message has at most MAX_CHUNKS chunks.
+        let big = Shape {
+            nstreams: 16,
+            inline_bytes: 0,
+            min_chunk: 1,
+        };
+        let size = i32::MAX as usize;
+        assert!(size.div_ceil(chunk_size(&big, size)) <= MAX_CHUNKS);
     }
 }

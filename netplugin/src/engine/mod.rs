@@ -579,7 +579,12 @@ mod tests {
             let mut peer = TcpStream::connect(l.local_addr().unwrap()).unwrap();
             let ours = Arc::new(l.accept().unwrap().0);
             let slots = ReqSlot::fresh(1);
-            let posts = Arc::new(Posts::new(1));
+            let shape = crate::wire::Shape {
+                nstreams: 1,
+                inline_bytes: 1024,
+                min_chunk: 4096,
+            };
+            let posts = Arc::new(Posts::new(1, shape));
             let ctx = StreamCtx {
                 direction: ConnDirection::Recv,
                 name: "ncclbpf R0".into(),
@@ -601,6 +606,7 @@ mod tests {
             let streams = pool::Streams::start(path, vec![ctx]).unwrap();
             let h = crate::wire::ChunkHeader {
                 seq: 0,
+                size: 4096,
                 offset: 0,
                 len: 4096,
             };

@@ -1,7 +1,8 @@
 //! The receive side of the data streams: posted receives as the engine sees them, and each
 //! stream's reader, which matches every chunk header to its posted receive itself.
 //!
-//! A chunk on a data stream is a [`ChunkHeader`] (message number, offset, length) and its bytes.
+//! A chunk on a data stream is a [`ChunkHeader`] (message number, size, offset, length) and its
+//! bytes.
 //! The comm posts each receive in [`Posts`] under the message number it will match (messages
 //! match in posting order, so the n-th receive posted takes message n). A stream's server reads
 //! a header, claims the receive it names and reads the bytes straight into that buffer, then the
@@ -12,9 +13,18 @@
 //!
 //! A header for a message whose receive is not posted yet stops the stream where it is (the
 //! rest stays in the kernel's buffer, TCP holds the sender back) until the comm posts that
-//! receive and pokes the stream's server. A header that names a receive already retired, goes
-//! back in message order, lands outside the posted buffer or is empty breaks the protocol: the
-//! stream fails, and the comm with it, before a byte is written anywhere.
+//! receive and pokes the stream's server. A header that is not one of the chunks the sender's
+//! plan makes for its message ([`ChunkHeader::off_plan`]), names a receive already retired,
+//! goes back in message order, repeats a chunk, or disagrees with the message's other chunks on
+//! its size breaks the protocol: the stream fails, and the comm with it, before a byte of that
+//! chunk is written. A message larger than its receive fails as truncated. So every chunk that
+//! lands is a distinct chunk of the plan, inside the message: once the byte count reaches the
+//! size, the whole message is there.
+//!
+//! Each stream's *frontier* is the last message number it read a header of (`u64::MAX` once it
+//! ended or failed). Streams never go back, so a message that every frontier has passed gets no
+//! more bytes: the comm fails a receive that is still short then (a dead peer, or one that left
+//! a chunk out), rather than wait for ever.
 //!
 //! Claims and retirements meet in two counters of the request slot: the reader raises
 //! [`ReqSlot::busy`] and then checks the post is still there; the comm retires a post and then
@@ -27,7 +37,7 @@ use super::StreamCtx;
 use crate::buf::Buf;
 use crate::comm::ReqSlot;
 use crate::error::NetError;
-use crate::wire::{CHUNK_HEADER_SIZE, ChunkHeader};
+use crate::wire::{CHUNK_HEADER_SIZE, ChunkHeader, MAX_CHUNKS, Shape};
 use ncclnet_headers::NcclResult;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 
@@ -37,18 +47,24 @@ struct Post {
     seq1: AtomicU64,
     ptr: AtomicPtr<u8>,
     len: AtomicUsize,
+    /// The message size its chunks gave + 1 (0: no chunk yet).
+    size1: AtomicU64,
+    /// Which of the message's chunks were claimed (bit i: the chunk at i × chunk size).
+    chunks: [AtomicU64; MAX_CHUNKS / 64],
 }
 
 /// A receive comm's posted receives, shared with the servers of its data streams.
 pub struct Posts {
+    shape: Shape,
     /// Indexed by request slot.
     posts: Box<[Post]>,
     /// Receives posted so far: the next one takes this message number.
     posted: AtomicU64,
     /// Streams (bit k) stopped at a header whose receive is not posted yet.
     waiting: AtomicU32,
-    /// Streams the peer closed between chunks.
-    ended: AtomicU32,
+    /// Per data stream: the last message number it read a header of; `u64::MAX` once it ended
+    /// or failed.
+    frontier: Box<[AtomicU64]>,
 }
 
 /// What a header's message number finds in [`Posts`].
@@ -63,29 +79,45 @@ pub enum Claim {
 }
 
 impl Posts {
-    pub fn new(slots: usize) -> Posts {
+    pub fn new(slots: usize, shape: Shape) -> Posts {
         Posts {
+            shape,
             posts: (0..slots)
                 .map(|_| Post {
                     seq1: AtomicU64::new(0),
                     ptr: AtomicPtr::new(std::ptr::null_mut()),
                     len: AtomicUsize::new(0),
+                    size1: AtomicU64::new(0),
+                    chunks: std::array::from_fn(|_| AtomicU64::new(0)),
                 })
                 .collect(),
             posted: AtomicU64::new(0),
             waiting: AtomicU32::new(0),
-            ended: AtomicU32::new(0),
+            frontier: (0..shape.nstreams).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
-    /// Data streams the peer closed between chunks (once all are, no chunk can come).
-    pub fn ended(&self) -> u32 {
-        self.ended.load(Acquire)
+    /// Whether every data stream has read past message `seq` (or ended): no byte of it can
+    /// come any more. Read before the receive's byte count, which is then final.
+    pub fn passed(&self, seq: u64) -> bool {
+        !self.frontier.is_empty() && self.frontier.iter().all(|f| f.load(SeqCst) > seq)
     }
 
-    /// Posts `buf` as request slot `idx`'s receive, for the next message; returns the streams
-    /// (bits) that were waiting for a post, to be poked. One poster at a time (the comm lock).
-    pub fn post(&self, idx: u32, buf: Buf) -> u32 {
+    /// The message size the chunks of request slot `idx`'s receive gave, if any came.
+    pub fn chunk_size_of(&self, idx: u32) -> Option<u64> {
+        self.posts[idx as usize].size1.load(SeqCst).checked_sub(1)
+    }
+
+    fn set_frontier(&self, k: usize, seq: u64) {
+        if let Some(f) = self.frontier.get(k) {
+            f.store(seq, SeqCst);
+        }
+    }
+
+    /// Posts `buf` as request slot `idx`'s receive, for the next message; returns that
+    /// message's number and the streams (bits) that were waiting for a post, to be poked. One
+    /// poster at a time (the comm lock).
+    pub fn post(&self, idx: u32, buf: Buf) -> (u64, u32) {
         let seq = self.posted.load(Relaxed);
         let p = &self.posts[idx as usize];
         let ptr = if buf.is_empty() {
@@ -97,9 +129,13 @@ impl Posts {
         };
         p.ptr.store(ptr, Relaxed);
         p.len.store(buf.len(), Relaxed);
+        p.size1.store(0, Relaxed);
+        for w in &p.chunks {
+            w.store(0, Relaxed);
+        }
         p.seq1.store(seq + 1, SeqCst);
         self.posted.store(seq + 1, SeqCst);
-        self.waiting.swap(0, SeqCst)
+        (seq, self.waiting.swap(0, SeqCst))
     }
 
     /// Takes request slot `idx`'s post away, so that no reader claims it from now on; whether
@@ -110,7 +146,7 @@ impl Posts {
     }
 
     /// Finds and claims the receive of message `seq`.
-    pub fn claim(&self, seq: u64, slots: &[ReqSlot]) -> Claim {
+    fn claim(&self, seq: u64, slots: &[ReqSlot]) -> Claim {
         // `posted` first: a post it counts was published before it (see `post`).
         if seq >= self.posted.load(SeqCst) {
             return Claim::NotYet;
@@ -194,6 +230,7 @@ impl Iov {
 
 /// Reads one receive stream's chunks: header, claim, bytes, again.
 pub struct Reader {
+    index: usize,
     bit: u32,
     /// Boxed: io_uring writes into it while the reader may move.
     hdr: Box<[u8; CHUNK_HEADER_SIZE]>,
@@ -203,7 +240,7 @@ pub struct Reader {
     last_seq: Option<u64>,
     /// Stopped for a receive not yet posted.
     pub waiting: bool,
-    /// The peer closed the stream between chunks.
+    /// The peer closed the stream between chunks, or it failed.
     pub ended: bool,
 }
 
@@ -220,6 +257,7 @@ fn protocol(ctx: &StreamCtx, what: String) -> NetError {
 impl Reader {
     pub fn new(index: usize) -> Reader {
         Reader {
+            index,
             bit: 1 << index,
             hdr: Box::new([0; CHUNK_HEADER_SIZE]),
             hdr_got: 0,
@@ -236,13 +274,17 @@ impl Reader {
         if self.cur.is_some() || self.hdr_got > 0 {
             return false;
         }
-        if !self.ended {
-            self.ended = true;
-            if let Some(p) = &ctx.posts {
-                p.ended.fetch_add(1, Release);
-            }
-        }
+        self.stop(ctx);
         true
+    }
+
+    /// Reads no more: the stream's frontier goes past every message.
+    fn stop(&mut self, ctx: &StreamCtx) {
+        self.ended = true;
+        self.waiting = false;
+        if let Some(p) = &ctx.posts {
+            p.set_frontier(self.index, u64::MAX);
+        }
     }
 
     /// Where the next bytes of the stream go; `Ok(None)` while the next chunk's receive is not
@@ -267,12 +309,12 @@ impl Reader {
                 let p = unsafe { self.hdr.as_mut_ptr().add(self.hdr_got) };
                 return Ok(Some(Iov::one(p, CHUNK_HEADER_SIZE - self.hdr_got)));
             }
-            let h = ChunkHeader::decode(&self.hdr);
-            if h.len == 0 {
-                return Err(protocol(
-                    ctx,
-                    format!("an empty chunk of message {}", h.seq),
-                ));
+            let Some(h) = ChunkHeader::decode(&self.hdr) else {
+                return Err(protocol(ctx, "a header with its reserved word set".into()));
+            };
+            let posts = ctx.posts.as_ref().expect("a receive stream has posts");
+            if let Some(why) = h.off_plan(&posts.shape) {
+                return Err(protocol(ctx, format!("{why} (message {})", h.seq)));
             }
             if self.last_seq.is_some_and(|l| h.seq < l) {
                 return Err(protocol(
@@ -284,24 +326,50 @@ impl Reader {
                     ),
                 ));
             }
-            let posts = ctx.posts.as_ref().expect("a receive stream has posts");
+            // Everything before `h.seq` on this stream has landed (and been counted).
+            self.last_seq = Some(h.seq);
+            posts.set_frontier(self.index, h.seq);
             match posts.claim(h.seq, &ctx.slots) {
                 Claim::Found { idx, buf } => {
                     let (off, len) = (h.offset as usize, h.len as usize);
-                    if off.checked_add(len).is_none_or(|end| end > buf.len()) {
-                        ctx.slots[idx as usize].busy.fetch_sub(1, SeqCst);
-                        return Err(protocol(
+                    let p = &posts.posts[idx as usize];
+                    let size = u64::from(h.size);
+                    let agreed = match p.size1.compare_exchange(0, size + 1, SeqCst, SeqCst) {
+                        Ok(_) => true,
+                        Err(prev) => prev == size + 1,
+                    };
+                    let c = crate::wire::chunk_size(&posts.shape, h.size as usize);
+                    let bit = off / c;
+                    let first = agreed
+                        && p.chunks[bit / 64].fetch_or(1 << (bit % 64), SeqCst) & (1 << (bit % 64))
+                            == 0;
+                    let why = if !agreed {
+                        Some(protocol(
                             ctx,
                             format!(
-                                "bytes {off}..{} of message {} into a receive of {} bytes",
-                                off.saturating_add(len),
+                                "a chunk of message {} says {size} bytes, its others {}",
                                 h.seq,
-                                buf.len()
+                                p.size1.load(SeqCst).saturating_sub(1)
                             ),
-                        ));
+                        ))
+                    } else if !first {
+                        Some(protocol(
+                            ctx,
+                            format!("bytes {off}..{} of message {} twice", off + len, h.seq),
+                        ))
+                    } else if h.size as usize > buf.len() {
+                        Some(NetError::Truncated {
+                            incoming: size,
+                            posted: buf.len(),
+                        })
+                    } else {
+                        None
+                    };
+                    if let Some(e) = why {
+                        ctx.slots[idx as usize].busy.fetch_sub(1, SeqCst);
+                        return Err(e);
                     }
                     self.waiting = false;
-                    self.last_seq = Some(h.seq);
                     self.hdr_got = 0;
                     self.cur = Some(Cur {
                         idx,
@@ -348,13 +416,14 @@ impl Reader {
         debug_assert!(self.hdr_got <= CHUNK_HEADER_SIZE);
     }
 
-    /// The stream failed: the chunk being read fails its request, and the claim is dropped.
+    /// The stream failed (or is let go): the chunk being read fails its request, the claim is
+    /// dropped, and the stream reads no more.
     pub fn fail(&mut self, ctx: &StreamCtx) {
         if let Some(c) = self.cur.take() {
             let slot = &ctx.slots[c.idx as usize];
             slot.failed.store(true, Release);
             slot.busy.fetch_sub(1, SeqCst);
         }
-        self.waiting = false;
+        self.stop(ctx);
     }
 }

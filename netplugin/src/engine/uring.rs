@@ -234,7 +234,10 @@ impl Worker {
             return;
         };
         e.inflight = false;
-        if res > 0 {
+        if e.q.broken {
+            // Failed while this request was with the kernel: what it held is let go now.
+            e.q.abandon_all();
+        } else if res > 0 {
             e.q.advance(res as usize);
         } else if res == 0 && e.q.ended_cleanly() {
             // The peer closed its comm between chunks: nothing more to read.
@@ -275,8 +278,15 @@ impl Worker {
             return;
         };
         let why = e.q.ctx.panic_error(payload);
+        if e.inflight {
+            // The kernel still holds a request into this stream's buffer: fail the stream (its
+            // shutdown ends the request) but let go of the chunks only at its completion.
+            e.q.broken = true;
+            e.q.ctx.fail_stream(why);
+            return;
+        }
         e.q.fail(why);
-        if e.removing.is_some() && !e.inflight {
+        if e.removing.is_some() {
             self.finish_removal(key);
         }
     }
