@@ -350,12 +350,12 @@ impl Queue {
     /// The memory the next call moves: the head chunk's rest (header, then bytes), or where the
     /// receive stream's next bytes go. `Ok(None)`: nothing to do now. `Err`: the peer broke the
     /// chunk protocol (the caller fails the stream).
-    pub fn next_io(&mut self, can_wait: bool) -> Result<Option<Iov>, NetError> {
+    pub fn next_io(&mut self) -> Result<Option<Iov>, NetError> {
         if self.broken {
             return Ok(None);
         }
         if let Some(r) = &mut self.reader {
-            return r.next(&self.ctx, can_wait);
+            return r.next(&self.ctx);
         }
         while let Some(t) = self.tasks.front_mut() {
             let h = crate::wire::CHUNK_HEADER_SIZE;
@@ -414,7 +414,7 @@ impl Queue {
     /// End of stream is an error; `EINTR` is retried. The epoll workers' and the helper
     /// threads' one system call.
     pub fn move_once(&mut self, wait: bool, max: usize) -> Result<Option<usize>, QueueError> {
-        let Some(iov) = self.next_io(wait).map_err(QueueError::Protocol)? else {
+        let Some(iov) = self.next_io().map_err(QueueError::Protocol)? else {
             return Ok(None);
         };
         let fd = std::os::fd::AsRawFd::as_raw_fd(&*self.ctx.stream);
@@ -477,11 +477,7 @@ unsafe fn sys_move(
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = v.as_mut_ptr();
     msg.msg_iovlen = n as _;
-    let flags = match (wait, iov.whole) {
-        (false, _) => libc::MSG_DONTWAIT,
-        (true, true) => libc::MSG_WAITALL,
-        (true, false) => 0,
-    };
+    let flags = if wait { 0 } else { libc::MSG_DONTWAIT };
     loop {
         let r = match dir {
             // SAFETY: `msg` names memory valid for the call (this function's contract).

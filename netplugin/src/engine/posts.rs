@@ -198,9 +198,6 @@ struct Cur {
 pub struct Iov {
     pub parts: [(*mut u8, usize); 2],
     pub n: usize,
-    /// A receive that may wait in the kernel until all of it came (`MSG_WAITALL`): the rest of
-    /// a chunk already begun, whose bytes are on their way.
-    pub whole: bool,
 }
 
 impl Iov {
@@ -208,7 +205,6 @@ impl Iov {
         Iov {
             parts: [(p, len), (std::ptr::null_mut(), 0)],
             n: 1,
-            whole: false,
         }
     }
 
@@ -216,7 +212,6 @@ impl Iov {
         Iov {
             parts: [a, b],
             n: 2,
-            whole: false,
         }
     }
 
@@ -294,13 +289,7 @@ impl Reader {
 
     /// Where the next bytes of the stream go; `Ok(None)` while the next chunk's receive is not
     /// posted (the stream then waits for a poke); `Err` when the peer broke the protocol.
-    ///
-    /// A chunk's bytes are asked for together with the next chunk's header, so a stream of
-    /// chunks already in the socket's buffer costs one read each. Once a chunk is begun and its
-    /// rest is still on its way, a caller that can wait in the kernel (`can_wait`: io_uring,
-    /// a helper thread) is asked for that rest alone, to be read whole: one completion per
-    /// chunk instead of one per segment as it arrives.
-    pub fn next(&mut self, ctx: &StreamCtx, can_wait: bool) -> Result<Option<Iov>, NetError> {
+    pub fn next(&mut self, ctx: &StreamCtx) -> Result<Option<Iov>, NetError> {
         if self.ended {
             return Ok(None);
         }
@@ -309,11 +298,6 @@ impl Reader {
                 // SAFETY: `done < len` (a finished chunk is dropped at once); the claimed
                 // buffer is this reader's until it drops the claim.
                 let p = unsafe { c.dst.bytes_mut().as_mut_ptr().add(c.done) };
-                if can_wait && c.done > 0 {
-                    let mut iov = Iov::one(p, c.dst.len() - c.done);
-                    iov.whole = true;
-                    return Ok(Some(iov));
-                }
                 let hdr = self.hdr.as_mut_ptr();
                 return Ok(Some(Iov::two(
                     (p, c.dst.len() - c.done),

@@ -4,14 +4,11 @@
 //! a header alone. A short completion (the socket's buffer was full, or held less) is
 //! resubmitted for the remainder.
 //!
-//! `MSG_WAITALL` only for the rest of a chunk already begun (its bytes are on their way): one
-//! completion per chunk rather than one per segment as it arrives. Nowhere else: with it the
-//! kernel retries inside the request, and when the connection then fails (a dead peer's
-//! `TCP_USER_TIMEOUT`) the request completes with the bytes it moved while the error that
-//! stopped it is consumed by the retry; the next request sees only a closed socket (`EPIPE`, or
-//! end of stream), not why it closed. Sends and header reads make one attempt per request, so
-//! the error stays with the request that meets it; a receive cut short inside a chunk fails its
-//! request all the same (`ncclRemoteError`), its reason said less precisely.
+//! Not `MSG_WAITALL`: with it the kernel retries inside the request, and when the connection
+//! then fails (a dead peer's `TCP_USER_TIMEOUT`) the request completes with the bytes it moved
+//! while the error that stopped it is consumed by the retry; the next request sees only a
+//! closed socket (`EPIPE`, or end of stream), not why it closed. One attempt per request keeps
+//! the error for the request that meets it.
 //!
 //! The worker's eventfd is watched by a poll request on the ring, so a parked worker (in
 //! `io_uring_enter`, waiting for one completion) wakes for a command as for I/O. A stream being
@@ -130,7 +127,7 @@ impl Worker {
             e.q.fail(why);
             return;
         }
-        let iov = match e.q.next_io(true) {
+        let iov = match e.q.next_io() {
             Ok(Some(iov)) => iov,
             Ok(None) => return,
             Err(why) => {
@@ -156,13 +153,7 @@ impl Worker {
             ConnDirection::Send => opcode::SendMsg::new(fd, &*e.msg)
                 .flags(libc::MSG_NOSIGNAL as u32)
                 .build(),
-            ConnDirection::Recv => opcode::RecvMsg::new(fd, &mut *e.msg)
-                .flags(if iov.whole {
-                    libc::MSG_WAITALL as u32
-                } else {
-                    0
-                })
-                .build(),
+            ConnDirection::Recv => opcode::RecvMsg::new(fd, &mut *e.msg).build(),
         }
         .user_data(key);
         e.inflight = true;
