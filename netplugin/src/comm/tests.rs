@@ -508,17 +508,8 @@ fn queued_messages_go_out_together_and_arrive_whole() {
 fn a_message_cut_short_fails_the_receive_on_every_way() {
     for (i, way) in paths().into_iter().enumerate() {
         for reset in [false, true] {
-            let l = TcpListener::bind("127.0.0.1:0").unwrap();
-            let addr = l.local_addr().unwrap();
-            let (mut raw, mut ends) = (Vec::new(), Vec::new());
-            for _ in 0..=STREAMS {
-                raw.push(TcpStream::connect(addr).unwrap());
-                ends.push(l.accept().unwrap().0);
-            }
-            let ctl = ends.remove(0);
             let id = 0xc075_0000 + 0x10 * i as u64 + u64::from(reset);
-            let ep = Endpoint { dev: 0, comm_id: 0 };
-            let r = Comm::on_path(ConnDirection::Recv, id, ep, SHAPE, ctl, ends, way).unwrap();
+            let (r, mut raw) = raw_peer(way, id);
             let mut into = vec![0u8; 800_000];
             let rq = r.irecv(buf(&mut into)).unwrap().unwrap();
             raw[0].write_all(&800_000u64.to_le_bytes()).unwrap();
