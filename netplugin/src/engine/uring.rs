@@ -175,8 +175,13 @@ impl Worker {
                     Entry {
                         q: Queue::new(*ctx),
                         inflight: false,
-                        // SAFETY: zeroed iovecs and msghdr are valid (null, 0).
-                        iov: Box::new(unsafe { std::mem::zeroed() }),
+                        iov: Box::new(
+                            [libc::iovec {
+                                iov_base: std::ptr::null_mut(),
+                                iov_len: 0,
+                            }; 2],
+                        ),
+                        // SAFETY: an all-zero msghdr is valid (no name, no iovecs, no control).
                         msg: Box::new(unsafe { std::mem::zeroed() }),
                         removing: None,
                     },
