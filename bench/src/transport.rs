@@ -37,6 +37,11 @@ pub enum Arm {
     TcpBlock,
     /// Raw TCP, non-blocking sockets, busy-polled.
     TcpPoll,
+    /// Raw TCP busy-polled, latency over two one-way connection sets (the ping on one, the pong
+    /// on the other, as NCCL's connections and the plugin's run): each stream's ACKs then travel
+    /// alone instead of riding on the reply. Not in `loopback`'s table; `arm` runs it, to tell
+    /// the cost of one-way connections from the plugin's own.
+    TcpPollOneWay,
 }
 
 impl Arm {
@@ -48,6 +53,7 @@ impl Arm {
             Arm::Off => "off",
             Arm::TcpBlock => "tcp-block",
             Arm::TcpPoll => "tcp-poll",
+            Arm::TcpPollOneWay => "tcp-poll-one-way",
         }
     }
 
@@ -57,6 +63,7 @@ impl Arm {
             Arm::Off => "plugin, no policy",
             Arm::TcpBlock => "TCP blocking",
             Arm::TcpPoll => "TCP busy-poll",
+            Arm::TcpPollOneWay => "TCP busy-poll, one-way connections",
         }
     }
 
@@ -477,8 +484,24 @@ fn block_stream(mut s: &TcpStream, total: usize, buf: &mut [u8], write: bool) {
 }
 
 /// Raw TCP: one-way latency (µs).
-pub fn tcp_latency(shape: Shape, size: usize, poll: bool, budget: Duration) -> Result<f64, String> {
+pub fn tcp_latency(
+    shape: Shape,
+    size: usize,
+    poll: bool,
+    one_way: bool,
+    budget: Duration,
+) -> Result<f64, String> {
     let (a, b) = raw_set(shape.streams, poll).map_err(|e| format!("raw TCP setup: {e}"))?;
+    // The pong's connections: the same ones, or a second set (`c` reads what `d` writes).
+    let back = if one_way {
+        Some(raw_set(shape.streams, poll).map_err(|e| format!("raw TCP setup: {e}"))?)
+    } else {
+        None
+    };
+    let (c, d) = match &back {
+        Some((c, d)) => (c.as_slice(), d.as_slice()),
+        None => (a.as_slice(), b.as_slice()),
+    };
     let inline = shape.is_inline(size);
     // Every message starts at stream 0 both ways: both ends agree without bookkeeping.
     let pieces = if inline {
@@ -539,11 +562,11 @@ pub fn tcp_latency(shape: Shape, size: usize, poll: bool, budget: Duration) -> R
         budget,
         || {
             send(&a, &mut ba);
-            recv(&a, &mut ba);
+            recv(c, &mut ba);
         },
         || {
             recv(&b, &mut bb);
-            send(&b, &mut bb);
+            send(d, &mut bb);
         },
     ))
 }
@@ -635,8 +658,14 @@ pub fn measure(
         (Arm::Hooks | Arm::Off, Test::Tput) => {
             plugin_throughput(n.expect("plugin"), size, depth, count)
         }
-        (_, Test::Lat) => tcp_latency(shape, size, arm == Arm::TcpPoll, budget),
-        (_, Test::Tput) => tcp_throughput(shape, size, arm == Arm::TcpPoll, depth, count),
+        (_, Test::Lat) => tcp_latency(
+            shape,
+            size,
+            arm != Arm::TcpBlock,
+            arm == Arm::TcpPollOneWay,
+            budget,
+        ),
+        (_, Test::Tput) => tcp_throughput(shape, size, arm != Arm::TcpBlock, depth, count),
     }
 }
 

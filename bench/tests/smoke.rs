@@ -68,3 +68,26 @@ fn comms_opens_and_closes_ten() {
         .unwrap_or_else(|| panic!("no row in\n{t}"));
     assert!(row.contains("| ok"), "{row}");
 }
+
+#[test]
+fn raw_tcp_over_one_way_connections_measures_a_latency() {
+    for arm in ["tcp-poll", "tcp-poll-one-way"] {
+        let t = bench(&[
+            "arm",
+            "--arm",
+            arm,
+            "--test",
+            "lat",
+            "--size",
+            "1024",
+            "--budget-ms",
+            "20",
+        ]);
+        let us: f64 = t
+            .lines()
+            .find_map(|l| l.strip_prefix("@result value "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{arm}: no latency in\n{t}"));
+        assert!(us > 0.0, "{arm}: {us}");
+    }
+}
