@@ -236,6 +236,18 @@ pub fn human(size: usize) -> String {
     }
 }
 
+/// A subcommand's end: lists the measurements that failed, if any, and fails with their count.
+pub fn failures(errors: &[String]) -> Result<(), String> {
+    if errors.is_empty() {
+        return Ok(());
+    }
+    println!("\nfailed measurements ({}):", errors.len());
+    for e in errors {
+        println!("- {e}");
+    }
+    Err(format!("{} measurement(s) failed", errors.len()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -265,12 +265,5 @@ pub fn run(a: &Args) -> Result<(), String> {
          getCollInfo (the tuner's path) with and without a policy: `scripts/tuner-bench.sh` \
          (bench/c/tuner_bench.c), BENCHMARKS.md \"Tuner getCollInfo\"."
     );
-    if !errors.is_empty() {
-        println!("\nfailed measurements ({}):", errors.len());
-        for e in &errors {
-            println!("- {e}");
-        }
-        return Err(format!("{} measurement(s) failed", errors.len()));
-    }
-    Ok(())
+    common::failures(&errors)
 }

@@ -273,14 +273,7 @@ pub fn run(a: &Args) -> Result<(), String> {
          `hooks` over `off` (latency: hooks / off − 1; throughput: off / hooks − 1); each figure \
          is the median of 10 timed parts of its measurement"
     );
-    if !errors.is_empty() {
-        println!("\nfailed measurements ({}):", errors.len());
-        for e in &errors {
-            println!("- {e}");
-        }
-        return Err(format!("{} measurement(s) failed", errors.len()));
-    }
-    Ok(())
+    common::failures(&errors)
 }
 
 fn table(figs: &Figures, test: Test, sizes: &[usize], prec: usize) {

@@ -634,14 +634,7 @@ pub fn run(a: &Args) -> Result<(), String> {
              before it reuses its buffer"
         );
     }
-    if !errors.is_empty() {
-        println!("\nfailed measurements ({}):", errors.len());
-        for e in &errors {
-            println!("- {e}");
-        }
-        return Err(format!("{} measurement(s) failed", errors.len()));
-    }
-    Ok(())
+    common::failures(&errors)
 }
 
 #[cfg(test)]
