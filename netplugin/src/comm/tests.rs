@@ -981,8 +981,17 @@ fn no_byte_lands_after_a_reported_failure() {
             into[30_000..].iter().all(|&b| b == 0),
             "{path}: written after the failure"
         );
-        assert_eq!(outcome(&r, rq).map_err(|_| ()), Err(()), "{path}");
-        assert_eq!(lock(&r.state).free.len(), SLOTS, "{path}: slots released");
+        // The reader lets go of its claim once it sees the shutdown; NCCL's next test of the
+        // failed request then releases its slot.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while lock(&r.state).free.len() < SLOTS {
+            assert!(r.test(rq.idx as usize).is_err(), "{path}");
+            assert!(
+                Instant::now() < deadline,
+                "{path}: the slot is never released"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
         drop(raw);
         r.close();
     }
