@@ -139,7 +139,10 @@ fn fork(dir: PathBuf) {
     assert!(child >= 0, "fork failed");
     if child == 0 {
         let ok = n.finalize().is_ok();
-        let _ = std::fs::write(dir.join("child.done"), if ok { "ok" } else { "failed" });
+        // Written aside and renamed, so that the test never reads it half written.
+        let tmp = dir.join("child.done.tmp");
+        let _ = std::fs::write(&tmp, if ok { "ok" } else { "failed" });
+        let _ = std::fs::rename(&tmp, dir.join("child.done"));
         std::thread::sleep(Duration::from_secs(30));
         // SAFETY: ends the child without running the parent's exit handlers.
         unsafe { libc::_exit(0) };
