@@ -284,6 +284,11 @@ impl ChunkHeader {
         if len == 0 {
             return Some("an empty chunk".into());
         }
+        if size > i32::MAX as usize {
+            return Some(format!(
+                "a chunk of a {size}-byte message, larger than any message"
+            ));
+        }
         if is_inline(shape, size) {
             return Some(format!(
                 "a chunk of a {size}-byte message, which travels inline"
@@ -510,6 +515,8 @@ mod tests {
             h(1003, 753, 251), // the last chunk is 250
             h(999, 0, 999),    // an inline message
             h(1003, u32::MAX, u32::MAX),
+            // Larger than any message (its chunk index would pass the bitmap's end).
+            h(u32::MAX, 4095 << 20, 1 << 20),
         ] {
             assert!(bad.off_plan(&shape).is_some(), "{bad:?}");
         }

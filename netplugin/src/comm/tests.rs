@@ -785,13 +785,13 @@ fn outcome(c: &Comm, q: &ReqSlot) -> Result<usize, String> {
 /// message's end, an empty chunk, one off the sender's plan, message numbers going back on
 /// one stream, a chunk for an inline message, a chunk twice (two of them would otherwise
 /// add up to a message with a hole), chunks that disagree on the size, a chunk for a
-/// receive already over, a reserved word set.
+/// receive already over, a size no message has, a reserved word set.
 #[test]
 fn a_peer_that_breaks_the_chunk_protocol_fails_the_connection() {
     const POSTED: usize = 300_000;
     const GUARD: usize = 4096;
     type Play = fn(&mut [TcpStream]);
-    let cases: [(&str, Play); 10] = [
+    let cases: [(&str, Play); 11] = [
         ("past the end", |raw| {
             raw[0].write_all(&200_000u64.to_le_bytes()).unwrap();
             raw[1]
@@ -848,6 +848,13 @@ fn a_peer_that_breaks_the_chunk_protocol_fails_the_connection() {
             planned(&mut raw[1], 0, 100_000, 1, 0xee);
             std::thread::sleep(Duration::from_millis(50));
             planned(&mut raw[2], 0, 100_000, 0, 0xee);
+        }),
+        ("a size no message has", |raw| {
+            raw[0].write_all(&200_000u64.to_le_bytes()).unwrap();
+            raw[1]
+                .write_all(&chunk(0, u32::MAX, 4095 << 20, 1 << 20))
+                .unwrap();
+            raw[1].write_all(&[0xee; 65536]).unwrap();
         }),
         ("reserved word", |raw| {
             raw[0].write_all(&200_000u64.to_le_bytes()).unwrap();

@@ -339,11 +339,19 @@ impl Reader {
                         Err(prev) => prev == size + 1,
                     };
                     let c = crate::wire::chunk_size(&posts.shape, h.size as usize);
+                    // Below MAX_CHUNKS for every size `off_plan` lets through.
                     let bit = off / c;
-                    let first = agreed
+                    let fits = h.size as usize <= buf.len() && bit < MAX_CHUNKS;
+                    let first = fits
+                        && agreed
                         && p.chunks[bit / 64].fetch_or(1 << (bit % 64), SeqCst) & (1 << (bit % 64))
                             == 0;
-                    let why = if !agreed {
+                    let why = if !fits {
+                        Some(NetError::Truncated {
+                            incoming: size,
+                            posted: buf.len(),
+                        })
+                    } else if !agreed {
                         Some(protocol(
                             ctx,
                             format!(
@@ -357,11 +365,6 @@ impl Reader {
                             ctx,
                             format!("bytes {off}..{} of message {} twice", off + len, h.seq),
                         ))
-                    } else if h.size as usize > buf.len() {
-                        Some(NetError::Truncated {
-                            incoming: size,
-                            posted: buf.len(),
-                        })
                     } else {
                         None
                     };
