@@ -460,16 +460,7 @@ unsafe fn sys_move(
     wait: bool,
     max: usize,
 ) -> io::Result<Option<usize>> {
-    let mut v = iov.iovecs();
-    let mut left = max;
-    let mut n = 0;
-    for part in v.iter_mut().take(iov.n) {
-        part.iov_len = part.iov_len.min(left);
-        left -= part.iov_len;
-        if part.iov_len > 0 {
-            n += 1;
-        }
-    }
+    let (mut v, n) = iov.iovecs(max);
     if n == 0 {
         return Ok(None);
     }

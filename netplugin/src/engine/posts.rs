@@ -215,16 +215,26 @@ impl Iov {
         }
     }
 
-    /// The pieces as `iovec`s, for `sendmsg`/`recvmsg` and io_uring.
-    pub fn iovecs(&self) -> [libc::iovec; 2] {
-        self.parts.map(|(p, len)| libc::iovec {
-            iov_base: p.cast(),
-            iov_len: len,
-        })
-    }
-
-    pub fn total(&self) -> usize {
-        self.parts[..self.n].iter().map(|p| p.1).sum()
+    /// The pieces as `iovec`s for `sendmsg`/`recvmsg` and io_uring, cut to `max` bytes in all,
+    /// and how many lead with bytes in them (0: nothing to move).
+    pub fn iovecs(&self, max: usize) -> ([libc::iovec; 2], usize) {
+        let mut left = max;
+        let mut n = 0;
+        let v = self.parts.map(|(p, len)| {
+            let len = len.min(left);
+            left -= len;
+            libc::iovec {
+                iov_base: p.cast(),
+                iov_len: len,
+            }
+        });
+        for part in v.iter().take(self.n) {
+            if part.iov_len == 0 {
+                break;
+            }
+            n += 1;
+        }
+        (v, n)
     }
 }
 

@@ -135,16 +135,12 @@ impl Worker {
                 return;
             }
         };
-        *e.iov = iov.iovecs();
-        let mut left = MAX_REQUEST;
-        for v in e.iov.iter_mut() {
-            v.iov_len = v.iov_len.min(left);
-            left -= v.iov_len;
-        }
+        let (v, n) = iov.iovecs(MAX_REQUEST);
+        *e.iov = v;
         // SAFETY: a zeroed msghdr is valid; it names only the boxed iovecs.
         *e.msg = unsafe { std::mem::zeroed() };
         e.msg.msg_iov = e.iov.as_mut_ptr();
-        e.msg.msg_iovlen = iov.n as _;
+        e.msg.msg_iovlen = n as _;
         let fd = types::Fd(e.q.ctx.stream.as_raw_fd());
         // The iovecs name the head chunk of NCCL's lent buffer (ours alone until it is counted
         // down, after this request's completion), the boxed header, or a claimed receive
