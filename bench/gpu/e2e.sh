@@ -18,6 +18,7 @@
 #                   policy has no opinion; the report shows the TUNER/Plugin lines)
 #   bpfpol          the plugin with NCCL_BPF_POLICY=conn_counter.o,size_aware.o and
 #                   NCCL_TUNER_PLUGIN=lib
+#   bpfhooks        the plugin with NCCL_BPF_POLICY=conn_counter.o and no tuner (the hooks' cost)
 #   bpf-<io>, bpfpol-<io>  the same with NCCL_BPF_IO=<io> (auto, uring, epoll, threads)
 #   bpf@<tag>...    any bpf arm with the library build/libnccl-net-bpf-<tag>.so instead (an
 #                   earlier build, for a before/after comparison in one run: bpf@old)
@@ -28,6 +29,10 @@
 #                   piece a message is cut into over the streams), NCCL_BPF_DIRECT_IDLE_US=U (as -d),
 #                   NCCL_BPF_INLINE_BYTES=B (the plugin's settings sweep), in that
 #                   order: bpf-uring-w8-d0, bpf-threads-s8-c8, bpf-g400
+#   ...-r<name>     (last, on any sock or bpf arm) the tuner's rules policy with the rules file
+#                   $BUILD/<name>.conf: NCCL_TUNER_PLUGIN=lib NCCL_BPF_POLICY=rules.o (bpfpol:
+#                   conn_counter.o,rules.o) NCCL_TUNER_CONFIG_FILE=$BUILD/<name>.conf, so Socket
+#                   and the plugin can be tuned alike (bench/gpu/tuner_sweep.py writes such files)
 # SWEEP_ARMS: more Socket settings (sock* names), run alternated with the others in every round
 # but only at SWEEP_SIZES / SWEEP_COLLS / SWEEP_DECODE; they count for "best Socket" where measured.
 #
@@ -79,10 +84,11 @@ NCCL_SUBSYS=${NCCL_SUBSYS:-INIT,NET}
 # arm_env ARM: the arm's environment (VAR=VALUE words), or exit 1 for an unknown name.
 arm_env() {
   local a=$1 io=
-  if [[ $a =~ ^sock(([0-9]+)ch)?(([0-9]+)x([0-9]+))?$ ]]; then
+  if [[ $a =~ ^sock(([0-9]+)ch)?(([0-9]+)x([0-9]+))?(-r([a-z0-9_]+))?$ ]]; then
     echo -n "NCCL_NET=Socket"
     [ -n "${BASH_REMATCH[2]}" ] && echo -n " NCCL_MIN_NCHANNELS=${BASH_REMATCH[2]}"
     [ -n "${BASH_REMATCH[4]}" ] && echo -n " NCCL_SOCKET_NTHREADS=${BASH_REMATCH[4]} NCCL_NSOCKS_PERTHREAD=${BASH_REMATCH[5]}"
+    [ -n "${BASH_REMATCH[7]}" ] && echo -n " NCCL_TUNER_PLUGIN=$LIB NCCL_BPF_POLICY=$B/rules.o NCCL_TUNER_CONFIG_FILE=$B/${BASH_REMATCH[7]}.conf"
     echo
     return 0
   fi
@@ -91,12 +97,19 @@ arm_env() {
     base=${BASH_REMATCH[1]}${BASH_REMATCH[3]}
     lib=$B/libnccl-net-bpf-${BASH_REMATCH[2]}.so
   fi
-  if [[ $base =~ ^(bpf|bpfpol)(-(auto|uring|epoll|threads))?(-w([0-9]+))?(-d([0-9]+[KM]?))?(-s([0-9]+))?(-c([0-9]+))?(-p([0-9]+))?(-g([0-9]+))?(-m([0-9]+[KM]?))?(-i([0-9]+))?(-l([0-9]+[KM]?))?$ ]]; then
+  if [[ $base =~ ^(bpf|bpfpol|bpfhooks)(-(auto|uring|epoll|threads))?(-w([0-9]+))?(-d([0-9]+[KM]?))?(-s([0-9]+))?(-c([0-9]+))?(-p([0-9]+))?(-g([0-9]+))?(-m([0-9]+[KM]?))?(-i([0-9]+))?(-l([0-9]+[KM]?))?(-r([a-z0-9_]+))?$ ]]; then
     io=${BASH_REMATCH[3]}
+    local rules=${BASH_REMATCH[23]}
     local w=${BASH_REMATCH[5]} d=${BASH_REMATCH[7]} st=${BASH_REMATCH[9]} ch=${BASH_REMATCH[11]} sp=${BASH_REMATCH[13]} g=${BASH_REMATCH[15]} mc=${BASH_REMATCH[17]} di=${BASH_REMATCH[19]} il=${BASH_REMATCH[21]}
     echo -n "NCCL_NET_PLUGIN=$lib NCCL_NET=BPF"
-    if [ "${BASH_REMATCH[1]}" = bpfpol ]; then
+    if [ -n "$rules" ]; then
+      local pol=$B/rules.o
+      [ "${BASH_REMATCH[1]}" = bpfpol ] && pol=$B/conn_counter.o,$pol
+      echo -n " NCCL_TUNER_PLUGIN=$lib NCCL_BPF_POLICY=$pol NCCL_TUNER_CONFIG_FILE=$B/$rules.conf"
+    elif [ "${BASH_REMATCH[1]}" = bpfpol ]; then
       echo -n " NCCL_TUNER_PLUGIN=$lib NCCL_BPF_POLICY=$B/conn_counter.o,$B/size_aware.o"
+    elif [ "${BASH_REMATCH[1]}" = bpfhooks ]; then
+      echo -n " NCCL_TUNER_PLUGIN=none NCCL_BPF_POLICY=$B/conn_counter.o"
     else
       echo -n " NCCL_TUNER_PLUGIN=none"
     fi
@@ -119,11 +132,15 @@ arm_env() {
 # Everything checked before the GPU is touched.
 [ -f "$LIB" ] || die "missing $LIB: run scripts/stage.sh on a build machine"
 for a in $ARMS $SWEEP_ARMS; do
-  arm_env "$a" >/dev/null || die "unknown arm '$a' (sock[<C>ch][<T>x<S>], bpf[@<tag>], bpfpol[@<tag>], bpf-<io>, bpfpol-<io> [-w<N>][-d<B>][-s<N>][-c<N>][-p<N>][-g<G>][-m<B>][-i<U>][-l<B>]; io: auto uring epoll threads)"
+  arm_env "$a" >/dev/null || die "unknown arm '$a' (sock[<C>ch][<T>x<S>][-r<rules>], bpf[@<tag>], bpfpol[@<tag>], bpfhooks[@<tag>], bpf-<io>, bpfpol-<io> [-w<N>][-d<B>][-s<N>][-c<N>][-p<N>][-g<G>][-m<B>][-i<U>][-l<B>][-r<rules>]; io: auto uring epoll threads)"
+  if [[ $a =~ -r([a-z0-9_]+)$ ]]; then
+    for f in "$B/rules.o" "$B/${BASH_REMATCH[1]}.conf"; do [ -f "$f" ] || die "missing $f (arm $a)"; done
+  fi
   if [[ $a =~ @([a-z0-9]+) ]]; then
     [ -f "$B/libnccl-net-bpf-${BASH_REMATCH[1]}.so" ] || die "missing $B/libnccl-net-bpf-${BASH_REMATCH[1]}.so (arm $a)"
   fi
   case $a in
+    bpfhooks*) [ -f "$B/conn_counter.o" ] || die "missing $B/conn_counter.o (arm $a): run scripts/stage.sh" ;;
     bpfpol*) for f in "$B/conn_counter.o" "$B/size_aware.o"; do [ -f "$f" ] || die "missing $f (arm $a): run scripts/stage.sh"; done ;;
   esac
 done
