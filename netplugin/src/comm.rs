@@ -639,36 +639,35 @@ impl Comm {
                 len: len as u32,
             }
             .encode();
-            let task = Task {
+            let task = Task::new(
                 idx,
-                hdr: Box::new(hdr),
-                buf: buf.sub(off, len),
-            };
+                Box::new(hdr),
+                buf.sub(off, len),
+                &self.slots,
+                &st.queued[k],
+            );
             self.submit(st, k, task);
         }
     }
 
     /// Queues `task` with the data path on stream `k`; if nothing takes it, its request fails.
     fn submit(&self, st: &mut State, k: usize, task: Task) {
-        let idx = task.idx;
-        let bytes = task.wire_len() as u64;
-        st.queued[k].fetch_add(bytes, Ordering::AcqRel);
+        st.queued[k].fetch_add(task.wire_len() as u64, Ordering::AcqRel);
         let refused = match st.workers.as_ref() {
-            Some(w) => w.submit(k, task).is_err(),
-            None => true,
+            Some(w) => w.submit(k, task).err(),
+            None => Some(task),
         };
-        if refused {
+        if let Some(task) = refused {
             // Nothing serves this stream (a helper cannot exit while its sender lives, a
             // worker runs until the process ends, and both catch their panics, so this is a
-            // bug): the message cannot be carried.
-            st.queued[k].fetch_sub(bytes, Ordering::AcqRel);
+            // bug): the message cannot be carried. The error is recorded first, so `test`
+            // reports it; dropping the task fails the request and takes its bytes off the
+            // stream's count.
             lock(&self.worker_error).get_or_insert_with(|| NetError::Broken {
                 msg: format!("nothing serves data stream {k}"),
                 code: NcclResult::INTERNAL_ERROR,
             });
-            let slot = &self.slots[idx as usize];
-            slot.failed.store(true, Ordering::Release);
-            slot.pending_chunks.fetch_sub(1, Ordering::AcqRel);
+            drop(task);
         }
     }
 

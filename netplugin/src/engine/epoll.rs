@@ -172,17 +172,19 @@ impl Worker {
             }
             Cmd::Task { key, task } => {
                 let Some(e) = self.streams.get_mut(&key) else {
-                    debug_assert!(false, "a chunk for stream {key}, which is not served here");
+                    // A bug: the task is dropped, which fails its request (`Task`'s drop), so
+                    // NCCL gets an error rather than a send that never completes.
                     crate::nlog!(
                         WARN,
                         NET,
-                        "epoll I/O: a chunk of request {} for unknown stream {key} (a bug)",
+                        "epoll I/O: a chunk of request {} for unknown stream {key} (a bug); \
+                         its send fails",
                         task.idx
                     );
                     return;
                 };
                 if e.q.broken {
-                    e.q.ctx.abandon(&task);
+                    e.q.ctx.abandon(task);
                     return;
                 }
                 e.q.tasks.push_back(task);

@@ -185,16 +185,68 @@ pub fn resolve(mode: IoMode) -> (Path, Option<String>) {
 
 /// One chunk of a message for a send stream: request slot `idx`, its header (boxed: io_uring
 /// reads it while the queue may grow), its bytes `buf`.
+///
+/// A task is settled exactly once: sent ([`StreamCtx::finished`]), given up
+/// ([`StreamCtx::abandon`]), or, if some path loses it (a worker that no longer serves its
+/// stream, a queue dropped in a panic), when it is dropped: its request then fails and its
+/// stream's queued bytes go down, so NCCL sees an error instead of a send that never completes.
 pub struct Task {
     pub idx: u32,
     pub hdr: Box<[u8; crate::wire::CHUNK_HEADER_SIZE]>,
     pub buf: Buf,
+    owed: Option<Owed>,
+}
+
+/// What a chunk owes until it is settled: one of its request's pending chunks, and its bytes in
+/// its stream's queued count.
+struct Owed {
+    slots: Arc<[ReqSlot]>,
+    queued: Arc<AtomicU64>,
 }
 
 impl Task {
+    /// Chunk `idx`'s task for the stream whose queued count is `queued` (which the caller has
+    /// already raised by [`Task::wire_len`]); `slots` are its comm's requests.
+    pub fn new(
+        idx: u32,
+        hdr: Box<[u8; crate::wire::CHUNK_HEADER_SIZE]>,
+        buf: Buf,
+        slots: &Arc<[ReqSlot]>,
+        queued: &Arc<AtomicU64>,
+    ) -> Task {
+        Task {
+            idx,
+            hdr,
+            buf,
+            owed: Some(Owed {
+                slots: Arc::clone(slots),
+                queued: Arc::clone(queued),
+            }),
+        }
+    }
+
     /// Bytes on the wire: header and payload.
     pub fn wire_len(&self) -> usize {
         crate::wire::CHUNK_HEADER_SIZE + self.buf.len()
+    }
+
+    /// Pays what the chunk owes, once: `sent` false fails its request first (before its
+    /// pending count can reach 0, which `test` would take for success).
+    fn settle(&mut self, sent: bool) {
+        let Some(o) = self.owed.take() else { return };
+        let slot = &o.slots[self.idx as usize];
+        if !sent {
+            slot.failed.store(true, Ordering::Release);
+        }
+        slot.pending_chunks.fetch_sub(1, Ordering::AcqRel);
+        o.queued
+            .fetch_sub(self.wire_len() as u64, Ordering::Release);
+    }
+}
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        self.settle(false);
     }
 }
 
@@ -233,24 +285,16 @@ impl StreamCtx {
     }
 
     /// Chunk `t` sent.
-    pub fn finished(&self, t: &Task) {
+    pub fn finished(&self, mut t: Task) {
         if let Some(p) = &self.progress {
             p.stamp();
         }
-        self.slots[t.idx as usize]
-            .pending_chunks
-            .fetch_sub(1, Ordering::AcqRel);
-        self.queued
-            .fetch_sub(t.wire_len() as u64, Ordering::Release);
+        t.settle(true);
     }
 
-    /// Chunk `t` not sent (the stream failed, or its comm closed).
-    pub fn abandon(&self, t: &Task) {
-        let slot = &self.slots[t.idx as usize];
-        slot.failed.store(true, Ordering::Release);
-        slot.pending_chunks.fetch_sub(1, Ordering::AcqRel);
-        self.queued
-            .fetch_sub(t.wire_len() as u64, Ordering::Release);
+    /// Chunk `t` not sent (the stream failed, or its comm closed): its request fails.
+    pub fn abandon(&self, mut t: Task) {
+        t.settle(false);
     }
 
     /// The stream failed: its byte sequence is out of step from here on, and the connection
@@ -330,7 +374,7 @@ impl Queue {
     pub fn abandon_all(&mut self) {
         self.head_done = 0;
         for t in self.tasks.drain(..) {
-            self.ctx.abandon(&t);
+            self.ctx.abandon(t);
         }
         if let Some(r) = &mut self.reader {
             r.fail(&self.ctx);
@@ -405,7 +449,7 @@ impl Queue {
             && let Some(t) = self.tasks.pop_front()
         {
             self.head_done = 0;
-            self.ctx.finished(&t);
+            self.ctx.finished(t);
         }
     }
 
@@ -554,6 +598,106 @@ mod tests {
     use std::io::Write;
     use std::net::TcpListener;
     use std::time::Duration;
+
+    /// A chunk settles once: sent, its request stays unfailed; given up or lost (dropped with
+    /// nothing settled, as a path that loses it would), its request fails before its pending
+    /// count reaches 0, and its bytes leave the stream's queued count either way.
+    #[test]
+    fn a_chunk_settles_once_and_a_lost_one_fails_its_request() {
+        let slots = ReqSlot::fresh(3);
+        let queued = Arc::new(AtomicU64::new(0));
+        let mut data = vec![0u8; 100];
+        // SAFETY: `data` outlives the tasks (no I/O is done with them).
+        let buf = unsafe { Buf::new(data.as_mut_ptr(), data.len()) };
+        let task = |idx| {
+            slots[idx as usize]
+                .pending_chunks
+                .store(1, Ordering::Relaxed);
+            let t = Task::new(idx, Box::new([0; 64]), buf, &slots, &queued);
+            queued.fetch_add(t.wire_len() as u64, Ordering::Relaxed);
+            t
+        };
+        let ctx = StreamCtx {
+            direction: ConnDirection::Send,
+            name: "ncclbpf S0".into(),
+            conn_id: 1,
+            index: 0,
+            stream: Arc::new(loopback_pair().0),
+            siblings: Arc::from(Vec::new()),
+            slots: Arc::clone(&slots),
+            error: Arc::new(Mutex::new(None)),
+            failed: Arc::new(AtomicBool::new(false)),
+            progress: None,
+            queued: Arc::new(AtomicU64::new(0)),
+            posts: None,
+        };
+        ctx.finished(task(0));
+        assert_eq!(slots[0].pending_chunks.load(Ordering::Acquire), 0);
+        assert!(!slots[0].failed.load(Ordering::Acquire));
+        ctx.abandon(task(1));
+        assert_eq!(slots[1].pending_chunks.load(Ordering::Acquire), 0);
+        assert!(slots[1].failed.load(Ordering::Acquire));
+        drop(task(2));
+        assert_eq!(slots[2].pending_chunks.load(Ordering::Acquire), 0);
+        assert!(slots[2].failed.load(Ordering::Acquire));
+        assert_eq!(
+            queued.load(Ordering::Acquire),
+            0,
+            "every chunk's bytes left the count"
+        );
+    }
+
+    fn loopback_pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        (a, l.accept().unwrap().0)
+    }
+
+    /// A chunk that reaches a worker for a stream it does not serve (only a bug could send
+    /// one) fails its request instead of vanishing, which left the send pending for ever.
+    #[test]
+    fn a_chunk_for_an_unknown_stream_fails_its_request() {
+        let mut paths = vec![Path::Epoll];
+        if uring::probe().is_ok() {
+            paths.push(Path::Uring);
+        }
+        for path in paths {
+            let (ours, _peer) = loopback_pair();
+            let ours = Arc::new(ours);
+            let slots = ReqSlot::fresh(1);
+            let queued = Arc::new(AtomicU64::new(0));
+            let ctx = StreamCtx {
+                direction: ConnDirection::Send,
+                name: "ncclbpf S0".into(),
+                conn_id: 0x5709_0002,
+                index: 0,
+                stream: Arc::clone(&ours),
+                siblings: Arc::from(vec![Arc::clone(&ours)]),
+                slots: Arc::clone(&slots),
+                error: Arc::new(Mutex::new(None)),
+                failed: Arc::new(AtomicBool::new(false)),
+                progress: None,
+                queued: Arc::clone(&queued),
+                posts: None,
+            };
+            let streams = pool::Streams::start(path, vec![ctx]).unwrap();
+            slots[0].pending_chunks.store(1, Ordering::Release);
+            let t = Task::new(0, Box::new([0; 64]), Buf::EMPTY, &slots, &queued);
+            queued.fetch_add(t.wire_len() as u64, Ordering::Release);
+            streams.submit_unknown(0, t);
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while slots[0].pending_chunks.load(Ordering::Acquire) != 0 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{path}: the lost chunk's send is still pending"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert!(slots[0].failed.load(Ordering::Acquire), "{path}");
+            assert_eq!(queued.load(Ordering::Acquire), 0, "{path}");
+            streams.stop();
+        }
+    }
 
     /// A stream removed while its reader's receive is with the kernel (the socket *not* shut
     /// down, so only the engine's own cancel can end the request) is let go only once nothing

@@ -315,6 +315,15 @@ impl Streams {
         }
     }
 
+    /// Sends `task` to stream `k`'s worker under a key no worker serves: the engine's "a bug"
+    /// path, for tests.
+    #[cfg(test)]
+    pub fn submit_unknown(&self, k: usize, task: Task) {
+        let (w, _) = self.at[k];
+        let key = u64::MAX / 2;
+        let _ = self.pool.workers[w].send(Cmd::Task { key, task });
+    }
+
     pub fn poke(&self, k: usize) {
         if let Some(&(w, key)) = self.at.get(k) {
             // A worker that is gone has failed its streams already.

@@ -146,7 +146,7 @@ fn run_send(mut q: Queue, rx: Receiver<Msg>) {
     for msg in rx {
         let Msg::Task(task) = msg else { continue };
         if q.broken {
-            q.ctx.abandon(&task);
+            q.ctx.abandon(task);
             continue;
         }
         q.tasks.push_back(task);
@@ -168,7 +168,7 @@ fn run_recv(mut q: Queue, rx: Receiver<Msg>) {
                     r.waiting = false;
                 }
             }
-            Ok(Msg::Task(t)) => q.ctx.abandon(&t),
+            Ok(Msg::Task(t)) => q.ctx.abandon(t),
             Err(_) => {
                 q.abandon_all();
                 return;
