@@ -617,20 +617,7 @@ mod tests {
             queued.fetch_add(t.wire_len() as u64, Ordering::Relaxed);
             t
         };
-        let ctx = StreamCtx {
-            direction: ConnDirection::Send,
-            name: "ncclbpf S0".into(),
-            conn_id: 1,
-            index: 0,
-            stream: Arc::new(loopback_pair().0),
-            siblings: Arc::from(Vec::new()),
-            slots: Arc::clone(&slots),
-            error: Arc::new(Mutex::new(None)),
-            failed: Arc::new(AtomicBool::new(false)),
-            progress: None,
-            queued: Arc::new(AtomicU64::new(0)),
-            posts: None,
-        };
+        let ctx = send_ctx(Arc::new(loopback_pair().0), &slots, &queued);
         ctx.finished(task(0));
         assert_eq!(slots[0].pending_chunks.load(Ordering::Acquire), 0);
         assert!(!slots[0].failed.load(Ordering::Acquire));
@@ -647,6 +634,37 @@ mod tests {
         );
     }
 
+    /// Stream 0 of a send connection of one stream, for `slots` and the stream's `queued` count.
+    fn send_ctx(
+        stream: Arc<TcpStream>,
+        slots: &Arc<[ReqSlot]>,
+        queued: &Arc<AtomicU64>,
+    ) -> StreamCtx {
+        StreamCtx {
+            direction: ConnDirection::Send,
+            name: "ncclbpf S0".into(),
+            conn_id: 0x5709_0002,
+            index: 0,
+            siblings: Arc::from(vec![Arc::clone(&stream)]),
+            stream,
+            slots: Arc::clone(slots),
+            error: Arc::new(Mutex::new(None)),
+            failed: Arc::new(AtomicBool::new(false)),
+            progress: None,
+            queued: Arc::clone(queued),
+            posts: None,
+        }
+    }
+
+    /// The pool's paths this machine has: epoll, and io_uring where it is allowed.
+    fn pool_paths() -> Vec<Path> {
+        let mut paths = vec![Path::Epoll];
+        if uring::probe().is_ok() {
+            paths.push(Path::Uring);
+        }
+        paths
+    }
+
     fn loopback_pair() -> (TcpStream, TcpStream) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
@@ -657,29 +675,11 @@ mod tests {
     /// one) fails its request instead of vanishing, which left the send pending for ever.
     #[test]
     fn a_chunk_for_an_unknown_stream_fails_its_request() {
-        let mut paths = vec![Path::Epoll];
-        if uring::probe().is_ok() {
-            paths.push(Path::Uring);
-        }
-        for path in paths {
+        for path in pool_paths() {
             let (ours, _peer) = loopback_pair();
-            let ours = Arc::new(ours);
             let slots = ReqSlot::fresh(1);
             let queued = Arc::new(AtomicU64::new(0));
-            let ctx = StreamCtx {
-                direction: ConnDirection::Send,
-                name: "ncclbpf S0".into(),
-                conn_id: 0x5709_0002,
-                index: 0,
-                stream: Arc::clone(&ours),
-                siblings: Arc::from(vec![Arc::clone(&ours)]),
-                slots: Arc::clone(&slots),
-                error: Arc::new(Mutex::new(None)),
-                failed: Arc::new(AtomicBool::new(false)),
-                progress: None,
-                queued: Arc::clone(&queued),
-                posts: None,
-            };
+            let ctx = send_ctx(Arc::new(ours), &slots, &queued);
             let streams = pool::Streams::start(path, vec![ctx]).unwrap();
             slots[0].pending_chunks.store(1, Ordering::Release);
             let t = Task::new(0, Box::new([0; 64]), Buf::EMPTY, &slots, &queued);
@@ -705,11 +705,7 @@ mod tests {
     /// never land there, the claim is dropped and the receive marked failed.
     #[test]
     fn a_stopped_stream_leaves_its_buffer_alone() {
-        let mut paths = vec![Path::Epoll];
-        if uring::probe().is_ok() {
-            paths.push(Path::Uring);
-        }
-        for path in paths {
+        for path in pool_paths() {
             let l = TcpListener::bind("127.0.0.1:0").unwrap();
             let mut peer = TcpStream::connect(l.local_addr().unwrap()).unwrap();
             let ours = Arc::new(l.accept().unwrap().0);
