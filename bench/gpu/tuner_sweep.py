@@ -96,6 +96,8 @@ def tag_of(size, bases, channels):
     for b in bases:
         if b <= size and (best is None or b > best):
             best = b
+    if best is None:
+        return None
     k, r = divmod(size - best, STEP)
     cs = combos(best, channels)
     if r or k >= len(cs):
