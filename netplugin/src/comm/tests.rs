@@ -1,5 +1,6 @@
 //! Tests of the data path of one connection end: both ends on loopback on every path
 //! (threads, epoll, uring), and a receive end whose peer is the test on raw sockets.
+use super::send::least_queued;
 use super::*;
 use std::io::Write;
 use std::net::TcpListener;
