@@ -516,7 +516,7 @@ impl Comm {
         if st.workers.is_some() {
             return Ok(());
         }
-        let ctxs = self.stream_ctxs(&st.data, &st.queued, &st.posts, st.hooks.progress_mark());
+        let ctxs = self.stream_ctxs(&st.data, &st.posts, st.hooks.progress_mark());
         match DataPath::start(self.path, ctxs) {
             Ok(w) => {
                 st.workers = Some(w);
@@ -532,7 +532,6 @@ impl Comm {
     fn stream_ctxs(
         &self,
         data: &Arc<[Arc<TcpStream>]>,
-        queued: &[Arc<AtomicU64>],
         posts: &Arc<Posts>,
         progress: Option<ProgressMark<'static>>,
     ) -> Vec<StreamCtx> {
@@ -553,7 +552,6 @@ impl Comm {
                 error: Arc::clone(&self.worker_error),
                 failed: Arc::clone(&self.stream_failed),
                 progress,
-                queued: Arc::clone(&queued[k]),
                 posts: (self.direction == ConnDirection::Recv).then(|| Arc::clone(posts)),
             })
             .collect()

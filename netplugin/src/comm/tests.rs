@@ -1049,22 +1049,6 @@ fn chunks_go_to_the_least_loaded_stream() {
     assert_eq!(least_queued(&q(&[1 << 40, 3, 3, 3]), 0), 1);
 }
 
-/// A small seeded generator (xorshift64*), so that a failing case can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
 /// A peer that puts each planned chunk on any stream it likes (in message order per stream, as
 /// the protocol asks), inline and chunked messages mixed, while the receiver posts its receives
 /// a few at a time and late: every message arrives whole and in order, on every path. Seeded,
@@ -1073,15 +1057,16 @@ impl Rng {
 fn chunks_on_any_stream_in_any_interleaving_arrive_whole() {
     for (i, path) in paths().into_iter().enumerate() {
         for seed in 1..=6u64 {
-            let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (seed * 0x1000 + i as u64));
+            let mut rng =
+                fastrand::Rng::with_seed(0x9e37_79b9_7f4a_7c15 ^ (seed * 0x1000 + i as u64));
             let id = 0xa11c_0000 + 0x100 * i as u64 + 2 * seed;
             let (r, mut raw) = raw_peer(path, id);
             let count = 10;
             let sizes: Vec<usize> = (0..count)
-                .map(|_| match rng.below(4) {
-                    0 => rng.below(65_537) as usize,
-                    1 => 65_537 + rng.below(200_000) as usize,
-                    _ => 300_000 + rng.below(3 << 20) as usize,
+                .map(|_| match rng.u64(..4) {
+                    0 => rng.u64(..65_537) as usize,
+                    1 => 65_537 + rng.u64(..200_000) as usize,
+                    _ => 300_000 + rng.u64(..3 << 20) as usize,
                 })
                 .collect();
             let msgs: Vec<Vec<u8>> = sizes
@@ -1102,7 +1087,7 @@ fn chunks_on_any_stream_in_any_interleaving_arrive_whole() {
                     continue;
                 }
                 wire::plan_chunks(&SHAPE, msg.len(), |o, l| {
-                    let k = 1 + rng.below(u64::from(STREAMS)) as usize;
+                    let k = 1 + rng.u64(..u64::from(STREAMS)) as usize;
                     wire[k].extend_from_slice(&chunk(
                         m as u64,
                         msg.len() as u32,
@@ -1127,10 +1112,10 @@ fn chunks_on_any_stream_in_any_interleaving_arrive_whole() {
             let mut next = 0;
             for m in 0..count {
                 // Keep 1..=3 receives posted ahead, sometimes after a pause.
-                let ahead = 1 + rng.below(3) as usize;
+                let ahead = 1 + rng.u64(..3) as usize;
                 while next < count && next < m + ahead {
-                    if rng.below(3) == 0 {
-                        std::thread::sleep(Duration::from_millis(rng.below(5)));
+                    if rng.u64(..3) == 0 {
+                        std::thread::sleep(Duration::from_millis(rng.u64(..5)));
                     }
                     let b = buf(&mut into[next]);
                     posted.push(r.irecv(b).unwrap().unwrap());

@@ -269,9 +269,6 @@ pub struct StreamCtx {
     /// Stamps the connection's last progress after each chunk (the comm stops its data path
     /// before its hooks, which hold the record, are dropped).
     pub progress: Option<ProgressMark<'static>>,
-    /// Send: bytes (headers included) queued on this stream and not yet moved; the comm puts
-    /// each chunk on the stream with the fewest.
-    pub queued: Arc<AtomicU64>,
     /// Receive: the comm's posted receives, which this stream's chunks name.
     pub posts: Option<Arc<Posts>>,
 }
@@ -617,7 +614,7 @@ mod tests {
             queued.fetch_add(t.wire_len() as u64, Ordering::Relaxed);
             t
         };
-        let ctx = send_ctx(Arc::new(loopback_pair().0), &slots, &queued);
+        let ctx = send_ctx(Arc::new(loopback_pair().0), &slots);
         ctx.finished(task(0));
         assert_eq!(slots[0].pending_chunks.load(Ordering::Acquire), 0);
         assert!(!slots[0].failed.load(Ordering::Acquire));
@@ -634,12 +631,8 @@ mod tests {
         );
     }
 
-    /// Stream 0 of a send connection of one stream, for `slots` and the stream's `queued` count.
-    fn send_ctx(
-        stream: Arc<TcpStream>,
-        slots: &Arc<[ReqSlot]>,
-        queued: &Arc<AtomicU64>,
-    ) -> StreamCtx {
+    /// Stream 0 of a send connection of one stream, for `slots`.
+    fn send_ctx(stream: Arc<TcpStream>, slots: &Arc<[ReqSlot]>) -> StreamCtx {
         StreamCtx {
             direction: ConnDirection::Send,
             name: "ncclbpf S0".into(),
@@ -651,7 +644,6 @@ mod tests {
             error: Arc::new(Mutex::new(None)),
             failed: Arc::new(AtomicBool::new(false)),
             progress: None,
-            queued: Arc::clone(queued),
             posts: None,
         }
     }
@@ -679,7 +671,7 @@ mod tests {
             let (ours, _peer) = loopback_pair();
             let slots = ReqSlot::fresh(1);
             let queued = Arc::new(AtomicU64::new(0));
-            let ctx = send_ctx(Arc::new(ours), &slots, &queued);
+            let ctx = send_ctx(Arc::new(ours), &slots);
             let streams = pool::Streams::start(path, vec![ctx]).unwrap();
             slots[0].pending_chunks.store(1, Ordering::Release);
             let t = Task::new(0, Box::new([0; 64]), Buf::EMPTY, &slots, &queued);
@@ -727,7 +719,6 @@ mod tests {
                 error: Arc::new(Mutex::new(None)),
                 failed: Arc::new(AtomicBool::new(false)),
                 progress: None,
-                queued: Arc::new(AtomicU64::new(0)),
                 posts: Some(Arc::clone(&posts)),
             };
             let mut into = vec![0u8; 4096];
