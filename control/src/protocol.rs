@@ -35,7 +35,7 @@
 //! ```
 //!
 //! `WHAT` is a section (`net/complete`) or `map`. A reload that fails for any reason (the file,
-//! its parsing, a program the verifier rejects, a map whose shape changed) answers `error:`
+//! its parsing, a program the verifier rejects, a map whose shape or scope changed) answers `error:`
 //! after its `rejected` items, and every hook keeps the program it had. Unknown item lines
 //! are kept as [`Item::Other`] so older clients read newer servers (and an older client reads
 //! `staged config` as an [`Item::Staged`] of section `config`, named after the map).

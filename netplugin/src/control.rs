@@ -7,8 +7,9 @@
 //!
 //! A reload is all or nothing over the object's net programs: every one is verified before any
 //! map is created or bound, every named map is checked against the registry (the same name
-//! with another shape rejects the whole reload with the registry's message; the same shape is
-//! the same map, so counts carry on), then all are bound and compiled, and only then the new
+//! with another shape, scope, epoch source or reduction rejects the whole reload with the
+//! registry's message naming both objects; the same identity is the same map, so counts carry
+//! on), then all are bound and compiled, and only then the new
 //! set of programs replaces the old in one store. Any failure leaves every hook as it was.
 //! A plain `reload` refuses the object's tuner programs (a tuner swap must happen at the same
 //! collective on every rank) and still swaps its net programs. `stage SEQ PATH` stages the
@@ -476,8 +477,8 @@ pub fn reload(path: &Path, registry: &Registry, opts: &LoadOptions) -> Reply {
         return fail(rejected, notes, why);
     }
 
-    // Every named map that exists keeps its shape (it is the same map, state and all).
-    let owner = format!("{}:{}", wanted[0].1.section, wanted[0].1.name);
+    // Every named map that exists keeps its identity (it is the same map, state and all).
+    let owner = policy_runtime::program::owner(&shown, &wanted[0].1.section, &wanted[0].1.name);
     if let Err(e) = check_maps(&obj, registry, &owner) {
         let name = match &e {
             LoadError::Map(RegistryError::Conflict(c)) => c.name.clone(),
@@ -499,7 +500,7 @@ pub fn reload(path: &Path, registry: &Registry, opts: &LoadOptions) -> Reply {
     let mut loaded = vec![];
     for (h, v) in verified {
         let (section, name) = (v.section().to_string(), v.name().to_string());
-        match v.bind(registry, opts) {
+        match v.bind_as(registry, opts, &shown) {
             Ok(p) => loaded.push((h, p)),
             Err(e) => {
                 rejected.push(Item::Rejected {

@@ -185,7 +185,7 @@ impl NetSet {
                     ));
                     continue;
                 }
-                match LoadedProgram::load(&obj, Some(&p.name), registry, &opts) {
+                match LoadedProgram::load_as(&obj, Some(&p.name), path, registry, &opts) {
                     Ok(lp) => out.by_hook[h] = Some(Arc::new(Attached::new(lp, &obj, path, 1))),
                     Err(e) => problems.push(format!("{path}: {e}")),
                 }

@@ -9,7 +9,9 @@ use policy_object::insn::{self as op, Insn};
 use policy_object::{MapKind, Object, ObjectError};
 use policy_verifier::platform::HELPER_MAP_LOOKUP;
 use policy_verifier::{Limits, Stats, VerifyError};
-use shared_maps::{Map, MapSpec, MapType, Registry, RegistryError};
+use shared_maps::{
+    Map, MapIdentity, MapReduce, MapScope, MapSpec, MapType, Registry, RegistryError,
+};
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -145,6 +147,38 @@ fn spec_of(m: &policy_object::MapDef, name: String) -> MapSpec {
     }
 }
 
+/// What the registry compares when another program declares a map of the same name: the shape
+/// and every property the verifier (scope, read-only, global data: `MapInfo`), the locality rule
+/// (scope) and the agreement (epoch source, reduction) took from this declaration.
+pub fn identity_of(m: &policy_object::MapDef) -> MapIdentity {
+    MapIdentity {
+        spec: spec_of(m, m.name.clone()),
+        scope: match m.scope {
+            policy_object::Scope::Local => MapScope::Local,
+            policy_object::Scope::Agreed => MapScope::Agreed,
+            policy_object::Scope::Config => MapScope::Config,
+        },
+        source: m.source,
+        reduce: match m.reduce {
+            policy_object::Reduce::Sum => MapReduce::Sum,
+            policy_object::Reduce::Max => MapReduce::Max,
+            policy_object::Reduce::Min => MapReduce::Min,
+        },
+        read_only: m.read_only,
+        global_data: m.initial.is_some(),
+    }
+}
+
+/// How a program is named as a map's declarer in registry errors: `<object> (<section> program
+/// '<name>')`, or without the object when `origin` is empty.
+pub fn owner(origin: &str, section: &str, name: &str) -> String {
+    if origin.is_empty() {
+        format!("{section}:{name}")
+    } else {
+        format!("{origin} ({section} program '{name}')")
+    }
+}
+
 impl LoadedProgram {
     /// Parses `bytes` and loads program `name` (or the only program).
     pub fn from_elf(
@@ -164,6 +198,18 @@ impl LoadedProgram {
         opts: &LoadOptions,
     ) -> Result<LoadedProgram, LoadError> {
         LoadedProgram::check(obj, name, opts)?.bind(registry, opts)
+    }
+
+    /// [`load`](Self::load) with the object's path (`origin`) named in map conflicts, as
+    /// [`Verified::bind_as`].
+    pub fn load_as(
+        obj: &Object,
+        name: Option<&str>,
+        origin: &str,
+        registry: &Registry,
+        opts: &LoadOptions,
+    ) -> Result<LoadedProgram, LoadError> {
+        LoadedProgram::check(obj, name, opts)?.bind_as(registry, opts, origin)
     }
 
     /// The first step of [`load`](Self::load): finds program `name` (or the only program) and
@@ -205,12 +251,12 @@ impl LoadedProgram {
 }
 
 /// Checks that every named map of `obj` can be bound in `registry`: a map of the same name
-/// that already exists there has the same shape. Creates nothing. `owner` names the
-/// declaration in the message (`section:program`).
+/// that already exists there has the same identity ([`identity_of`]). Creates nothing. `owner`
+/// names the declaration in the message ([`owner`](fn@owner)).
 pub fn check_maps(obj: &Object, registry: &Registry, owner: &str) -> Result<(), LoadError> {
     for m in obj.maps.iter().filter(|m| m.initial.is_none()) {
         registry
-            .check_shared(&spec_of(m, m.name.clone()), owner)
+            .check(&identity_of(m), owner)
             .map_err(LoadError::Map)?;
     }
     Ok(())
@@ -236,14 +282,26 @@ impl Verified<'_> {
 
     /// Binds the object's maps through `registry`, patches map references and compiles.
     pub fn bind(self, registry: &Registry, opts: &LoadOptions) -> Result<LoadedProgram, LoadError> {
+        self.bind_as(registry, opts, "")
+    }
+
+    /// [`bind`](Self::bind), naming the object's path `origin` (with the program) as the
+    /// declarer in map conflicts: the registry's error then names both objects.
+    pub fn bind_as(
+        self,
+        registry: &Registry,
+        opts: &LoadOptions,
+        origin: &str,
+    ) -> Result<LoadedProgram, LoadError> {
         let Verified {
             obj,
             prog,
             stats,
             verify,
         } = self;
-        // Bind maps: named maps are shared by name and shape; global data is private.
-        let owner = format!("{}:{}", prog.section, prog.name);
+        // Bind maps: named maps are shared by name and identity (the registry compares every
+        // property this program was verified against); global data is private.
+        let owner = owner(origin, &prog.section, &prog.name);
         let mut maps = Vec::with_capacity(obj.maps.len());
         for m in &obj.maps {
             let map = if let Some(init) = &m.initial {
@@ -254,7 +312,7 @@ impl Verified<'_> {
                 map
             } else {
                 registry
-                    .shared(&spec_of(m, m.name.clone()), &owner)
+                    .declare(&identity_of(m), &owner)
                     .map_err(LoadError::Map)?
             };
             maps.push(map);

@@ -77,7 +77,7 @@ impl Programs {
                     ));
                     continue;
                 }
-                match LoadedProgram::load(&obj, Some(&p.name), registry, &opts) {
+                match LoadedProgram::load_as(&obj, Some(&p.name), &src.path, registry, &opts) {
                     Ok(lp) => out.by_hook[h] = Some((lp, src.path.clone())),
                     Err(e) => problems.push(format!("{}: {e}", src.path)),
                 }

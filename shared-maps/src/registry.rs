@@ -1,7 +1,15 @@
 //! The per-process registry of maps, and read-only views of another process's maps.
 //!
-//! Maps with the same name and shape declared by several programs in one process are one map;
-//! the same name with a different shape is an error naming both declarations. Global-data maps
+//! Maps with the same name declared by several programs in one process are one map when the
+//! declarations agree in every property of their [`MapIdentity`] (shape, scope, epoch source,
+//! reduction, read-only, global data: what each program was verified against); the same name
+//! with any property different is an error naming both declarations and the property
+//! ([`RegistryError::Conflict`]). Every program's maps are bound through
+//! [`declare`](Registry::declare) (or checked first by [`check`](Registry::check)): the net
+//! plugin's, the tuner's and the profiler's at start (`NCCL_BPF_POLICY`), a reload's and a staged
+//! tuner swap's. A map stays in the registry for the process's life, with the identity of its
+//! first declaration, also once no program uses it: its contents were written under that
+//! identity. Global-data maps
 //! (`.rodata`, `.data`, `.bss`) are private to their program. Names starting with
 //! [`RUNTIME_PREFIX`] (`ncclbpf_`) belong to the plugin itself ([`Registry::runtime`], e.g. the
 //! tuner's `ncclbpf_decisions`): a program cannot declare one, so no policy can bind, read or
@@ -14,6 +22,7 @@
 //! vanish with their process; a registry file whose process is gone is removed by the next
 //! process that publishes or by a reader that finds it.
 
+use crate::identity::{Difference, MapIdentity};
 use crate::map::{HEADER, MAGIC, Map, MapSpec, MapType, VERSION, hash_slots, key_stride, stride};
 use crate::region::ReadOnlyRegion;
 use std::collections::HashMap;
@@ -24,14 +33,16 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-/// Two declarations of one map name with different shapes.
+/// Two declarations of one map name that differ in a property of their [`MapIdentity`].
 #[derive(Debug)]
 pub struct Conflict {
     pub name: String,
-    pub existing: MapSpec,
+    pub existing: MapIdentity,
     pub existing_owner: String,
-    pub new: MapSpec,
+    pub new: MapIdentity,
     pub new_owner: String,
+    /// The first property that differs (`this`: the new declaration's value).
+    pub differs: Difference,
 }
 
 /// Map names starting with this belong to the plugin ([`Registry::runtime`]); programs cannot
@@ -40,7 +51,7 @@ pub const RUNTIME_PREFIX: &str = "ncclbpf_";
 
 #[derive(Debug)]
 pub enum RegistryError {
-    /// Same name, different shape.
+    /// Same name, a different identity (shape, scope, epoch source, reduction, ...).
     Conflict(Box<Conflict>),
     /// A program declared a name reserved for the plugin's own maps.
     Reserved {
@@ -58,8 +69,17 @@ impl fmt::Display for RegistryError {
         match self {
             RegistryError::Conflict(c) => write!(
                 f,
-                "map '{}' declared as {} by '{}' but already exists as {} (declared by '{}')",
-                c.name, c.new, c.new_owner, c.existing, c.existing_owner
+                "map '{}' declared as {} by '{}' but already exists as {} (declared by '{}'): \
+                 its {} differs ({} here, {} there); two declarations are one map only if shape, \
+                 scope, epoch source and reduction all agree: declare it alike or rename one",
+                c.name,
+                c.new,
+                c.new_owner,
+                c.existing,
+                c.existing_owner,
+                c.differs.property,
+                c.differs.this,
+                c.differs.other
             ),
             RegistryError::Create { name, source } => {
                 write!(f, "map '{name}': cannot create shared memory: {source}")
@@ -77,6 +97,8 @@ impl std::error::Error for RegistryError {}
 
 struct Entry {
     map: Arc<Map>,
+    /// The first declaration's identity, which every later one must match.
+    identity: MapIdentity,
     owner: String,
 }
 
@@ -88,12 +110,22 @@ struct Inner {
     runtime: HashMap<String, Arc<Map>>,
 }
 
-/// Programs may not declare the plugin's names.
-fn not_reserved(spec: &MapSpec, owner: &str) -> Result<(), RegistryError> {
-    if spec.name.starts_with(RUNTIME_PREFIX) {
+/// Programs may not declare the plugin's names, and global data is private to its program.
+fn not_shared(id: &MapIdentity, owner: &str) -> Result<(), RegistryError> {
+    let name = &id.spec.name;
+    if name.starts_with(RUNTIME_PREFIX) {
         return Err(RegistryError::Reserved {
-            name: spec.name.clone(),
+            name: name.clone(),
             owner: owner.to_string(),
+        });
+    }
+    if id.global_data {
+        return Err(RegistryError::Create {
+            name: name.clone(),
+            source: io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("global data of '{owner}' is private to its program, never shared"),
+            ),
         });
     }
     Ok(())
@@ -139,12 +171,16 @@ impl Registry {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The shared map named `spec.name`, created on first use.
-    pub fn shared(&self, spec: &MapSpec, owner: &str) -> Result<Arc<Map>, RegistryError> {
-        not_reserved(spec, owner)?;
+    /// The shared map `id` declares (by its name), created on first use; a map of that name
+    /// that exists must have the same identity ([`MapIdentity::difference`]), or this is a
+    /// [`RegistryError::Conflict`] naming `owner` and the existing map's first declarer.
+    /// Global data is never shared ([`private`](Self::private)).
+    pub fn declare(&self, id: &MapIdentity, owner: &str) -> Result<Arc<Map>, RegistryError> {
+        let spec = &id.spec;
+        not_shared(id, owner)?;
         let mut inner = self.lock();
         if let Some(e) = inner.shared.get(&spec.name) {
-            conflict(e, spec, owner)?;
+            conflict(e, id, owner)?;
             return Ok(e.map.clone());
         }
         let map = Arc::new(
@@ -157,6 +193,7 @@ impl Registry {
             spec.name.clone(),
             Entry {
                 map: map.clone(),
+                identity: id.clone(),
                 owner: owner.to_string(),
             },
         );
@@ -164,14 +201,33 @@ impl Registry {
         Ok(map)
     }
 
-    /// Whether [`shared`](Self::shared) would succeed as far as shapes go (the same error if
-    /// not), without creating anything.
-    pub fn check_shared(&self, spec: &MapSpec, owner: &str) -> Result<(), RegistryError> {
-        not_reserved(spec, owner)?;
-        match self.lock().shared.get(&spec.name) {
-            Some(e) => conflict(e, spec, owner),
+    /// Whether [`declare`](Self::declare) would succeed (the same error if not), without
+    /// creating anything.
+    pub fn check(&self, id: &MapIdentity, owner: &str) -> Result<(), RegistryError> {
+        not_shared(id, owner)?;
+        match self.lock().shared.get(&id.spec.name) {
+            Some(e) => conflict(e, id, owner),
             None => Ok(()),
         }
+    }
+
+    /// [`declare`](Self::declare) of a plain map ([`MapIdentity::plain`]: rank-local, no epoch
+    /// source).
+    pub fn shared(&self, spec: &MapSpec, owner: &str) -> Result<Arc<Map>, RegistryError> {
+        self.declare(&MapIdentity::plain(spec.clone()), owner)
+    }
+
+    /// [`check`](Self::check) of a plain map.
+    pub fn check_shared(&self, spec: &MapSpec, owner: &str) -> Result<(), RegistryError> {
+        self.check(&MapIdentity::plain(spec.clone()), owner)
+    }
+
+    /// The identity the shared map `name` was first declared with, and by whom.
+    pub fn identity(&self, name: &str) -> Option<(MapIdentity, String)> {
+        self.lock()
+            .shared
+            .get(name)
+            .map(|e| (e.identity.clone(), e.owner.clone()))
     }
 
     /// A map private to one program (global data); listed for readers while it lives.
@@ -198,16 +254,21 @@ impl Registry {
         const OWNER: &str = "ncclbpf";
         let mut inner = self.lock();
         if let Some(m) = inner.runtime.get(&spec.name) {
-            if m.spec() == spec {
-                return Ok(m.clone());
-            }
-            return Err(RegistryError::Conflict(Box::new(Conflict {
-                name: spec.name.clone(),
-                existing: m.spec().clone(),
-                existing_owner: OWNER.into(),
-                new: spec.clone(),
-                new_owner: OWNER.into(),
-            })));
+            let (old, new) = (
+                MapIdentity::plain(m.spec().clone()),
+                MapIdentity::plain(spec.clone()),
+            );
+            return match new.difference(&old) {
+                None => Ok(m.clone()),
+                Some(differs) => Err(RegistryError::Conflict(Box::new(Conflict {
+                    name: spec.name.clone(),
+                    existing: old,
+                    existing_owner: OWNER.into(),
+                    new,
+                    new_owner: OWNER.into(),
+                    differs,
+                }))),
+            };
         }
         if !spec.name.starts_with(RUNTIME_PREFIX) {
             return Err(RegistryError::Create {
@@ -286,16 +347,18 @@ impl Registry {
     }
 }
 
-fn conflict(e: &Entry, spec: &MapSpec, owner: &str) -> Result<(), RegistryError> {
-    if e.map.spec() == spec {
+/// The one comparison of a declaration with the map that exists.
+fn conflict(e: &Entry, id: &MapIdentity, owner: &str) -> Result<(), RegistryError> {
+    let Some(differs) = id.difference(&e.identity) else {
         return Ok(());
-    }
+    };
     Err(RegistryError::Conflict(Box::new(Conflict {
-        name: spec.name.clone(),
-        existing: e.map.spec().clone(),
+        name: id.spec.name.clone(),
+        existing: e.identity.clone(),
         existing_owner: e.owner.clone(),
-        new: spec.clone(),
+        new: id.clone(),
         new_owner: owner.to_string(),
+        differs,
     })))
 }
 

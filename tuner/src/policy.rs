@@ -50,7 +50,7 @@ fn load_one(
     path: &str,
     registry: &Registry,
 ) -> Result<LoadedProgram, String> {
-    let p = LoadedProgram::load(obj, Some(name), registry, &LoadOptions::default())
+    let p = LoadedProgram::load_as(obj, Some(name), path, registry, &LoadOptions::default())
         .map_err(|e| format!("{path}: {e}"))?;
     crate::rules::install(&p).map(|_| p)
 }

@@ -485,8 +485,14 @@ pub fn stage_program(
             .iter()
             .any(|m| m.spec().name == table);
     let loaded = if rules_kept {
-        policy_runtime::LoadedProgram::load(obj, Some(&prog.name), registry, &Default::default())
-            .map_err(|e| format!("{path}: {e}"))
+        policy_runtime::LoadedProgram::load_as(
+            obj,
+            Some(&prog.name),
+            path,
+            registry,
+            &Default::default(),
+        )
+        .map_err(|e| format!("{path}: {e}"))
     } else {
         crate::policy::load_program(obj, &prog.name, path, registry)
     }
