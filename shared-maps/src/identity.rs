@@ -179,3 +179,59 @@ impl fmt::Display for MapIdentity {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::map::MapType;
+
+    fn base() -> MapIdentity {
+        MapIdentity {
+            scope: MapScope::Agreed,
+            source: Some(1),
+            reduce: MapReduce::Max,
+            ..MapIdentity::plain(MapSpec {
+                name: "m".into(),
+                kind: MapType::Array,
+                key_size: 4,
+                value_size: 8,
+                max_entries: 4,
+            })
+        }
+    }
+
+    /// Each property alone makes two declarations different maps, named in the difference;
+    /// nothing else does.
+    #[test]
+    fn every_property_is_compared() {
+        let b = base();
+        assert_eq!(b.difference(&b.clone()), None);
+        let changed: [(&str, fn(&mut MapIdentity)); 10] = [
+            ("name", |m| m.spec.name = "n".into()),
+            ("kind", |m| m.spec.kind = MapType::PercpuArray),
+            ("key_size", |m| m.spec.key_size = 8),
+            ("value_size", |m| m.spec.value_size = 16),
+            ("max_entries", |m| m.spec.max_entries = 5),
+            ("scope", |m| m.scope = MapScope::Config),
+            ("epoch source", |m| m.source = None),
+            ("reduction", |m| m.reduce = MapReduce::Min),
+            ("read_only", |m| m.read_only = true),
+            ("global_data", |m| m.global_data = true),
+        ];
+        for (property, change) in changed {
+            let mut o = base();
+            change(&mut o);
+            assert_ne!(o, b);
+            let d = o
+                .difference(&b)
+                .unwrap_or_else(|| panic!("{property} not compared"));
+            assert_eq!(d.property, property);
+            assert_ne!(d.this, d.other);
+            assert_eq!(b.difference(&o).unwrap().property, property, "both ways");
+        }
+        assert_eq!(
+            base().to_string(),
+            "agreed array (key 4 B, value 8 B, 4 entries), epoch source 1 (max)"
+        );
+    }
+}

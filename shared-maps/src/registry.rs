@@ -581,6 +581,63 @@ mod tests {
         );
     }
 
+    /// Scope is part of a map's identity: a config map and a plain map of the same shape are
+    /// not one map (before, the shape alone decided).
+    #[test]
+    fn scope_and_source_are_part_of_identity() {
+        use crate::identity::{MapReduce, MapScope};
+        let r = Registry::new(scratch());
+        let config = MapIdentity {
+            scope: MapScope::Config,
+            ..MapIdentity::plain(spec("thresholds", MapType::Array, 8))
+        };
+        let a = r.declare(&config, "a.o (tuner program 'pick')").unwrap();
+        assert!(Arc::ptr_eq(&a, &r.declare(&config, "c.o").unwrap()));
+        let plain = spec("thresholds", MapType::Array, 8);
+        for e in [
+            r.shared(&plain, "b.o (net/isend program 'count')")
+                .unwrap_err(),
+            r.check_shared(&plain, "b.o (net/isend program 'count')")
+                .unwrap_err(),
+        ] {
+            let msg = e.to_string();
+            let RegistryError::Conflict(c) = e else {
+                panic!("{msg}")
+            };
+            assert_eq!(c.differs.property, "scope");
+            assert!(
+                msg.contains("a.o (tuner program 'pick')")
+                    && msg.contains("b.o (net/isend program 'count')")
+                    && msg.contains("scope differs (rank-local here, config there)"),
+                "{msg}"
+            );
+        }
+        let agreed = |source, reduce| MapIdentity {
+            scope: MapScope::Agreed,
+            source,
+            reduce,
+            ..MapIdentity::plain(spec("calls", MapType::Array, 8))
+        };
+        r.declare(&agreed(Some(1), MapReduce::Max), "a.o").unwrap();
+        for (other, property) in [
+            (agreed(Some(1), MapReduce::Sum), "reduction"),
+            (agreed(Some(2), MapReduce::Max), "epoch source"),
+            (agreed(None, MapReduce::Max), "epoch source"),
+        ] {
+            match r.declare(&other, "b.o") {
+                Err(RegistryError::Conflict(c)) => assert_eq!(c.differs.property, property),
+                other => panic!("{property}: {other:?}"),
+            }
+        }
+        // Global data is private to its program: never declared shared.
+        let g = MapIdentity {
+            global_data: true,
+            ..MapIdentity::plain(spec(".data", MapType::Array, 8))
+        };
+        assert!(r.declare(&g, "a.o").is_err() && r.check(&g, "a.o").is_err());
+        assert_eq!(r.shared_maps().len(), 2, "nothing was created by a refusal");
+    }
+
     #[test]
     fn outside_view_reads_values_and_validates() {
         let dir = scratch();
