@@ -13,6 +13,9 @@
 //!   agree; otherwise the second load is an error naming both objects and the property, and
 //!   global data is never joined.
 
+// Load errors carry the verifier's diagnosis; they are not a hot path.
+#![allow(clippy::result_large_err)]
+
 mod common;
 use common::registry;
 use policy_object::insn::build::{alu64_imm, call, exit, jmp_imm, ld_map, ldx, mov64_imm};

@@ -206,7 +206,8 @@ mod tests {
     fn every_property_is_compared() {
         let b = base();
         assert_eq!(b.difference(&b.clone()), None);
-        let changed: [(&str, fn(&mut MapIdentity)); 10] = [
+        type Change = fn(&mut MapIdentity);
+        let changed: [(&str, Change); 10] = [
             ("name", |m| m.spec.name = "n".into()),
             ("kind", |m| m.spec.kind = MapType::PercpuArray),
             ("key_size", |m| m.spec.key_size = 8),
