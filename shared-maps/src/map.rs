@@ -207,6 +207,20 @@ impl Map {
             }
     }
 
+    /// [`segment_len`](Self::segment_len), or `None` where it does not fit a `usize` (a shape
+    /// read from outside, e.g. a registry line, is not trusted to be one `create` accepted).
+    pub fn checked_segment_len(spec: &MapSpec, ncpus: usize) -> Option<usize> {
+        let s = stride(spec.value_size);
+        let n = spec.max_entries as usize;
+        let body = match spec.kind {
+            MapType::Array => n.checked_mul(s)?,
+            MapType::PercpuArray => ncpus.checked_mul(n)?.checked_mul(s)?,
+            MapType::Hash => (n.checked_mul(2)?.checked_next_power_of_two()?.max(8))
+                .checked_mul(8usize.checked_add(key_stride(spec.key_size))?.checked_add(s)?)?,
+        };
+        HEADER.checked_add(body)
+    }
+
     pub fn create(spec: MapSpec) -> std::io::Result<Map> {
         if spec.max_entries == 0 || spec.value_size == 0 || spec.key_size == 0 {
             return Err(std::io::Error::new(

@@ -424,7 +424,8 @@ impl MapView {
                 max_entries: num(4)? as u32,
             };
             let ncpus = (num(5)? as usize).clamp(1, 256);
-            let need = Map::segment_len(&spec, ncpus);
+            // The line is not trusted: a size that overflows is refused, not wrapped.
+            let need = Map::checked_segment_len(&spec, ncpus).ok_or_else(bad)?;
             let region = ReadOnlyRegion::open(pid, num(0)? as i32, need)?;
             let v = MapView {
                 name: spec.name.clone(),
@@ -725,6 +726,27 @@ mod tests {
         let views = MapView::open_all_in(&dir, std::process::id()).unwrap();
         let v = views.iter().find(|v| v.name == "ncclbpf_records").unwrap();
         assert_eq!(v.entries(), vec![(vec![1; 4], vec![vec![2; 8]])]);
+    }
+
+    /// A registry line is read, not trusted: sizes whose segment would not fit in memory are
+    /// an error (before, the length wrapped and the view indexed past its mapping).
+    #[test]
+    fn an_overflowing_registry_line_is_refused() {
+        let dir = scratch();
+        let r = Registry::new(dir.clone());
+        let m = r.shared(&spec("arr", MapType::Array, 8), "p").unwrap();
+        let file = dir.join(format!("{}.maps", std::process::id()));
+        for line in [
+            format!("{} 2 4 4294967295 4294967295 1 arr\n", m.fd()),
+            format!("{} 6 4 4294967295 4294967295 256 arr\n", m.fd()),
+            format!("{} 1 4294967295 4294967295 4294967295 1 arr\n", m.fd()),
+        ] {
+            std::fs::write(&file, line).unwrap();
+            let e = MapView::open_all_in(&dir, std::process::id())
+                .err()
+                .expect("refused");
+            assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+        }
     }
 
     #[test]
