@@ -215,8 +215,11 @@ impl Map {
         let body = match spec.kind {
             MapType::Array => n.checked_mul(s)?,
             MapType::PercpuArray => ncpus.checked_mul(n)?.checked_mul(s)?,
-            MapType::Hash => (n.checked_mul(2)?.checked_next_power_of_two()?.max(8))
-                .checked_mul(8usize.checked_add(key_stride(spec.key_size))?.checked_add(s)?)?,
+            MapType::Hash => (n.checked_mul(2)?.checked_next_power_of_two()?.max(8)).checked_mul(
+                8usize
+                    .checked_add(key_stride(spec.key_size))?
+                    .checked_add(s)?,
+            )?,
         };
         HEADER.checked_add(body)
     }
