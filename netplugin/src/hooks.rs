@@ -155,8 +155,14 @@ impl NetSet {
         let mut out = NetSet::default();
         let mut problems = vec![];
         let opts = LoadOptions::default();
+        // Objects whose maps conflict with an earlier listed object's: refused on every side.
+        let refused = setting::declaration_conflicts(sources);
         for src in sources.iter().filter(|s| s.scope != Scope::Tuner) {
             let path = &src.path;
+            if let Some(why) = refused.get(path) {
+                problems.push(why.clone());
+                continue;
+            }
             let obj = match src.read_object() {
                 Ok(o) => o,
                 Err(e) => {

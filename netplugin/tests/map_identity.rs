@@ -72,34 +72,74 @@ fn names_both(msg: &str, a: &str, b: &str) {
 #[test]
 fn a_net_object_cannot_join_the_tuners_config_map() {
     let (size_aware, plain) = (object("src/size_aware.o"), object("maps/ident_net_plain.o"));
+    // size_aware listed first keeps the name: the net object is refused, whichever side loads
+    // first (the tuner's first collective before the first connection, or after).
     let listed = [size_aware.as_str(), plain.as_str()];
+    for tuner_first in [true, false] {
+        let reg = registry();
+        let ((t, t_problems), (set, net_problems)) = if tuner_first {
+            let t = tuner(&listed, &reg);
+            (t, NetSet::load(&sources(&listed), &reg))
+        } else {
+            let n = NetSet::load(&sources(&listed), &reg);
+            (tuner(&listed, &reg), n)
+        };
+        assert!(t.tuner.is_some(), "{t_problems:?}");
+        assert!(
+            net_hook(&set, "net/isend").is_none(),
+            "the net program must not write the tuner's config map"
+        );
+        assert_eq!(net_problems.len(), 1, "{net_problems:?}");
+        names_both(&net_problems[0], &size_aware, &plain);
+        assert!(net_problems[0].contains("the first listed keeps it"));
+        // The tuner side says so too (the object is listed for every hook).
+        assert!(
+            t_problems.iter().any(|p| p.contains(&plain)),
+            "{t_problems:?}"
+        );
+    }
 
-    // The tuner loads first (its first collective came before the first connection).
+    // Listed the other way round, the tuner is the one refused, again whatever loads first:
+    // every rank with this setting keeps NCCL's own choices, none decides alone.
+    let listed = [plain.as_str(), size_aware.as_str()];
+    for tuner_first in [true, false] {
+        let reg = registry();
+        let ((t, problems), (set, _)) = if tuner_first {
+            let t = tuner(&listed, &reg);
+            (t, NetSet::load(&sources(&listed), &reg))
+        } else {
+            let n = NetSet::load(&sources(&listed), &reg);
+            (tuner(&listed, &reg), n)
+        };
+        assert!(net_hook(&set, "net/isend").is_some());
+        assert!(
+            t.tuner.is_none(),
+            "the tuner must not decide from a map a net program writes"
+        );
+        let p = problems
+            .iter()
+            .find(|p| p.contains(MAP))
+            .expect("a problem");
+        names_both(p, &size_aware, &plain);
+    }
+}
+
+/// The registry refuses the same when the two come together otherwise than listed together
+/// (here: each side given only its own object).
+#[test]
+fn the_registry_refuses_what_the_setting_did_not_list_together() {
+    let (size_aware, plain) = (object("src/size_aware.o"), object("maps/ident_net_plain.o"));
     let reg = registry();
-    let (t, problems) = tuner(&listed, &reg);
-    assert!(t.tuner.is_some(), "{problems:?}");
-    let (set, problems) = NetSet::load(&sources(&listed), &reg);
-    assert!(
-        net_hook(&set, "net/isend").is_none(),
-        "the net program must not write the tuner's config map"
-    );
-    assert_eq!(problems.len(), 1, "{problems:?}");
+    let (t, _) = tuner(&[size_aware.as_str()], &reg);
+    assert!(t.tuner.is_some());
+    let (set, problems) = NetSet::load(&sources(&[plain.as_str()]), &reg);
+    assert!(net_hook(&set, "net/isend").is_none());
     names_both(&problems[0], &size_aware, &plain);
-
-    // The net plugin loads first: the tuner is the one refused, and NCCL keeps its choices.
-    let reg = registry();
-    let (set, problems) = NetSet::load(&sources(&listed), &reg);
-    assert!(net_hook(&set, "net/isend").is_some(), "{problems:?}");
-    let (t, problems) = tuner(&listed, &reg);
     assert!(
-        t.tuner.is_none(),
-        "the tuner must not decide from a map a net program writes"
+        problems[0].contains("(net/isend program 'last_send')")
+            && problems[0].contains("(tuner program 'size_aware')"),
+        "the registry names the programs too: {problems:?}"
     );
-    let p = problems
-        .iter()
-        .find(|p| p.contains(MAP))
-        .expect("a problem");
-    names_both(p, &size_aware, &plain);
 }
 
 #[test]

@@ -7,8 +7,13 @@
 //! concern it, parses them and takes the programs of its own hooks, first come: the first
 //! program for a hook, in the order objects are listed (`NCCL_BPF_POLICY` first, then the
 //! aliases), is attached and later ones are reported and ignored.
+//!
+//! Objects listed together share the maps they declare alike, and must not declare one name
+//! otherwise ([`declaration_conflicts`]): an object whose declarations conflict with an earlier
+//! listed object's is refused by every side, whichever side loads first, so that every rank with
+//! the same setting loads the same programs.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// Which programs of an object a setting asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,6 +105,52 @@ pub fn sources_from(get: &dyn Fn(&str) -> Option<String>) -> Vec<Source> {
 /// [`sources_from`] the environment.
 pub fn sources() -> Vec<Source> {
     sources_from(&|k| std::env::var(k).ok())
+}
+
+/// The listed objects that no side may load, by path, with why: those that declare a map name
+/// otherwise than an earlier listed object does (the registry's comparison,
+/// [`shared_maps::compare`]: shape, scope, epoch source, reduction). The first listed keeps the
+/// name. Every side of the plugin (net hooks, tuner, profiler) asks this of every listed object,
+/// whatever its scope, before loading its own programs: the answer depends on the setting and
+/// the files alone, not on which side loads first, which may differ between ranks (a tuner
+/// program refused on one rank only would decide there differently from the others). Objects
+/// that cannot be read are left out (each loader reports them).
+pub fn declaration_conflicts(sources: &[Source]) -> HashMap<String, String> {
+    let mut declared: HashMap<String, (shared_maps::MapIdentity, String)> = HashMap::new();
+    let mut refused = HashMap::new();
+    for src in sources {
+        let Ok(obj) = src.read_object() else { continue };
+        let ids: Vec<_> = obj
+            .maps
+            .iter()
+            .filter(|m| m.initial.is_none())
+            .map(crate::program::identity_of)
+            .collect();
+        let clash = ids.iter().find_map(|id| {
+            let (first, owner) = declared.get(&id.spec.name)?;
+            shared_maps::compare(first, owner, id, &src.path).err()
+        });
+        match clash {
+            Some(e) => {
+                refused.insert(
+                    src.path.clone(),
+                    format!(
+                        "{}: not loaded: {e} (objects listed together share a map name only if \
+                         they declare it alike; the first listed keeps it)",
+                        src.path
+                    ),
+                );
+            }
+            None => {
+                for id in ids {
+                    declared
+                        .entry(id.spec.name.clone())
+                        .or_insert_with(|| (id, src.path.clone()));
+                }
+            }
+        }
+    }
+    refused
 }
 
 #[cfg(test)]

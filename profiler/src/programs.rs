@@ -47,7 +47,13 @@ impl Programs {
         let mut out = Programs::default();
         let mut problems = vec![];
         let opts = LoadOptions::default();
+        // Objects whose maps conflict with an earlier listed object's: refused on every side.
+        let refused = setting::declaration_conflicts(sources);
         for src in sources.iter().filter(|s| s.scope == setting::Scope::All) {
+            if let Some(why) = refused.get(&src.path) {
+                problems.push(why.clone());
+                continue;
+            }
             let obj = match src.read_object() {
                 Ok(o) => o,
                 Err(e) => {

@@ -20,4 +20,6 @@ pub use conn_table::{
 };
 pub use identity::{Difference, MapIdentity, MapReduce, MapScope};
 pub use map::{ArrayLayout, BPF_ANY, BPF_EXIST, BPF_NOEXIST, Map, MapError, MapSpec, MapType};
-pub use registry::{MapView, RUNTIME_PREFIX, Registry, RegistryError, pid_alive, registry_dir};
+pub use registry::{
+    Conflict, MapView, RUNTIME_PREFIX, Registry, RegistryError, compare, pid_alive, registry_dir,
+};

@@ -347,17 +347,29 @@ impl Registry {
     }
 }
 
-/// The one comparison of a declaration with the map that exists.
 fn conflict(e: &Entry, id: &MapIdentity, owner: &str) -> Result<(), RegistryError> {
-    let Some(differs) = id.difference(&e.identity) else {
+    compare(&e.identity, &e.owner, id, owner)
+}
+
+/// The one comparison of a declaration (`new`, by `new_owner`) with an existing one of the same
+/// name: a [`RegistryError::Conflict`] naming both and the first property that differs, unless
+/// they are the same map. The registry makes it for every binding; loaders make it between the
+/// objects listed together before loading any (`policy_runtime::setting::declaration_conflicts`).
+pub fn compare(
+    existing: &MapIdentity,
+    existing_owner: &str,
+    new: &MapIdentity,
+    new_owner: &str,
+) -> Result<(), RegistryError> {
+    let Some(differs) = new.difference(existing) else {
         return Ok(());
     };
     Err(RegistryError::Conflict(Box::new(Conflict {
-        name: id.spec.name.clone(),
-        existing: e.identity.clone(),
-        existing_owner: e.owner.clone(),
-        new: id.clone(),
-        new_owner: owner.to_string(),
+        name: new.spec.name.clone(),
+        existing: existing.clone(),
+        existing_owner: existing_owner.to_string(),
+        new: new.clone(),
+        new_owner: new_owner.to_string(),
         differs,
     })))
 }

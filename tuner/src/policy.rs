@@ -89,12 +89,19 @@ pub fn load_from(
     let mut notes = Vec::new();
     let wanted = get("NCCL_BPF_TUNER_PROGRAM").filter(|p| !p.trim().is_empty());
     let wanted = wanted.as_deref().map(str::trim);
-    let sources: Vec<Source> = setting::sources_from(get)
+    let listed = setting::sources_from(get);
+    // Objects whose maps conflict with an earlier listed object's: refused on every side.
+    let refused = setting::declaration_conflicts(&listed);
+    let sources: Vec<Source> = listed
         .into_iter()
         .filter(|s| s.scope != Scope::Net)
         .collect();
     let mut tuner_seen = false;
     for src in &sources {
+        if let Some(why) = refused.get(&src.path) {
+            notes.push(Note::Problem(why.clone()));
+            continue;
+        }
         let obj = match src.read_object() {
             Ok(o) => o,
             Err(e) => {
