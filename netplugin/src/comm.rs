@@ -436,44 +436,47 @@ impl Comm {
         let r = st.reqs[idx];
         // A request whose every byte has moved completes, even after the comm failed for a
         // later one (the peer closing with one more receive posted, say).
+        let mut done = false;
         if r.ctrl_done && !slot.failed.load(Ordering::Acquire) {
-            let done = match self.direction {
+            done = match self.direction {
                 ConnDirection::Send => slot.pending_chunks.load(Ordering::Acquire) == 0,
                 ConnDirection::Recv => r.inline || self.received_all(&mut st, idx, r.size, r.seq),
             };
-            if done {
-                self.release(&mut st, idx);
-                st.hooks.on_complete(r.size, r.posted);
-                return Ok(Some(r.size));
-            }
         }
-        if st.error.is_some() {
-            // The connection is over: readers let go of their claims at once, and the peer
-            // fails too, rather than sending into a comm that reads no more.
+        if !done && st.error.is_some() {
+            // The connection is over: the peer fails too, rather than sending into a comm that
+            // reads no more, and our servers' I/O on it ends (after the bytes already queued).
             self.shut_data_streams(&mut st);
         }
-        match &st.error {
-            None => Ok(None),
-            Some(e) => {
-                let err = if matches!(e, NetError::Truncated { .. })
-                    && st.fifo.front() == Some(&(idx as u32))
-                {
-                    st.reported = true;
-                    NetError::Truncated {
-                        incoming: r.size as u64,
-                        posted: r.buf.len(),
-                    }
-                } else {
-                    st.report().expect("an error is set")
-                };
-                if self.settled(&st, idx) {
-                    st.fifo.retain(|&i| i as usize != idx);
-                    self.release(&mut st, idx);
-                }
-                st.hooks.on_error(err.code().0);
-                Err(err)
-            }
+        if !done && st.error.is_none() {
+            return Ok(None);
         }
+        // THE request-buffer invariant (docs/io-engine.md, "When a request's buffer is ours"):
+        // this is the one place a request is reported, done or failed, and it is reported only
+        // once nothing of the data path holds its buffer. Until then it stays pending: NCCL
+        // frees a failed request's buffers, and a server that still held one (a reader between
+        // its claim and its copy, an io_uring request in flight) would write into freed memory.
+        if !self.settled(&st, idx) {
+            return Ok(None);
+        }
+        st.fifo.retain(|&i| i as usize != idx);
+        self.release(&mut st, idx);
+        if done {
+            st.hooks.on_complete(r.size, r.posted);
+            return Ok(Some(r.size));
+        }
+        let err = match &st.error {
+            Some(NetError::Truncated { .. }) if r.header_done && r.size > r.buf.len() => {
+                st.reported = true;
+                NetError::Truncated {
+                    incoming: r.size as u64,
+                    posted: r.buf.len(),
+                }
+            }
+            _ => st.report().expect("an error is set"),
+        };
+        st.hooks.on_error(err.code().0);
+        Err(err)
     }
 
     /// Shuts every data stream of the comm down (once): readers holding a claim fail it and let
@@ -619,5 +622,7 @@ pub(crate) mod inject {
     }
 }
 
+#[cfg(test)]
+mod buffer_tests;
 #[cfg(test)]
 mod tests;
