@@ -334,3 +334,118 @@ fn closing_while_a_sender_holds_a_buffer_returns_after_it_let_go() {
         drop(raw);
     }
 }
+
+/// The issue's probe, without holds, for as long as `NCCL_BPF_SOAK_SECS` says (600 by default)
+/// on every path `NCCL_BPF_IO` leaves (all by default): a 4 MiB receive; the peer sends its
+/// header, a chunk header and 4 KiB on one stream and 64 KiB more, and on another stream a
+/// breach (off the plan, a chunk twice, or a death mid-chunk), with random pauses between.
+/// Each round checks that nothing changes in the buffer between `test`'s report and the
+/// comm's close, and that the 4 KiB canaries on either side of it stay whole. Not run by
+/// default (`cargo test --release -p ncclbpf-netplugin hostile_peer_soak -- --ignored
+/// --nocapture`); prints the rounds and the writes after a report per path.
+#[test]
+#[ignore = "a soak of minutes: run it by name"]
+fn hostile_peer_soak() {
+    let secs: u64 = std::env::var("NCCL_BPF_SOAK_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(600);
+    let mut rng = fastrand::Rng::with_seed(0x5eed_0039);
+    for (i, path) in paths().into_iter().enumerate() {
+        let t0 = Instant::now();
+        let (mut rounds, mut late, mut failed, mut done) = (0u64, 0u64, 0u64, 0u64);
+        while t0.elapsed() < Duration::from_secs(secs) {
+            let id = 0x50a0_0000_0000 + (i as u64) * 0x1_0000_0000 + rounds;
+            match soak_round(path, id, &mut rng) {
+                Soak::Clean { failed: true } => failed += 1,
+                Soak::Clean { failed: false } => done += 1,
+                Soak::Late(what) => {
+                    late += 1;
+                    eprintln!("{path} round {rounds}: {what}");
+                }
+            }
+            rounds += 1;
+        }
+        eprintln!(
+            "hostile_peer_soak {path}: {rounds} rounds in {:?}: {failed} failed, {done} \
+             completed, {late} with a write after the report",
+            t0.elapsed()
+        );
+        assert_eq!(late, 0, "{path}: writes after a report");
+    }
+}
+
+enum Soak {
+    Clean { failed: bool },
+    Late(String),
+}
+
+fn soak_round(path: engine::Path, id: u64, rng: &mut fastrand::Rng) -> Soak {
+    const CANARY: u8 = 0x5c;
+    let (r, mut raw) = raw_peer(path, id);
+    let mut mem = vec![CANARY; GUARD + MSG + GUARD];
+    mem[GUARD..GUARD + MSG].fill(0);
+    let q = r.irecv(buf(&mut mem[GUARD..GUARD + MSG])).unwrap().unwrap();
+    let (held, breach) = if rng.bool() { (1, 0) } else { (2, 3) };
+    let pause = |rng: &mut fastrand::Rng| {
+        if rng.u8(..4) == 0 {
+            std::thread::sleep(Duration::from_micros(rng.u64(..2000)));
+        }
+    };
+    raw[0].write_all(&(MSG as u64).to_le_bytes()).unwrap();
+    let (off, len) = planned_chunk(1);
+    raw[1 + held]
+        .write_all(&chunk(0, MSG as u32, off, len))
+        .unwrap();
+    raw[1 + held].write_all(&[FILL; 4096]).unwrap();
+    // The readers start with the header `test` reads.
+    let mut out = said(&r, q.idx);
+    pause(rng);
+    raw[1 + held].write_all(&[FILL; 65536]).unwrap();
+    pause(rng);
+    let kind = rng.u8(..3);
+    match kind {
+        0 => raw[1 + breach]
+            .write_all(&chunk(0, MSG as u32, 1000, 65536))
+            .unwrap(),
+        1 => {
+            raw[1 + breach]
+                .write_all(&chunk(0, MSG as u32, off, len))
+                .unwrap();
+            raw[1 + breach].write_all(&[FILL; 1000]).unwrap();
+        }
+        _ => {
+            let (o, l) = planned_chunk(0);
+            raw[1 + breach]
+                .write_all(&chunk(0, MSG as u32, o, l))
+                .unwrap();
+            raw[1 + breach].write_all(&[FILL; 1000]).unwrap();
+            raw.clear();
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while out.is_none() {
+        assert!(Instant::now() < deadline, "{path}: no report in 10 s");
+        out = said(&r, q.idx);
+    }
+    let at_report = mem.clone();
+    r.close();
+    drop(raw);
+    let outcome = out.expect("reported");
+    if mem[..GUARD]
+        .iter()
+        .chain(&mem[GUARD + MSG..])
+        .any(|&b| b != CANARY)
+    {
+        return Soak::Late(format!("a canary was written (breach {kind}, {outcome:?})"));
+    }
+    if mem != at_report {
+        let n = mem.iter().zip(&at_report).filter(|(a, b)| a != b).count();
+        return Soak::Late(format!(
+            "{n} bytes changed after `test` reported {outcome:?} (breach {kind})"
+        ));
+    }
+    Soak::Clean {
+        failed: matches!(outcome, Said::Failed(_)),
+    }
+}
