@@ -1,4 +1,5 @@
-//! A listener under a flood of silent strangers: how long a real connection waits.
+//! A listener under a flood of strangers: which streams it keeps, and how long a real
+//! connection waits.
 use super::*;
 use crate::wire::{HANDLE_SIZE, Shape};
 use std::net::TcpStream;
@@ -10,58 +11,59 @@ const SHAPE: Shape = Shape {
     min_chunk: 64 * 1024,
 };
 
-/// Seconds a real connection took to connect and be accepted with `strangers` silent streams
-/// (each sending `first` bytes of nothing useful) already at the listener.
-fn wait_under(strangers: usize, first: usize) -> Duration {
-    let mut handle = [0u8; HANDLE_SIZE];
-    let ep = Endpoint::default();
-    let mut l = listen(ep, "127.0.0.1:0".parse().unwrap(), SHAPE, &mut handle).unwrap();
-    let addr = l.local_addr().unwrap();
-    let mut held: Vec<TcpStream> = Vec::new();
-    for _ in 0..strangers {
-        let mut s = TcpStream::connect(addr).unwrap();
-        use std::io::Write;
-        if first == usize::MAX {
-            // A whole hello for this listener (its id is public), then silence.
-            let h = crate::wire::Hello {
-                nonce: crate::wire::Handle::decode(&handle).unwrap().nonce,
+/// What a stranger sends before it falls silent.
+#[derive(Clone, Copy, Debug)]
+enum Stranger {
+    Silent,
+    OneByte,
+    /// A whole hello for the listener (its id is public): it then waits for a proof.
+    Hello,
+}
+
+fn stranger(addr: std::net::SocketAddr, nonce: u64, kind: Stranger) -> Option<TcpStream> {
+    use std::io::Write;
+    let mut s = TcpStream::connect(addr).ok()?;
+    let _ = match kind {
+        Stranger::Silent => Ok(()),
+        Stranger::OneByte => s.write_all(&[0x4e]),
+        Stranger::Hello => s.write_all(
+            &crate::wire::Hello {
+                nonce,
                 conn_id: random_u64(),
                 index: 0,
                 nstreams: SHAPE.nstreams,
                 challenge: [0; 16],
-            };
-            let _ = s.write_all(&h.encode());
-        } else if first > 0 {
-            let _ = s.write_all(&vec![0u8; first]);
-        }
-        held.push(s);
-    }
-    // The listener sees them first, as it would if they came before the real connect.
+            }
+            .encode(),
+        ),
+    };
+    Some(s)
+}
+
+/// How long a real connection took to be made (connect and accept polled in turn, as NCCL's
+/// proxies do) with `n` strangers of `kind` already taken by the listener and `n` more arriving
+/// meanwhile.
+fn wait_under(n: usize, kind: Stranger) -> Duration {
+    let mut handle = [0u8; HANDLE_SIZE];
+    let ep = Endpoint::default();
+    let mut l = listen(ep, "127.0.0.1:0".parse().unwrap(), SHAPE, &mut handle).unwrap();
+    let addr = l.local_addr().unwrap();
+    let nonce = crate::wire::Handle::decode(&handle).unwrap().nonce;
+    let _held: Vec<TcpStream> = (0..n).filter_map(|_| stranger(addr, nonce, kind)).collect();
     for _ in 0..4 {
         assert!(l.accept().unwrap().is_none());
     }
-    // More keep coming while the real connection is made.
-    let more = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        for _ in 0..strangers {
-            if let Ok(s) = TcpStream::connect(addr) {
-                if first == usize::MAX {
-                    use std::io::Write;
-                    let h = crate::wire::Hello {
-                        nonce: 0,
-                        conn_id: random_u64(),
-                        index: 0,
-                        nstreams: SHAPE.nstreams,
-                        challenge: [0; 16],
-                    };
-                    let _ = (&s).write_all(&h.encode());
-                }
-                v.push(s);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let more = {
+        let stop = std::sync::Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let v: Vec<_> = (0..n).filter_map(|_| stranger(addr, nonce, kind)).collect();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(1));
             }
-        }
-        std::thread::sleep(Duration::from_secs(15));
-        v
-    });
+            v
+        })
+    };
     let t0 = Instant::now();
     let (mut s, mut r) = (None, None);
     while s.is_none() || r.is_none() {
@@ -78,26 +80,19 @@ fn wait_under(strangers: usize, first: usize) -> Duration {
         std::thread::sleep(Duration::from_micros(200));
     }
     let took = t0.elapsed();
-    drop(more);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    drop(more.join());
     took
 }
 
+/// The figures in the README's security section ("Under a flood of strangers").
 #[test]
 #[ignore = "a measurement: run by name with --nocapture"]
 fn real_connection_wait_under_a_flood() {
-    for (n, first) in [
-        (0, 0),
-        (256, 0),
-        (300, 0),
-        (600, 1),
-        (100, usize::MAX),
-        (256, usize::MAX),
-        (600, usize::MAX),
-    ] {
-        eprintln!(
-            "{n} strangers sending {first} byte(s): {:?}",
-            wait_under(n, first)
-        );
+    for n in [0, 100, 256, 600] {
+        for kind in [Stranger::Silent, Stranger::OneByte, Stranger::Hello] {
+            eprintln!("{n} + {n} strangers ({kind:?}): {:?}", wait_under(n, kind));
+        }
     }
 }
 
