@@ -19,6 +19,11 @@
 //! ([`crate::frames`]), also when no receive is posted (a frame that follows a message whose
 //! receive is not yet posted waits behind it).
 //!
+//! A request is reported (done or failed) by `test` only once no server of the data path holds
+//! any part of its buffer, and a closed comm's servers hold none: see docs/io-engine.md, "When
+//! a request's buffer is ours", and the one place that keeps it, at the end of
+//! [`Comm::test`].
+//!
 //! Messages match in posting order. A receive smaller than the incoming message fails the
 //! request with [`NetError::Truncated`] and the connection with it (its byte stream is then out
 //! of step). A peer that closes or dies fails every pending request as soon as its socket
