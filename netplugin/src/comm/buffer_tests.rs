@@ -449,3 +449,50 @@ fn soak_round(path: engine::Path, id: u64, rng: &mut fastrand::Rng) -> Soak {
         failed: matches!(outcome, Said::Failed(_)),
     }
 }
+
+/// An inline receive half read from the control stream when the comm fails: once `test` has
+/// reported it, neither NCCL's proxy thread (`test`, `irecv`) nor the agreement's frame mover
+/// (`take_frames`) copies the rest of its payload into its buffer. On every path (the failure
+/// comes from a data stream).
+#[test]
+fn an_inline_receive_is_not_written_after_its_report() {
+    for (i, path) in paths().into_iter().enumerate() {
+        let (r, mut raw) = raw_peer(path, 0xb0f6_0000 + 0x100 * i as u64);
+        // A chunked message first starts the data streams' readers.
+        let mut first = vec![0u8; 100_000];
+        let q0 = r.irecv(buf(&mut first)).unwrap().unwrap();
+        raw[0].write_all(&100_000u64.to_le_bytes()).unwrap();
+        super::tests::planned(&mut raw[1], 0, 100_000, 0, 0x11);
+        super::tests::planned(&mut raw[1], 0, 100_000, 1, 0x11);
+        until(&format!("{path}: message 0"), || said(&r, q0.idx).is_some());
+        // Message 1, inline: its header and half its bytes.
+        let mut into = vec![0u8; 1000];
+        let q = r.irecv(buf(&mut into)).unwrap().unwrap();
+        raw[0].write_all(&1000u64.to_le_bytes()).unwrap();
+        raw[0].write_all(&[FILL; 500]).unwrap();
+        until(&format!("{path}: half of it read"), || {
+            assert!(said(&r, q.idx).is_none());
+            into[..500].iter().all(|&b| b == FILL)
+        });
+        // A chunk off the plan fails the comm.
+        raw[2]
+            .write_all(&chunk(2, MSG as u32, 1000, 65536))
+            .unwrap();
+        let mut out = None;
+        until(&format!("{path}: the failure reported"), || {
+            out = said(&r, q.idx);
+            out.is_some()
+        });
+        assert!(matches!(out, Some(Said::Failed(_))), "{path}: {out:?}");
+        raw[0].write_all(&[FILL; 500]).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let _ = r.take_frames();
+        let _ = r.irecv(buf(&mut first));
+        assert!(
+            into[500..].iter().all(|&b| b == 0),
+            "{path}: written after the report"
+        );
+        drop(raw);
+        r.close();
+    }
+}

@@ -766,7 +766,7 @@ pub(super) fn chunk(seq: u64, size: u32, offset: u32, len: u32) -> [u8; wire::CH
 
 /// Writes chunk `i` of the plan for message `seq` of `size` bytes on `s`, header and
 /// `fill` bytes; returns the chunk's length.
-fn planned(s: &mut TcpStream, seq: u64, size: usize, i: usize, fill: u8) -> usize {
+pub(super) fn planned(s: &mut TcpStream, seq: u64, size: usize, i: usize, fill: u8) -> usize {
     let mut plan = vec![];
     wire::plan_chunks(&SHAPE, size, |o, l| plan.push((o, l)));
     let (o, l) = plan[i];
