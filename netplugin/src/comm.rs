@@ -484,8 +484,9 @@ impl Comm {
         Err(err)
     }
 
-    /// Shuts every data stream of the comm down (once): readers holding a claim fail it and let
-    /// go, servers stop, and the peer's streams end.
+    /// Shuts every data stream of the comm down (once): the peer's streams end, writes fail, and
+    /// a reader holding a claim reads only what the kernel had queued (to the end of its chunk)
+    /// or the stream's end, then lets go.
     fn shut_data_streams(&self, st: &mut State) {
         if !st.data_shut {
             st.data_shut = true;
@@ -495,9 +496,10 @@ impl Comm {
         }
     }
 
-    /// Whether no thread of the data path holds any part of request `idx` (a failed request is
-    /// released only then: NCCL may free its buffer). A receive's post is retired first, so
-    /// no reader claims it from then on.
+    /// Whether no thread of the data path (nor the kernel, for an io_uring request) holds any
+    /// part of request `idx`: a request is reported, done or failed, only then (NCCL may free
+    /// its buffer as soon as it is). A receive's post is retired first, so no reader claims it
+    /// from then on.
     fn settled(&self, st: &State, idx: usize) -> bool {
         let slot = &self.slots[idx];
         match self.direction {
