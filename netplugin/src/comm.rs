@@ -19,6 +19,11 @@
 //! ([`crate::frames`]), also when no receive is posted (a frame that follows a message whose
 //! receive is not yet posted waits behind it).
 //!
+//! A request is reported (done or failed) by `test` only once no server of the data path holds
+//! any part of its buffer, and a closed comm's servers hold none: see docs/io-engine.md, "When
+//! a request's buffer is ours", and the one place that keeps it, at the end of
+//! [`Comm::test`].
+//!
 //! Messages match in posting order. A receive smaller than the incoming message fails the
 //! request with [`NetError::Truncated`] and the connection with it (its byte stream is then out
 //! of step). A peer that closes or dies fails every pending request as soon as its socket
@@ -436,48 +441,52 @@ impl Comm {
         let r = st.reqs[idx];
         // A request whose every byte has moved completes, even after the comm failed for a
         // later one (the peer closing with one more receive posted, say).
+        let mut done = false;
         if r.ctrl_done && !slot.failed.load(Ordering::Acquire) {
-            let done = match self.direction {
+            done = match self.direction {
                 ConnDirection::Send => slot.pending_chunks.load(Ordering::Acquire) == 0,
                 ConnDirection::Recv => r.inline || self.received_all(&mut st, idx, r.size, r.seq),
             };
-            if done {
-                self.release(&mut st, idx);
-                st.hooks.on_complete(r.size, r.posted);
-                return Ok(Some(r.size));
-            }
         }
-        if st.error.is_some() {
-            // The connection is over: readers let go of their claims at once, and the peer
-            // fails too, rather than sending into a comm that reads no more.
+        if !done && st.error.is_some() {
+            // The connection is over: the peer fails too, rather than sending into a comm that
+            // reads no more, and our servers' I/O on it ends (after the bytes already queued).
             self.shut_data_streams(&mut st);
         }
-        match &st.error {
-            None => Ok(None),
-            Some(e) => {
-                let err = if matches!(e, NetError::Truncated { .. })
-                    && st.fifo.front() == Some(&(idx as u32))
-                {
-                    st.reported = true;
-                    NetError::Truncated {
-                        incoming: r.size as u64,
-                        posted: r.buf.len(),
-                    }
-                } else {
-                    st.report().expect("an error is set")
-                };
-                if self.settled(&st, idx) {
-                    st.fifo.retain(|&i| i as usize != idx);
-                    self.release(&mut st, idx);
-                }
-                st.hooks.on_error(err.code().0);
-                Err(err)
-            }
+        if !done && st.error.is_none() {
+            return Ok(None);
         }
+        // THE request-buffer invariant (docs/io-engine.md, "When a request's buffer is ours"):
+        // this is the one place a request is reported, done or failed, and it is reported only
+        // once nothing of the data path holds its buffer. Until then it stays pending: NCCL
+        // frees a failed request's buffers, and a server that still held one (a reader between
+        // its claim and its copy, an io_uring request in flight) would write into freed memory.
+        if !self.settled(&st, idx) {
+            return Ok(None);
+        }
+        st.fifo.retain(|&i| i as usize != idx);
+        self.release(&mut st, idx);
+        if done {
+            st.hooks.on_complete(r.size, r.posted);
+            return Ok(Some(r.size));
+        }
+        let err = match &st.error {
+            Some(NetError::Truncated { .. }) if r.header_done && r.size > r.buf.len() => {
+                st.reported = true;
+                NetError::Truncated {
+                    incoming: r.size as u64,
+                    posted: r.buf.len(),
+                }
+            }
+            _ => st.report().expect("an error is set"),
+        };
+        st.hooks.on_error(err.code().0);
+        Err(err)
     }
 
-    /// Shuts every data stream of the comm down (once): readers holding a claim fail it and let
-    /// go, servers stop, and the peer's streams end.
+    /// Shuts every data stream of the comm down (once): the peer's streams end, writes fail, and
+    /// a reader holding a claim reads only what the kernel had queued (to the end of its chunk)
+    /// or the stream's end, then lets go.
     fn shut_data_streams(&self, st: &mut State) {
         if !st.data_shut {
             st.data_shut = true;
@@ -487,9 +496,10 @@ impl Comm {
         }
     }
 
-    /// Whether no thread of the data path holds any part of request `idx` (a failed request is
-    /// released only then: NCCL may free its buffer). A receive's post is retired first, so
-    /// no reader claims it from then on.
+    /// Whether no thread of the data path (nor the kernel, for an io_uring request) holds any
+    /// part of request `idx`: a request is reported, done or failed, only then (NCCL may free
+    /// its buffer as soon as it is). A receive's post is retired first, so no reader claims it
+    /// from then on.
     fn settled(&self, st: &State, idx: usize) -> bool {
         let slot = &self.slots[idx];
         match self.direction {
@@ -619,5 +629,7 @@ pub(crate) mod inject {
     }
 }
 
+#[cfg(test)]
+mod buffer_tests;
 #[cfg(test)]
 mod tests;

@@ -6,14 +6,22 @@ use std::io::Write;
 use std::net::TcpListener;
 use std::time::Duration;
 
-const STREAMS: u32 = 4;
+pub(super) const STREAMS: u32 = 4;
 const BIG: usize = 1 << 20;
 
-/// Every path this machine can serve data streams with.
-fn paths() -> Vec<engine::Path> {
+/// Every path this machine can serve data streams with; only the one `NCCL_BPF_IO` names, if
+/// it names one (`NCCL_BPF_IO=epoll cargo test ...`).
+pub(super) fn paths() -> Vec<engine::Path> {
     let mut p = vec![engine::Path::Threads, engine::Path::Epoll];
     if engine::uring::probe().is_ok() {
         p.push(engine::Path::Uring);
+    }
+    let only = std::env::var("NCCL_BPF_IO").ok();
+    match only.as_deref().and_then(engine::IoMode::parse) {
+        Some(engine::IoMode::Threads) => p.retain(|&x| x == engine::Path::Threads),
+        Some(engine::IoMode::Epoll) => p.retain(|&x| x == engine::Path::Epoll),
+        Some(engine::IoMode::Uring) => p.retain(|&x| x == engine::Path::Uring),
+        _ => {}
     }
     p
 }
@@ -45,13 +53,13 @@ fn pair_of(path: engine::Path, send_id: u64, recv_id: u64, comm_id: u64) -> (Box
     (s, r)
 }
 
-const SHAPE: Shape = Shape {
+pub(super) const SHAPE: Shape = Shape {
     nstreams: STREAMS,
     inline_bytes: 64 * 1024,
     min_chunk: 64 * 1024,
 };
 
-fn buf(v: &mut [u8]) -> Buf {
+pub(super) fn buf(v: &mut [u8]) -> Buf {
     // SAFETY: every test keeps its vectors alive until the comms are closed.
     unsafe { Buf::new(v.as_mut_ptr(), v.len()) }
 }
@@ -732,7 +740,7 @@ fn chunks_wait_for_their_receive() {
 
 /// A receive comm on `path` whose peer is the test: the control stream, then the data
 /// streams, as raw sockets.
-fn raw_peer(path: engine::Path, id: u64) -> (Box<Comm>, Vec<TcpStream>) {
+pub(super) fn raw_peer(path: engine::Path, id: u64) -> (Box<Comm>, Vec<TcpStream>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let (mut raw, mut ends) = (Vec::new(), Vec::new());
@@ -746,7 +754,7 @@ fn raw_peer(path: engine::Path, id: u64) -> (Box<Comm>, Vec<TcpStream>) {
     (r, raw)
 }
 
-fn chunk(seq: u64, size: u32, offset: u32, len: u32) -> [u8; wire::CHUNK_HEADER_SIZE] {
+pub(super) fn chunk(seq: u64, size: u32, offset: u32, len: u32) -> [u8; wire::CHUNK_HEADER_SIZE] {
     wire::ChunkHeader {
         seq,
         size,
@@ -758,7 +766,7 @@ fn chunk(seq: u64, size: u32, offset: u32, len: u32) -> [u8; wire::CHUNK_HEADER_
 
 /// Writes chunk `i` of the plan for message `seq` of `size` bytes on `s`, header and
 /// `fill` bytes; returns the chunk's length.
-fn planned(s: &mut TcpStream, seq: u64, size: usize, i: usize, fill: u8) -> usize {
+pub(super) fn planned(s: &mut TcpStream, seq: u64, size: usize, i: usize, fill: u8) -> usize {
     let mut plan = vec![];
     wire::plan_chunks(&SHAPE, size, |o, l| plan.push((o, l)));
     let (o, l) = plan[i];

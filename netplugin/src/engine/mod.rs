@@ -31,6 +31,8 @@
 //! comm, never the process.
 
 pub mod epoll;
+#[cfg(test)]
+pub mod hold;
 pub mod pool;
 pub mod posts;
 pub mod threads;
@@ -119,10 +121,16 @@ impl Settings {
     }
 
     pub fn worker_count(&self) -> usize {
-        if self.workers > 0 {
-            return self.workers as usize;
-        }
-        std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
+        let n = if self.workers > 0 {
+            self.workers as usize
+        } else {
+            std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
+        };
+        // Test builds run at least two, so a test can hold one worker ([`hold`]) while another
+        // serves the connection's other streams.
+        #[cfg(test)]
+        let n = n.max(2);
+        n
     }
 }
 
@@ -396,7 +404,12 @@ impl Queue {
             return Ok(None);
         }
         if let Some(r) = &mut self.reader {
-            return r.next(&self.ctx);
+            let io = r.next(&self.ctx)?;
+            #[cfg(test)]
+            if io.is_some() && r.in_chunk() {
+                hold::reached(self.ctx.conn_id, self.ctx.index);
+            }
+            return Ok(io);
         }
         while let Some(t) = self.tasks.front_mut() {
             let h = crate::wire::CHUNK_HEADER_SIZE;
@@ -410,6 +423,8 @@ impl Queue {
             // chunk is counted down.
             let body = unsafe { t.buf.bytes().as_ptr().cast_mut() };
             let hp = t.hdr.as_mut_ptr();
+            #[cfg(test)]
+            hold::reached(self.ctx.conn_id, self.ctx.index);
             return Ok(Some(if self.head_done < h {
                 // SAFETY: `head_done < h`: inside the boxed header.
                 let hp = unsafe { hp.add(self.head_done) };

@@ -278,6 +278,11 @@ impl Reader {
         }
     }
 
+    /// Whether the reader holds a claimed receive (the next bytes go into its buffer).
+    pub fn in_chunk(&self) -> bool {
+        self.cur.is_some()
+    }
+
     /// The stream reached its end: `true` if between chunks (the peer closed its comm; the
     /// stream stops, counted in [`Posts::ended`]), `false` inside one (an error).
     pub fn end(&mut self, ctx: &StreamCtx) -> bool {

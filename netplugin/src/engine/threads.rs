@@ -26,6 +26,9 @@ pub enum Msg {
 pub struct Workers {
     txs: Vec<Sender<Msg>>,
     joins: Vec<JoinHandle<()>>,
+    /// Closed once every helper has returned (each holds a clone of `alive_tx`).
+    alive: Receiver<()>,
+    alive_tx: Sender<()>,
 }
 
 impl Workers {
@@ -33,15 +36,18 @@ impl Workers {
     /// already started are stopped and joined, and the reason comes back as a message.
     pub fn start(streams: Vec<StreamCtx>) -> Result<Workers, String> {
         let n = streams.len();
+        let (alive_tx, alive) = crossbeam_channel::bounded(0);
         let mut workers = Workers {
             txs: Vec::with_capacity(n),
             joins: Vec::with_capacity(n),
+            alive,
+            alive_tx,
         };
         let sockets: Vec<_> = streams.iter().map(|c| Arc::clone(&c.stream)).collect();
         for (k, ctx) in streams.into_iter().enumerate() {
             let (tx, rx) = crossbeam_channel::unbounded();
             let (conn_id, dir) = (ctx.conn_id, ctx.direction);
-            match spawn_helper(ctx, rx) {
+            match spawn_helper(ctx, rx, workers.alive_tx.clone()) {
                 Ok(join) => {
                     workers.txs.push(tx);
                     workers.joins.push(join);
@@ -89,8 +95,27 @@ impl Workers {
     /// Ends every helper and waits for it. With its sender gone a helper finishes its queue and
     /// exits, so either the queues are empty or the streams were shut down first (any chunk
     /// still blocked in I/O then fails at once).
+    ///
+    /// The wait has no time limit (docs/io-engine.md, "When a request's buffer is ours"): a
+    /// helper still running may still write into NCCL's buffer. Only a bug keeps one running on
+    /// a shut-down stream; the wait then says so in the log every 30 s.
     pub fn stop(self) {
         drop(self.txs);
+        // Each helper holds a sender of `alive` until it returns: the channel closes once all
+        // have.
+        drop(self.alive_tx);
+        let mut waited = 0u64;
+        while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+            self.alive.recv_timeout(STOP_WAIT)
+        {
+            waited += STOP_WAIT.as_secs();
+            crate::nlog!(
+                WARN,
+                NET,
+                "a helper thread of a closing connection has not ended after {waited} s; still \
+                 waiting (NCCL's buffer may not be freed before)"
+            );
+        }
         for j in self.joins {
             // A helper catches its own panics (`run`); nothing to report here.
             let _ = j.join();
@@ -98,16 +123,27 @@ impl Workers {
     }
 }
 
-fn spawn_helper(ctx: StreamCtx, rx: Receiver<Msg>) -> io::Result<JoinHandle<()>> {
+/// How often a closing comm says it is still waiting for a helper (see [`Workers::stop`]).
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+fn spawn_helper(
+    ctx: StreamCtx,
+    rx: Receiver<Msg>,
+    alive: Sender<()>,
+) -> io::Result<JoinHandle<()>> {
     #[cfg(test)]
     if crate::comm::inject::spawn_fails(ctx.conn_id, ctx.index) {
         return Err(io::Error::from_raw_os_error(libc::EAGAIN));
     }
     std::thread::Builder::new()
         .name(ctx.name.clone())
-        .spawn(move || match ctx.direction {
-            ConnDirection::Send => run_send(Queue::new(ctx), rx),
-            ConnDirection::Recv => run_recv(Queue::new(ctx), rx),
+        .spawn(move || {
+            // Dropped as the helper returns, after its queue (and any claim) is gone.
+            let _alive = alive;
+            match ctx.direction {
+                ConnDirection::Send => run_send(Queue::new(ctx), rx),
+                ConnDirection::Recv => run_recv(Queue::new(ctx), rx),
+            }
         })
 }
 

@@ -5,7 +5,10 @@
 //! What a stranger can do to a listener, and what it gets:
 //! - connect and stay silent, or send anything that is not a hello: dropped after
 //!   `NCCL_BPF_HANDSHAKE_TIMEOUT`, or at once; at most [`MAX_PENDING`] such streams are held
-//!   (beyond, the least advanced and oldest go first, so a real stream in its handshake stays);
+//!   (beyond, stale ones go first, then the least advanced and oldest, so a real stream in its
+//!   handshake stays), and when the process is out of descriptors a stale one gives its
+//!   descriptor to the next stream in the kernel's backlog, so a real connection does not wait
+//!   for the strangers to time out;
 //! - send a hello for another listener (an earlier job's): dropped at once;
 //! - send a correct hello (the listener id is public) or replay a recorded one: it gets a fresh
 //!   challenge it cannot answer without the secret, and is dropped;
@@ -32,6 +35,22 @@ use std::time::{Duration, Instant};
 pub const MAX_PENDING: usize = 256;
 /// New streams taken from the kernel per `accept` call, so a flood cannot make one call long.
 const ACCEPTS_PER_CALL: usize = MAX_PENDING;
+/// A stream in its handshake this long is stale: a real connector sends its hello at once and
+/// its proof one round trip after our reply, so only a stranger (or a peer that is gone) is
+/// still there. Stale streams are the first to make room ([`keep_order`]).
+const STALE: Duration = Duration::from_secs(1);
+
+/// The order in which pending streams are kept when room must be made (the first kept first):
+/// fresh streams (in their handshake for less than [`STALE`]) before stale ones, whatever they
+/// sent (a stranger that sent one byte long ago must not push out a real stream whose hello
+/// is still on its way); then those furthest along; then the newest.
+fn keep_order(i: &Incoming) -> (bool, std::cmp::Reverse<u8>, std::cmp::Reverse<Instant>) {
+    (
+        i.since.elapsed() >= STALE,
+        std::cmp::Reverse(i.stage.rank()),
+        std::cmp::Reverse(i.since),
+    )
+}
 
 /// Why a stream was turned away.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -330,6 +349,12 @@ impl ListenComm {
         self.listener.local_addr().ok()
     }
 
+    /// Streams in their handshake now.
+    #[cfg(test)]
+    pub fn pending(&self) -> usize {
+        self.incoming.len()
+    }
+
     /// Makes progress; returns a comm once every stream of one connection has been admitted.
     pub fn accept(&mut self) -> NetResult<Option<Box<Comm>>> {
         self.take_new()?;
@@ -385,6 +410,14 @@ impl ListenComm {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if matches!(e.kind(), io::ErrorKind::ConnectionAborted) => {}
                 Err(e) if transient_accept_error(&e) => {
+                    // Out of descriptors: a stale stream in its handshake (a silent stranger,
+                    // most likely) gives its descriptor to the stream waiting in the backlog,
+                    // rather than that stream waiting until the stranger's handshake times out.
+                    if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+                        && self.evict_stale()
+                    {
+                        continue;
+                    }
                     // Out of descriptors or buffers for now: the connection stays in the
                     // kernel's backlog and is taken on a later call.
                     log_transient(&e);
@@ -444,21 +477,36 @@ impl ListenComm {
         );
     }
 
-    /// Keeps at most [`MAX_PENDING`] streams in their handshake: those furthest along first,
-    /// then the newest (a real connector sends its hello at once; a flood's streams are old).
+    /// Keeps at most [`MAX_PENDING`] streams in their handshake, dropping the least worth
+    /// keeping ([`keep_order`]).
     fn cap_pending(&mut self) {
         if self.incoming.len() <= MAX_PENDING {
             return;
         }
-        self.incoming.sort_by_key(|i| {
-            (
-                std::cmp::Reverse(i.stage.rank()),
-                std::cmp::Reverse(i.since),
-            )
-        });
+        self.incoming.sort_by_key(keep_order);
         for inc in self.incoming.drain(MAX_PENDING..) {
             self.refusals.note(Refusal::Evicted, inc.peer);
         }
+    }
+
+    /// Out of descriptors: first whoever has completed the handshake is taken out of the
+    /// pending list, then the stream least worth keeping is dropped if it is stale (in its
+    /// handshake for [`STALE`] or more: a real connector answers within a round trip). Whether
+    /// one was dropped (its descriptor is free for the next `accept`).
+    fn evict_stale(&mut self) -> bool {
+        self.progress_handshakes();
+        let Some((at, _)) = self
+            .incoming
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| i.since.elapsed() >= STALE)
+            .max_by_key(|(_, i)| keep_order(i))
+        else {
+            return false;
+        };
+        let inc = self.incoming.swap_remove(at);
+        self.refusals.note(Refusal::Evicted, inc.peer);
+        true
     }
 
     /// Drops connections whose streams did not all arrive within the handshake timeout.

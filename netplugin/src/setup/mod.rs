@@ -7,7 +7,7 @@
 //! connection are in. The connecting side lives in [`connect`], the listening side in
 //! [`accept`].
 
-mod accept;
+pub(crate) mod accept;
 mod connect;
 
 pub use accept::{ListenComm, listen};
@@ -150,3 +150,5 @@ mod congestion_tests {
         );
     }
 }
+#[cfg(test)]
+mod flood_tests;
