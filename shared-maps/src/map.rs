@@ -399,9 +399,8 @@ impl Map {
         {
             return Err(MapError::BadKey);
         }
-        // SAFETY: the slices are key_size and value_size readable bytes. If they lie in this
-        // map's own values, the caller's borrow makes the write below overlap memory it
-        // holds shared: `update` is for bytes outside the map (the helper uses `update_raw`).
+        // SAFETY: the slices hold key_size and value_size readable bytes (checked above).
+        // (Bytes that may be this map's own values come through `update_raw`, as programs'.)
         unsafe { self.update_raw(key.as_ptr(), value.as_ptr(), flags) }
     }
 
