@@ -255,7 +255,7 @@ struct ncclbpf_net_ctx {
   __u32 nstreams;
   __u64 latency_ns; /* complete: time from post to completion */
   __s32 status;     /* complete/close: 0 or the ncclResult_t */
-  __u32 reserved;
+  __u32 reserved;   /* read: always 0 (readable so that a copy of the whole context verifies) */
 };
 
 #define NCCLBPF_OP_CONNECT 1

@@ -305,7 +305,9 @@ mod tests {
             offset_of!(NetCtx, nstreams),
             offset_of!(NetCtx, latency_ns),
             offset_of!(NetCtx, status),
+            offset_of!(NetCtx, reserved),
         ];
+        assert_eq!(n.len(), NET_FIELDS.len());
         for (o, f) in n.iter().zip(NET_FIELDS) {
             assert_eq!(*o as u32, f.offset, "{}", f.name);
         }

@@ -31,8 +31,11 @@ pub extern "C" fn map_lookup_elem(m: u64, key: u64, _: u64, _: u64, _: u64) -> u
 
 pub extern "C" fn map_update_elem(m: u64, key: u64, value: u64, flags: u64, _: u64) -> u64 {
     let m = map(m);
-    let s = m.spec();
-    match m.update(bytes(key, s.key_size), bytes(value, s.value_size), flags) {
+    // SAFETY: the verifier proved `key` and `value` point to key_size and value_size
+    // initialized bytes (stack or map values). The value may be an entry of this very map
+    // (`update(&m, k, lookup(&m, k))`): `update_raw` holds no reference to it while it writes
+    // and copies with overlap allowed.
+    match unsafe { m.update_raw(key as *const u8, value as *const u8, flags) } {
         Ok(()) => 0,
         Err(e) => e.errno() as u64,
     }

@@ -274,7 +274,16 @@ impl fmt::Display for Reject {
                 "invalid read from stack R{reg} off {off} size {size}: bytes never written"
             ),
             Reject::UninitRegister { reg } => {
-                write!(f, "R{reg} !read_ok: register read before it was written")
+                write!(f, "R{reg} !read_ok: register read before it was written")?;
+                if *reg == 0 {
+                    // The one register a subprogram's exit can leave unreadable.
+                    write!(
+                        f,
+                        " (after a call, r0 is unreadable when the subprogram left a pointer \
+                         into its own stack there: that stack is gone once it returns)"
+                    )?;
+                }
+                Ok(())
             }
             Reject::InvalidMemAccess { reg, ty } => write!(f, "R{reg} invalid mem access '{ty}'"),
             Reject::UnboundedAccess { reg } => {

@@ -188,6 +188,9 @@ pub const NET_FIELDS: &[Field] = &[
     f("nstreams", 36, 4, R),
     f("latency_ns", 40, 8, R),
     f("status", 48, 4, R),
+    // Always 0 (the runtime fills the whole context): readable so that a copy of the context
+    // (clang loads `status` and `reserved` as one 8-byte word) verifies.
+    f("reserved", 52, 4, R),
 ];
 
 /// `struct ncclbpf_tuner_chunk_ctx` (`tuner/chunk`).

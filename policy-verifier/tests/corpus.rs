@@ -47,8 +47,11 @@ const EXPECTED: &[(&str, &str, usize)] = &[
     ("config_write_update", "map_read_only", 11),  // bpf_map_update_elem on a config map
     ("ctx_misaligned_read", "ctx_out_of_bounds", 0), // u32 at off 2, inside msg_size
     ("ctx_oob", "ctx_out_of_bounds", 0), // R1 invalid context access off=1600 size=8: not a field of the 56-byte context
-    ("ctx_padding", "ctx_out_of_bounds", 0), // R1 invalid context access off=52 size=4: net ctx padding, not a field of the 56-byte context
+    ("ctx_or_index", "pointer_arithmetic", 2), // r1 |= r2 on the context
+    ("ctx_past_end_net", "ctx_out_of_bounds", 0), // *(u32 *)(r1 +56): past `reserved`, the net context's last field
+    ("ctx_reserved_overrun", "ctx_out_of_bounds", 0), // *(u64 *)(r1 +52): 4 bytes past the 56-byte context
     ("ctx_var_offset", "ctx_variable_offset", 5), // R1 variable context access: context fields must be read at constant offsets
+    ("ctx_write_reserved", "ctx_read_only", 1),   // net `reserved` is read-only
     ("ctx_write_ro", "ctx_read_only", 1), // R1 write to read-only context field 'msg_size' (off=0 size=8)
     ("ctx_write_ro_net", "ctx_read_only", 1), // R1 write to read-only context field 'status' (off=48 size=4)
     ("ctx_write_var", "ctx_variable_offset", 5), // *(u32 *)(r1 +36) = w2, r1 = ctx + {0, 4}
@@ -80,6 +83,7 @@ const EXPECTED: &[(&str, &str, usize)] = &[
     ("map_oob_unbounded", "unbounded_access", 11), // R1 unbounded memory access, make sure to bounds check any such access
     ("map_oob_var", "map_out_of_bounds", 13), // R0 invalid access to map value of 'arr', value_size=32 off=0..56 size=8: bound the index first
     ("map_read_only", "map_read_only", 3),    // R2 write into read-only map '.rodata'
+    ("map_value_or_index", "pointer_arithmetic", 10), // r0 |= r6 on a map value
     ("mod32_upper_bits", "div_by_zero", 3),   // w0 %= w2, r2 != 0 but w2 may be 0
     ("mod_by_zero", "div_by_zero", 3), // division or modulo by R2, which may be zero: test it against 0 first
     ("null_deref", "null_deref", 7), // R0 invalid mem access 'map_value_or_null': check the result of bpf_map_lookup_elem for NULL before using it
@@ -134,13 +138,20 @@ const EXPECTED: &[(&str, &str, usize)] = &[
     ("stack_oob_deep", "stack_out_of_bounds", 1), // R10 invalid stack access off=-520..-520 size=8: the stack is fp-512 .. fp-1
     ("stack_oob_read", "stack_out_of_bounds", 7), // R2 invalid stack access off=-16..1007 size=1: the stack is fp-512 .. fp-1
     ("stack_oob_write", "stack_out_of_bounds", 1), // R10 invalid stack access off=8..8 size=8: the stack is fp-512 .. fp-1
+    ("stack_or_misaligned", "pointer_arithmetic", 6), // (fp-12) | [0, 3]: not 8-aligned
+    ("stack_or_var_base", "pointer_arithmetic", 10), // (fp-16 + {0, 8}) | [0, 7]: variable base
+    ("stack_or_wide", "pointer_arithmetic", 7),    // (fp-16) | [0, 15]: may reach bit 3
     ("subprog_caller_stack_oob", "stack_out_of_bounds", 9), // callee reads caller fp+0
     ("subprog_fallthrough", "bad_subprog", 1),     // main's last insn is r0 += 1, then the callee
     ("subprog_jump_across", "bad_subprog", 5),     // jump from first() into second()
     ("subprog_last_cond_jump", "bad_subprog", 6),  // first() ends with a conditional jump
     ("subprog_last_not_exit", "bad_subprog", 5),   // first() ends with r0 += 2
-    ("subprog_return_stack_ptr", "pointer_leak", 7), // exit with r0 = callee fp-8
+    ("subprog_return_stack_ptr", "uninit_register", 1), // caller reads r0 = callee fp-8, dead at its exit
+    ("subprog_return_value_unchecked", "null_deref", 2), // caller reads a returned lookup result unchecked
+    ("subprog_return_value_unchecked_depth3", "null_deref", 3), // ... passed up through three frames
+    ("subprog_stack_ptr_depth2", "uninit_register", 7), // r2 = r0: frame 2's stack pointer, dead in frame 1
     ("subprog_stack_ptr_to_caller", "pointer_leak", 9), // callee fp-8 stored into caller's frame
+    ("subprog_void_stack_r0", "uninit_register", 2),    // void callee left its fp-16 in r0
     ("too_large", "too_large", 0), // program has 5002 instructions, over the limit of 4096
     ("uninit_key", "uninit_stack", 6), // invalid read from stack R2 off -8 size 8: bytes never written
     ("uninit_r0_exit", "uninit_register", 0), // R0 !read_ok: register read before it was written

@@ -149,6 +149,36 @@ const ALLOWED: &[Allowed] = &[
               intervals and zones cannot express halving, so PREVAIL cannot bound it",
     },
     Allowed {
+        program: "safe/stack_or_index:bytes",
+        prevail_says: "Invalid type",
+        shape: Some(or_of_two_registers_at),
+        why: "`&buf[i]` into an 8-aligned stack buffer with `i < 8` compiles to `r3 = r10; r3 += -8; \
+              r3 |= r1`; we take the `|` as an add (the frame pointer is 8-aligned in both \
+              engines, the offset is a multiple of 8 and r1 is within [0, 7]); PREVAIL turns a \
+              pointer or-ed with anything into a number (unprivileged: no pointer may meet a \
+              bitwise operation) and refuses the access through it",
+    },
+    Allowed {
+        program: "safe/stack_or_index:halves",
+        prevail_says: "Invalid type",
+        shape: Some(or_of_two_registers_at),
+        why: "`&buf[i]` into an 8-aligned stack buffer with `i < 8` compiles to `r3 = r10; r3 += -8; \
+              r3 |= r1`; we take the `|` as an add (the frame pointer is 8-aligned in both \
+              engines, the offset is a multiple of 8 and r1 is within [0, 7]); PREVAIL turns a \
+              pointer or-ed with anything into a number (unprivileged: no pointer may meet a \
+              bitwise operation) and refuses the access through it",
+    },
+    Allowed {
+        program: "safe/stack_or_index:tuner_bytes",
+        prevail_says: "Invalid type",
+        shape: Some(or_of_two_registers_at),
+        why: "`&buf[i]` into an 8-aligned stack buffer with `i < 8` compiles to `r3 = r10; r3 += -8; \
+              r3 |= r1`; we take the `|` as an add (the frame pointer is 8-aligned in both \
+              engines, the offset is a multiple of 8 and r1 is within [0, 7]); PREVAIL turns a \
+              pointer or-ed with anything into a number (unprivileged: no pointer may meet a \
+              bitwise operation) and refuses the access through it",
+    },
+    Allowed {
         program: "gen",
         prevail_says: "Loop counter is too large",
         shape: Some(counted_loop_at),
@@ -309,6 +339,14 @@ fn odd_or_before_divisor(insns: &[Insn], at: Option<usize>) -> bool {
         && o.dst == d.src
         && o.imm & 1 == 1
         && !(0..insns.len()).any(|k| jump_target(insns, k) == Some(at))
+}
+
+/// The instruction at `at` is a 64-bit `rX |= rY` (the `|` of a stack pointer and an index
+/// that our verifier takes as an add, see `or_is_add` in src/check/alu.rs).
+fn or_of_two_registers_at(insns: &[Insn], at: Option<usize>) -> bool {
+    at.and_then(|a| insns.get(a)).is_some_and(|i| {
+        class_of(i) == op::ALU64 && i.op() == op::OR && i.is_reg_src() && i.dst != i.src
+    })
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -795,6 +833,22 @@ fn shape_checks_say_no() -> Vec<String> {
     ] {
         if odd_or_before_divisor(&div(pre), Some(1)) {
             failures.push(format!("odd_or_before_divisor: {what} should fail"));
+        }
+    }
+    let or = |i: Insn| or_of_two_registers_at(&[i], Some(0));
+    if !or(alu64_reg(op::OR, 3, 1)) {
+        failures.push("or_of_two_registers_at: r3 |= r1 should pass".into());
+    }
+    for (what, i) in [
+        ("r3 |= 1", alu64_imm(op::OR, 3, 1)),
+        ("r3 += r1", alu64_reg(op::ADD, 3, 1)),
+        (
+            "w3 |= w1",
+            policy_object::insn::build::alu32_reg(op::OR, 3, 1),
+        ),
+    ] {
+        if or(i) {
+            failures.push(format!("or_of_two_registers_at: {what} should fail"));
         }
     }
     failures

@@ -416,24 +416,50 @@ impl Map {
         {
             return Err(MapError::BadKey);
         }
+        // SAFETY: the slices hold key_size and value_size readable bytes (checked above).
+        // (Bytes that may be this map's own values come through `update_raw`, as programs'.)
+        unsafe { self.update_raw(key.as_ptr(), value.as_ptr(), flags) }
+    }
+
+    /// [`update`](Self::update) from raw pointers, which may point into this map's own values:
+    /// a program's `bpf_map_update_elem(&m, k, bpf_map_lookup_elem(&m, k), ...)` passes the
+    /// entry's own value (the kernel allows it), and the key may be a value of the same map.
+    /// No reference to either is held while a value is written, and values are copied with
+    /// `ptr::copy`, which allows the source and the destination to overlap (an entry updated
+    /// from itself keeps its value).
+    ///
+    /// # Safety
+    /// `key` points to `key_size` readable bytes and `value` to `value_size` readable bytes,
+    /// valid for the call (stack, or values of a live map).
+    pub unsafe fn update_raw(
+        &self,
+        key: *const u8,
+        value: *const u8,
+        flags: u64,
+    ) -> Result<(), MapError> {
         if flags > BPF_EXIST {
             return Err(MapError::BadFlags);
         }
+        let (ks, vs) = (self.spec.key_size as usize, self.spec.value_size as usize);
+        // SAFETY (each use, a temporary): `key` holds key_size readable bytes (the caller's
+        // contract); the slice is gone before anything is written.
+        let key_bytes = || unsafe { std::slice::from_raw_parts(key, ks) };
         let write = |dst: *mut u8| {
-            // SAFETY: dst points to a value of value_size bytes inside the segment.
-            unsafe { std::ptr::copy_nonoverlapping(value.as_ptr(), dst, value.len()) }
+            // SAFETY: dst points to a value of value_size bytes inside the segment; `value` to
+            // value_size readable bytes, which may be those same bytes (an overlapping copy).
+            unsafe { std::ptr::copy(value, dst, vs) }
         };
         match self.spec.kind {
             MapType::Array | MapType::PercpuArray => {
                 if flags == BPF_NOEXIST {
                     return Err(MapError::Exists);
                 }
-                let dst = self.lookup_ptr(key).ok_or(MapError::BadKey)?;
+                let dst = self.lookup_ptr(key_bytes()).ok_or(MapError::BadKey)?;
                 write(dst);
                 Ok(())
             }
             MapType::Hash => {
-                if let Ok(s) = self.probe(key) {
+                if let Ok(s) = self.probe(key_bytes()) {
                     if flags == BPF_NOEXIST {
                         return Err(MapError::Exists);
                     }
@@ -444,7 +470,7 @@ impl Map {
                     return Err(MapError::NotFound);
                 }
                 let _g = self.lock();
-                match self.probe(key) {
+                match self.probe(key_bytes()) {
                     Ok(s) => {
                         write(self.ptr(self.slot_off(s) + 8 + self.key_stride));
                         Ok(())
@@ -457,13 +483,9 @@ impl Map {
                         let off = self.slot_off(s);
                         // SAFETY: the slot is EMPTY or TOMBSTONE and we hold the writer lock,
                         // so no one else writes it; readers ignore it until FULL is published.
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(
-                                key.as_ptr(),
-                                self.ptr(off + 8),
-                                key.len(),
-                            );
-                        }
+                        // `key` may lie in a value of this map (the freed slot's own, even),
+                        // never in a key area: `copy` allows the overlap anyway.
+                        unsafe { std::ptr::copy(key, self.ptr(off + 8), ks) };
                         write(self.ptr(off + 8 + self.key_stride));
                         self.count().fetch_add(1, Ordering::Relaxed);
                         self.slot_state(s).store(FULL, Ordering::Release);

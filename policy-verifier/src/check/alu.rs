@@ -1,6 +1,7 @@
 //! ALU instructions: scalar arithmetic over abstract values (64- and 32-bit, ISA v4's signed
 //! division, sign-extending moves and byte swaps), and the few kinds of arithmetic a pointer
-//! allows.
+//! allows: `± scalar`, `scalar +`, the distance between two pointers into one object, and
+//! `|` of an 8-aligned stack pointer with a scalar in [0, 7] (an add there).
 
 use super::{Checker, R, op_name};
 use crate::error::Reject;
@@ -157,6 +158,9 @@ impl Checker<'_> {
                 // scalar + pointer: the pointer moved by the scalar.
                 self.offset(i.src, src, dst, true)
             }
+            (false, true) if o == op::OR && or_is_add(src, dst) => {
+                self.offset(i.src, src, dst, true)
+            }
             (false, true) => Err(Reject::PointerArithmetic {
                 reg: i.src,
                 what: format!(
@@ -165,6 +169,9 @@ impl Checker<'_> {
                     name(&src)
                 ),
             }),
+            (true, false) if o == op::OR && or_is_add(dst, src) => {
+                self.offset(i.dst, dst, src, true)
+            }
             (true, false) => {
                 if o != op::ADD && o != op::SUB {
                     return Err(Reject::PointerArithmetic {
@@ -233,6 +240,19 @@ impl Checker<'_> {
         }
         Ok(r)
     }
+}
+
+/// Whether `ptr | k` is `ptr + k`: `ptr` points into a stack frame at a constant offset that
+/// is a multiple of 8 (no variable part) and `k` is within [0, 7]. Both engines keep every
+/// frame pointer 8-aligned (the interpreter's frames are `u64` arrays, the JIT's `rbp` is
+/// 16-aligned), so the pointer's low three bits are 0. clang emits this for `&buf[i]` into an
+/// 8-aligned stack buffer when it knows `i < 8`.
+fn or_is_add(ptr: Reg, k: Reg) -> bool {
+    matches!(ptr.ty, RegType::Stack { .. })
+        && ptr.v.const_value() == Some(0)
+        && ptr.off.rem_euclid(8) == 0
+        && k.ty == RegType::Scalar
+        && k.v.umax <= 7
 }
 
 /// `sdiv`/`smod` (ISA v4) by a divisor proven non-zero; `INT_MIN / -1` is `INT_MIN` and

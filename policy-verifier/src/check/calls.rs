@@ -113,21 +113,29 @@ impl Checker<'_> {
     }
 
     pub(super) fn exit(&mut self, st: &mut State) -> R<Next> {
-        // The program's return value must be set; a subprogram may return nothing (a void
-        // function), and its caller may then not read r0.
-        let r0 = if st.frames.len() == 1 {
-            self.reg(st, 0)?
-        } else {
-            st.cur().regs[0]
-        };
-        if r0.ty.is_pointer() {
-            return Err(Reject::PointerLeak {
-                reg: 0,
-                what: format!("returning {}", r0.type_name()),
-            });
-        }
         if st.frames.len() == 1 {
+            // The program's return value: a number the hook reads, never a pointer.
+            let r0 = self.reg(st, 0)?;
+            if r0.ty.is_pointer() {
+                return Err(Reject::PointerLeak {
+                    reg: 0,
+                    what: format!("returning {}", r0.type_name()),
+                });
+            }
             return Ok(Next::Done);
+        }
+        // A subprogram's r0 goes back to its caller whatever it holds: a void function leaves
+        // in it whatever it last computed there (clang leaves a lookup's map value). Map
+        // values, the context and the caller's stack outlive the callee, so those pointers
+        // stay usable; a pointer into the callee's own stack dies with its frame: r0 becomes
+        // unreadable, and a caller that reads it is refused (`uninit_register`). Nothing else
+        // can hold a callee stack pointer past its exit: r1-r5 die at the exit too, r6-r9 are
+        // the caller's own, and such a pointer is never stored outside the callee's frame
+        // (`stack_write`, maps, the context, helper arguments).
+        let callee = st.frame_no();
+        let mut r0 = st.cur().regs[0];
+        if matches!(r0.ty, RegType::Stack { frame } if frame >= callee) {
+            r0 = Reg::NOT_INIT;
         }
         let f = st.frames.pop().expect("callee frame");
         let caller = st.cur_mut();
