@@ -10,6 +10,7 @@ mod branch;
 mod calls;
 mod locality;
 mod mem;
+mod region;
 pub mod structure;
 
 use crate::error::{Reject, VerifyError};
@@ -124,7 +125,9 @@ impl<'a> Checker<'a> {
         VerifyError {
             insn: pc,
             disasm: op::disasm(self.insns, pc),
-            state: st.map(|s| s.describe(self.maps)).unwrap_or_default(),
+            state: st
+                .map(|s| s.describe(self.maps, self.hook))
+                .unwrap_or_default(),
             source: None,
             path: st.map(|s| s.path.clone()).unwrap_or_default(),
             processed: self.stats.processed,
