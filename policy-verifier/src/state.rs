@@ -283,15 +283,41 @@ pub fn scalar_text(v: &Scalar) -> String {
     s
 }
 
+/// A scalar spilled in 1, 2 or 4 naturally aligned bytes (a narrow spill): where, and the
+/// unsigned bounds of the stored bytes' value (zero-extended). Compact (a slot may hold two),
+/// and without an id or known bits: what a loop counter needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Narrow {
+    /// Byte offset in the slot.
+    pub at: u8,
+    pub size: u8,
+    pub min: u32,
+    pub max: u32,
+}
+
+impl Narrow {
+    pub fn mask(&self) -> u8 {
+        ((((1u16 << self.size.min(8)) - 1) as u8) as u16).wrapping_shl(self.at.into()) as u8
+    }
+
+    pub fn contains(&self, o: &Narrow) -> bool {
+        (self.at, self.size) == (o.at, o.size) && self.min <= o.min && o.max <= self.max
+    }
+
+    pub fn value(&self) -> Scalar {
+        Scalar::urange(self.min.into(), self.max.into())
+    }
+}
+
 /// Eight stack bytes: which are initialized (bit k for byte k), the register spilled there if
-/// any, and each byte's taint.
+/// any, narrow spills, and each byte's taint.
 ///
-/// A spill is either whole (`spill_size` 8 at `spill_at` 0, `init == 0xff`: an aligned 8-byte
-/// store of a pointer through any stack pointer, or of a scalar through `r10`) or narrow: a
-/// scalar stored through `r10` in 1, 2 or 4 naturally aligned bytes, kept as the stored bytes'
-/// value (zero-extended), so that a fill of those bytes gets the bounds back (a loop counter
-/// whose address is taken lives in such a slot). A slot keeps one spill: a store to other bytes
-/// of the slot keeps it, a narrow spill elsewhere in the slot replaces it.
+/// `spill` is a whole-slot spill (`init == 0xff`): an aligned 8-byte store of a pointer through
+/// any stack pointer, or of a scalar through `r10`. `narrow[h]` is a scalar stored through
+/// `r10` in 1, 2 or 4 naturally aligned bytes of the slot's half `h` (bytes `4h..4h + 4`): a
+/// fill of those bytes gets the bounds back (a loop counter whose address is taken lives in
+/// such a slot, often beside another 4-byte variable). A store that overlaps a spill ends it;
+/// one beside it keeps it.
 ///
 /// `taint[k]`: byte k holds a value that may differ between ranks (tuner hooks; a spill keeps
 /// its own too). Per byte, so that a store of an agreed value over part of a slot does not keep
@@ -300,37 +326,48 @@ pub fn scalar_text(v: &Scalar) -> String {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Slot {
     pub init: u8,
-    pub spill_at: u8,
-    pub spill_size: u8,
     pub spill: Option<Reg>,
+    pub narrow: [Option<Narrow>; 2],
     pub taint: [Option<Taint>; 8],
 }
 
 impl Slot {
     pub const EMPTY: Slot = Slot {
         init: 0,
-        spill_at: 0,
-        spill_size: 0,
         spill: None,
+        narrow: [None; 2],
         taint: [None; 8],
     };
 
-    /// The bytes the spill covers, as a mask (bit k for byte k).
+    /// The bytes the whole-slot spill covers, as a mask (bit k for byte k).
     pub fn spill_mask(&self) -> u8 {
-        if self.spill.is_none() {
-            return 0;
-        }
-        let m = (1u16 << self.spill_size.min(8)) - 1;
-        ((m as u8) as u16).wrapping_shl(self.spill_at.into()) as u8
+        if self.spill.is_some() { 0xff } else { 0 }
     }
 
-    /// Makes `v` the spill of `size` bytes at byte `at` (those bytes become initialized; the
-    /// taints are the locality rule's to set).
-    pub fn set_spill(&mut self, v: Reg, at: u8, size: u8) {
+    /// Makes `v` the slot's whole spill (the taints are the locality rule's to set).
+    pub fn set_spill(&mut self, v: Reg) {
+        self.init = 0xff;
         self.spill = Some(v);
-        self.spill_at = at;
-        self.spill_size = size;
-        self.init |= ((((1u16 << size.min(8)) - 1) as u8) as u16).wrapping_shl(at.into()) as u8;
+        self.narrow = [None; 2];
+    }
+
+    /// Ends the spills that overlap bytes `mask`.
+    pub fn clobber(&mut self, mask: u8) {
+        if mask & self.spill_mask() != 0 {
+            self.spill = None;
+        }
+        for n in &mut self.narrow {
+            if n.is_some_and(|n| n.mask() & mask != 0) {
+                *n = None;
+            }
+        }
+    }
+
+    /// Stores the narrow spill `n` (its bytes become initialized; a spill they overlap ends).
+    pub fn set_narrow(&mut self, n: Narrow) {
+        self.clobber(n.mask());
+        self.init |= n.mask();
+        self.narrow[usize::from(n.at / 4) & 1] = Some(n);
     }
 
     /// The taint of what a read of bytes `mask` of this slot returns.
@@ -495,22 +532,24 @@ impl State {
                 if !o.taints_cover(n) {
                     return false;
                 }
+                for (on, nn) in o.narrow.iter().zip(&n.narrow) {
+                    match (on, nn) {
+                        (Some(a), Some(b)) if precise && !a.contains(b) => return false,
+                        (Some(a), Some(b)) if (a.at, a.size) != (b.at, b.size) => return false,
+                        // A narrow spill whose value does not matter is plain bytes.
+                        (Some(_), None) if precise => return false,
+                        _ => {}
+                    }
+                }
                 match (o.spill, n.spill) {
                     (Some(os), Some(ns)) => {
-                        if (o.spill_at, o.spill_size) != (n.spill_at, n.spill_size)
-                            || n.init & o.init != o.init
-                            || !reg_ok(&os, &ns, precise)
-                        {
+                        if !reg_ok(&os, &ns, precise) {
                             return false;
                         }
                     }
                     (Some(os), None) => {
-                        // A spilled scalar whose value does not matter is plain bytes.
-                        if os.ty != RegType::Scalar
-                            || precise
-                            || n.init & o.init != o.init
-                            || (os.taint.is_none() && n.read_taint().is_some())
-                        {
+                        // A spilled scalar whose value does not matter is eight plain bytes.
+                        if os.ty != RegType::Scalar || precise || n.init != 0xff {
                             return false;
                         }
                     }
@@ -524,9 +563,7 @@ impl State {
                         {
                             return false;
                         }
-                        if ns.is_some_and(|r| r.taint.is_some())
-                            && o.taint_of(n.spill_mask()).is_none()
-                        {
+                        if ns.is_some_and(|r| r.taint.is_some()) && o.read_taint().is_none() {
                             return false;
                         }
                     }
@@ -596,9 +633,7 @@ impl State {
                     let (Some(ra), Some(rb)) = (sa.spill, sb.spill) else {
                         return None;
                     };
-                    if (sa.taint, sa.init, sa.spill_at, sa.spill_size)
-                        != (sb.taint, sb.init, sb.spill_at, sb.spill_size)
-                    {
+                    if (sa.taint, sa.init, sa.narrow) != (sb.taint, sb.init, sb.narrow) {
                         return None;
                     }
                     out.frames[k].stack[j].spill = Some(union(&ra, &rb)?);
@@ -621,21 +656,23 @@ impl State {
             .map(|k| {
                 let off = -(SLOTS as i64 - k as i64) * 8;
                 let slot = &f.stack[k];
-                match (slot.spill, slot.read_taint()) {
-                    (Some(r), _) if slot.spill_size == 8 => {
-                        format!("fp{off}={}", r.describe(maps, hook))
-                    }
-                    (Some(r), _) => format!(
-                        "fp{}(u{})={}",
-                        off + i64::from(slot.spill_at),
-                        8 * slot.spill_size,
-                        r.describe(maps, hook)
-                    ),
+                let mut text = match (slot.spill, slot.read_taint()) {
+                    (Some(r), _) => format!("fp{off}={}", r.describe(maps, hook)),
                     (None, Some(t)) => {
                         format!("fp{off}=misc[rank-local: {}]", t.short(maps, hook))
                     }
                     (None, None) => format!("fp{off}=misc"),
+                };
+                for n in slot.narrow.iter().flatten() {
+                    let _ = write!(
+                        text,
+                        " fp{}(u{})={}",
+                        off + i64::from(n.at),
+                        8 * u32::from(n.size),
+                        scalar_text(&n.value())
+                    );
                 }
+                text
             })
             .collect();
         if !inited.is_empty() {

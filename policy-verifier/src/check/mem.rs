@@ -10,7 +10,7 @@ use super::{Checker, R};
 use crate::error::Reject;
 use crate::platform::{MapInfo, Perm, STACK_SIZE};
 use crate::scalar::Scalar;
-use crate::state::{Reg, RegType, State};
+use crate::state::{Narrow, Reg, RegType, State};
 use policy_object::insn::{self as op, Insn};
 
 #[derive(Clone, Copy)]
@@ -284,7 +284,7 @@ impl Checker<'_> {
                     what: "pointer to a callee's stack stored in a caller's frame".into(),
                 });
             }
-            stack[slot_of(lo).0].set_spill(v, 0, 8);
+            stack[slot_of(lo).0].set_spill(v);
             return Ok(());
         }
         if aligned {
@@ -293,10 +293,10 @@ impl Checker<'_> {
             // pointer alone.
             let slot = &mut stack[slot_of(lo).0];
             if breg == 10 {
-                slot.set_spill(v, 0, 8);
+                slot.set_spill(v);
             } else {
                 slot.init = 0xff;
-                slot.spill = None;
+                slot.clobber(0xff);
             }
             return Ok(());
         }
@@ -331,26 +331,23 @@ impl Checker<'_> {
                 }
                 slot.init |= written;
                 // A spill the store does not touch is still there.
-                if slot.spill_mask() & written != 0 {
-                    slot.spill = None;
-                }
+                slot.clobber(written);
             } else {
                 // A store at a variable offset writes some of these bytes: those already
                 // written stay written (now of unknown value), the others may still be
                 // unwritten.
-                slot.spill = None;
+                slot.clobber(0xff);
             }
         }
         if narrow {
             let (k, b) = slot_of(lo);
-            let bytes = Reg {
-                id: 0,
-                ..Reg {
-                    v: v.v.zext(8 * size),
-                    ..v
-                }
-            };
-            stack[k].set_spill(bytes, b as u8, size as u8);
+            let bytes = v.v.zext(8 * size);
+            stack[k].set_narrow(Narrow {
+                at: b as u8,
+                size: size as u8,
+                min: bytes.umin as u32,
+                max: bytes.umax.min(u64::from(u32::MAX)) as u32,
+            });
         }
         Ok(())
     }
@@ -371,7 +368,7 @@ impl Checker<'_> {
             let (k, b) = slot_of(lo);
             let slot = stack[k];
             match slot.spill {
-                Some(r) if size == 8 && b == 0 && slot.spill_size == 8 => {
+                Some(r) if size == 8 && b == 0 => {
                     // A spilled scalar's value is known only through r10 (see `stack_write`).
                     return Ok(if r.ty.is_pointer() || breg == 10 {
                         r
@@ -385,17 +382,19 @@ impl Checker<'_> {
                 // A fill of a spilled scalar's low bytes (little-endian: from where the spill
                 // starts), as wide as the spill or narrower: its value, zero-extended. Not for
                 // sign-extending loads (pruning's liveness does not follow their values).
-                Some(r)
-                    if breg == 10
-                        && !sext
-                        && r.ty == RegType::Scalar
-                        && b == u32::from(slot.spill_at)
-                        && size <= u32::from(slot.spill_size) =>
-                {
+                Some(r) if breg == 10 && !sext && r.ty == RegType::Scalar && b == 0 => {
                     return Ok(Reg {
                         taint: r.taint,
                         ..Reg::scalar(r.v.zext(8 * size))
                     });
+                }
+                None if breg == 10 && !sext => {
+                    if let Some(n) = slot.narrow[(b / 4) as usize & 1]
+                        && u32::from(n.at) == b
+                        && size <= u32::from(n.size)
+                    {
+                        return Ok(Reg::scalar(n.value().zext(8 * size)));
+                    }
                 }
                 _ => {}
             }
@@ -496,7 +495,7 @@ impl Checker<'_> {
                     });
                 }
                 self.stack_bytes(st, i.dst, frame, lo, lo + i64::from(size), size, false)?;
-                st.frames[frame as usize].stack[k].spill = None;
+                st.frames[frame as usize].stack[k].clobber(0xff);
             }
             RegType::MapValueOrNull { .. } => return Err(Reject::NullDeref { reg: i.dst }),
             _ => {
