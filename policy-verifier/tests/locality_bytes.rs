@@ -216,7 +216,7 @@ fn precision_partial_store_of_an_agreed_key_over_a_local_slot_epoch() {
 
 /// The same, with the key the slot's upper half, which still holds the rank-local bytes.
 #[test]
-fn hole_key_from_the_untouched_bytes_of_a_local_slot() {
+fn rejected_key_from_the_untouched_bytes_of_a_local_slot() {
     let mut p = program(&[ldx(DW, 1, 6, 0), stx(DW, 10, -8, 1), st(W, 10, -8, 1)]);
     p.extend(ld_map(1, AGREED));
     p.extend([
@@ -234,7 +234,7 @@ fn hole_key_from_the_untouched_bytes_of_a_local_slot() {
 /// A rank-local byte stored into the middle of an agreed slot: an 8-byte read over it is
 /// rank-local, whatever the width of the store.
 #[test]
-fn hole_local_byte_inside_an_agreed_slot() {
+fn rejected_local_byte_inside_an_agreed_slot() {
     for (size, off) in [(B, -5), (H, -6), (W, -4)] {
         let mut p = program(&[
             st(DW, 10, -8, 3),
