@@ -18,6 +18,7 @@
 //! with both edges feasible, opens a [`Region`] in both successors that lasts until the jump's
 //! immediate post-dominator in its function (computed here once per program), or until the
 //! function returns when no instruction post-dominates it. Everything written inside a region
+//! ([`super::region`]: registers, and the stack bytes its stores and calls can reach)
 //! is tainted (the value differs with the edge taken, also after the paths meet), and a context
 //! write inside one is rejected, as is a context write of a tainted value. A branch the verifier
 //! decides one way for every value (only one edge feasible) does not depend on the value.

@@ -4,7 +4,10 @@
 //! spills the register whole (kept with its type and value), and a pointer may be stored
 //! only so (aligned, 8 bytes, a constant offset). A spilled pointer is never overwritten in
 //! part, never read in part, never modified by an atomic and never handed to a helper as
-//! bytes. Every other write leaves plain bytes whose value is unknown when read back.
+//! bytes. A scalar stored through `r10` in 1, 2 or 4 naturally aligned bytes is a narrow spill
+//! (its bytes' bounds, [`crate::state::Narrow`]): a fill of those bytes from where they start,
+//! as wide or narrower, gets them back, as does a narrower fill of an 8-byte spilled scalar's
+//! low bytes. Every other write leaves plain bytes whose value is unknown when read back.
 
 use super::{Checker, R};
 use crate::error::Reject;

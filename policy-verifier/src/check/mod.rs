@@ -3,7 +3,8 @@
 //! instruction's effect lives with its concern: [`alu`] (scalar arithmetic and pointer
 //! offsets), [`mem`] (context, stack, map values, atomics), [`calls`] (helpers, BPF-to-BPF
 //! calls, exit), [`branch`] (conditional jumps and what each edge learns); beside them,
-//! [`locality`] keeps tuner decisions free of rank-local values.
+//! [`locality`] keeps tuner decisions free of rank-local values
+//! (with [`region`]: what a rank-local region's code may write).
 
 mod alu;
 mod branch;
