@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Long fuzzing runs of the loader, the verifier, the JIT/interpreter differential and the
-# soundness property (the CI runs the same tests with small case counts).
+# Long fuzzing runs of the loader, the verifier, the JIT/interpreter differential, the locality
+# property (ranks that differ only in rank-local data decide the same) and the soundness
+# property (the CI runs the same tests with small case counts).
 #
 #   scripts/fuzz.sh [cases]          # default 200000
 #   SOUNDNESS_SEED=n scripts/fuzz.sh # replay a soundness run (the seed base is printed)
@@ -22,6 +23,8 @@ run() {
 }
 run env PROPTEST_CASES="$cases" cargo test --release -p policy-verifier --test fuzz
 run env PROPTEST_CASES="$cases" cargo test --release -p policy-runtime --test properties
+run env LOCALITY_CASES="$cases" LOCALITY_SEED="$seed" \
+  cargo test --release -p policy-runtime --test locality_fuzz -- --nocapture
 run env SOUNDNESS_CASES="$cases" SOUNDNESS_MUTANTS="$cases" SOUNDNESS_SEED="$seed" \
   SOUNDNESS_GROUP=features \
   cargo test --release -p policy-runtime --test soundness -- --nocapture --test-threads 1

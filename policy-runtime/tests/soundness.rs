@@ -810,6 +810,7 @@ fn the_generator_covers_every_weak_spot() {
         edge_jump: true,
         tripwire: true,
         loops: true,
+        narrow_fill: true,
     };
     for n in all.names() {
         assert!(seen.get(n).copied().unwrap_or(0) >= 20, "{n}: {seen:?}");

@@ -446,11 +446,20 @@ fn transfer(
                     }
                     f.slots_live &= !m;
                     f.slots_prec &= !m;
-                } else {
-                    // Part of a slot, or an atomic: what the slot held is checked (a spilled
-                    // pointer may not be overwritten in part), what it holds after is unknown.
+                } else if atomic {
+                    // An atomic: what the slot held is checked (a spilled pointer may not be
+                    // changed), what it holds after is unknown.
                     f.slots_live |= m;
                     f.slots_prec &= !m;
+                } else {
+                    // Part of a slot: a narrow spill of the stored register (its value matters
+                    // where the slot's does), while a narrow spill elsewhere in the slot stays
+                    // (so the slot stays precise where it was; a spilled pointer may not be
+                    // overwritten in part: live).
+                    if out.slots_prec & m != 0 && i.class() == op::STX {
+                        f.prec |= bit(s);
+                    }
+                    f.slots_live |= m;
                 }
             } else {
                 f.any_live = true;

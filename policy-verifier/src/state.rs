@@ -5,6 +5,7 @@ use crate::liveness::FrameMask;
 use crate::platform::{Hook, MapInfo, Scope};
 use crate::scalar::Scalar;
 use std::fmt::Write;
+use std::num::NonZeroU16;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RegType {
@@ -34,8 +35,16 @@ impl RegType {
 
 /// Where a rank-local value came from: what makes it possibly different on another rank of
 /// the communicator (see [`crate::check`]'s locality rule).
+///
+/// Two bytes (a kind and an index, [`Source`]), so that per-byte taints of the stack stay small:
+/// states are cloned at every pruning point. Indices past 16382 (maps no object has) share the
+/// last one: the value is still tainted, the message may name another map.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Taint {
+pub struct Taint(NonZeroU16);
+
+/// What a [`Taint`] stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
     /// Read from (or found or not found in) a rank-local map.
     Map(u16),
     /// Read from (or found or not found in) a map whose contents are per communicator
@@ -45,40 +54,75 @@ pub enum Taint {
     NoView(u16),
     /// Returned by a helper whose result is this rank's own (a clock, a CPU id).
     Helper(i32),
-    /// A context field whose value is this rank's own (`Hook::local_fields`).
-    Field(&'static str, &'static str),
+    /// A context field whose value is this rank's own: its index in `Hook::local_fields`.
+    Field(usize),
 }
 
 impl Taint {
-    pub fn describe(self, maps: &[MapInfo]) -> String {
-        match self {
-            Taint::Map(m) | Taint::NoView(m) => format!(
+    const INDEX_BITS: u16 = 14;
+    const INDEX_MAX: usize = (1 << Self::INDEX_BITS) - 2;
+
+    fn pack(kind: u16, index: usize) -> Taint {
+        let i = index.min(Self::INDEX_MAX) as u16 + 1;
+        Taint(NonZeroU16::new((kind << Self::INDEX_BITS) | i).unwrap_or(NonZeroU16::MIN))
+    }
+
+    pub fn new(s: Source) -> Taint {
+        match s {
+            Source::Map(m) => Self::pack(0, m.into()),
+            Source::NoView(m) => Self::pack(1, m.into()),
+            Source::Helper(id) => Self::pack(2, usize::try_from(id).unwrap_or(0)),
+            Source::Field(k) => Self::pack(3, k),
+        }
+    }
+
+    pub fn source(self) -> Source {
+        let v = self.0.get();
+        let i = (v & ((1 << Self::INDEX_BITS) - 1)) - 1;
+        match v >> Self::INDEX_BITS {
+            0 => Source::Map(i),
+            1 => Source::NoView(i),
+            2 => Source::Helper(i.into()),
+            _ => Source::Field(i.into()),
+        }
+    }
+
+    fn field(k: usize, hook: &Hook) -> (&'static str, &'static str) {
+        hook.local_fields.get(k).copied().unwrap_or(("?", "?"))
+    }
+
+    pub fn describe(self, maps: &[MapInfo], hook: &Hook) -> String {
+        match self.source() {
+            Source::Map(m) | Source::NoView(m) => format!(
                 "map '{}'",
                 maps.get(m as usize).map_or("?", |m| m.name.as_str())
             ),
-            Taint::Helper(id) => format!(
+            Source::Helper(id) => format!(
                 "helper {}",
                 crate::platform::helper(id).map_or("?", |h| h.name)
             ),
-            Taint::Field(name, why) => format!("context field '{name}' ({why})"),
+            Source::Field(k) => {
+                let (name, why) = Self::field(k, hook);
+                format!("context field '{name}' ({why})")
+            }
         }
     }
 
     /// The name alone, for register states.
-    pub fn short(self, maps: &[MapInfo]) -> String {
-        match self {
-            Taint::Map(m) => maps
+    pub fn short(self, maps: &[MapInfo], hook: &Hook) -> String {
+        match self.source() {
+            Source::Map(m) => maps
                 .get(m as usize)
                 .map_or("?", |m| m.name.as_str())
                 .to_string(),
-            Taint::Helper(id) => crate::platform::helper(id)
+            Source::Helper(id) => crate::platform::helper(id)
                 .map_or("?", |h| h.name)
                 .to_string(),
-            Taint::NoView(m) => format!(
+            Source::NoView(m) => format!(
                 "{} (no view)",
                 maps.get(m as usize).map_or("?", |m| m.name.as_str())
             ),
-            Taint::Field(name, _) => format!("ctx.{name}"),
+            Source::Field(k) => format!("ctx.{}", Self::field(k, hook).0),
         }
     }
 
@@ -88,8 +132,8 @@ impl Taint {
             "ranks may decide differently, and a communicator whose ranks disagree hangs";
         let sec = hook.section;
         let only = format!("'{sec}' programs decide from the context, constants and .rodata only");
-        match self {
-            Taint::NoView(m) => {
+        match self.source() {
+            Source::NoView(m) => {
                 let what = match maps.get(m as usize).map(|m| m.scope) {
                     Some(Scope::Agreed) => {
                         "agreed: its contents are per communicator (each communicator's agreement fills its own)"
@@ -163,7 +207,7 @@ impl Reg {
         }
     }
 
-    pub fn describe(&self, maps: &[MapInfo]) -> String {
+    pub fn describe(&self, maps: &[MapInfo], hook: &Hook) -> String {
         let map = |m: u16| {
             maps.get(m as usize)
                 .map_or("?", |m| m.name.as_str())
@@ -197,7 +241,7 @@ impl Reg {
             RegType::MapPtr { map: m } => format!("map_ptr({})", map(m)),
         };
         match self.taint {
-            Some(t) => format!("{text}[rank-local: {}]", t.short(maps)),
+            Some(t) => format!("{text}[rank-local: {}]", t.short(maps, hook)),
             None => text,
         }
     }
@@ -239,27 +283,116 @@ pub fn scalar_text(v: &Scalar) -> String {
     s
 }
 
-/// Eight stack bytes: which are initialized (bit k for byte k), and the register spilled
-/// there if any. A spill always covers the whole slot (`init == 0xff`): it is made only by
-/// an aligned 8-byte store through `r10`, or of a pointer through any stack pointer.
-/// `taint`: some byte holds a rank-local value (tuner hooks; a spill keeps its own too).
+/// A scalar spilled in 1, 2 or 4 naturally aligned bytes (a narrow spill): where, and the
+/// unsigned bounds of the stored bytes' value (zero-extended). Compact (a slot may hold two),
+/// and without an id or known bits: what a loop counter needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Narrow {
+    /// Byte offset in the slot.
+    pub at: u8,
+    pub size: u8,
+    pub min: u32,
+    pub max: u32,
+}
+
+impl Narrow {
+    pub fn mask(&self) -> u8 {
+        ((((1u16 << self.size.min(8)) - 1) as u8) as u16).wrapping_shl(self.at.into()) as u8
+    }
+
+    pub fn contains(&self, o: &Narrow) -> bool {
+        (self.at, self.size) == (o.at, o.size) && self.min <= o.min && o.max <= self.max
+    }
+
+    pub fn value(&self) -> Scalar {
+        Scalar::urange(self.min.into(), self.max.into())
+    }
+}
+
+/// Eight stack bytes: which are initialized (bit k for byte k), the register spilled there if
+/// any, narrow spills, and each byte's taint.
+///
+/// `spill` is a whole-slot spill (`init == 0xff`): an aligned 8-byte store of a pointer through
+/// any stack pointer, or of a scalar through `r10`. `narrow[h]` is a scalar stored through
+/// `r10` in 1, 2 or 4 naturally aligned bytes of the slot's half `h` (bytes `4h..4h + 4`): a
+/// fill of those bytes gets the bounds back (a loop counter whose address is taken lives in
+/// such a slot, often beside another 4-byte variable). A store that overlaps a spill ends it;
+/// one beside it keeps it.
+///
+/// `taint[k]`: byte k holds a value that may differ between ranks (tuner hooks; a spill keeps
+/// its own too). Per byte, so that a store of an agreed value over part of a slot does not keep
+/// the rank-local taint of the bytes it replaced, and a load takes the taint of exactly the
+/// bytes it reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Slot {
     pub init: u8,
     pub spill: Option<Reg>,
-    pub taint: Option<Taint>,
+    pub narrow: [Option<Narrow>; 2],
+    pub taint: [Option<Taint>; 8],
 }
 
 impl Slot {
     pub const EMPTY: Slot = Slot {
         init: 0,
         spill: None,
-        taint: None,
+        narrow: [None; 2],
+        taint: [None; 8],
     };
 
-    /// The taint of what a read of this slot returns.
+    /// The bytes the whole-slot spill covers, as a mask (bit k for byte k).
+    pub fn spill_mask(&self) -> u8 {
+        if self.spill.is_some() { 0xff } else { 0 }
+    }
+
+    /// Makes `v` the slot's whole spill (the taints are the locality rule's to set).
+    pub fn set_spill(&mut self, v: Reg) {
+        self.init = 0xff;
+        self.spill = Some(v);
+        self.narrow = [None; 2];
+    }
+
+    /// Ends the spills that overlap bytes `mask`.
+    pub fn clobber(&mut self, mask: u8) {
+        if mask & self.spill_mask() != 0 {
+            self.spill = None;
+        }
+        for n in &mut self.narrow {
+            if n.is_some_and(|n| n.mask() & mask != 0) {
+                *n = None;
+            }
+        }
+    }
+
+    /// Stores the narrow spill `n` (its bytes become initialized; a spill they overlap ends).
+    pub fn set_narrow(&mut self, n: Narrow) {
+        self.clobber(n.mask());
+        self.init |= n.mask();
+        self.narrow[usize::from(n.at / 4) & 1] = Some(n);
+    }
+
+    /// The taint of what a read of bytes `mask` of this slot returns.
+    pub fn taint_of(&self, mask: u8) -> Option<Taint> {
+        let mut t = None;
+        for k in 0..8 {
+            if mask & (1 << k) != 0 {
+                t = join(t, self.taint[k]);
+            }
+        }
+        if mask & self.spill_mask() != 0 {
+            t = join(t, self.spill.and_then(|r| r.taint));
+        }
+        t
+    }
+
+    /// The taint of what a read of the whole slot returns.
     pub fn read_taint(&self) -> Option<Taint> {
-        join(self.taint, self.spill.and_then(|r| r.taint))
+        self.taint_of(0xff)
+    }
+
+    /// Whether every byte untainted in `self` is untainted in `new` (more taint is less
+    /// general).
+    fn taints_cover(&self, new: &Slot) -> bool {
+        (0..8).all(|k| self.taint[k].is_some() || new.taint[k].is_none())
     }
 }
 
@@ -396,34 +529,41 @@ impl State {
                 live &= live - 1;
                 let (o, n) = (&fo.stack[k], &fnew.stack[k]);
                 let precise = m.slots_prec & (1 << k) != 0;
+                if !o.taints_cover(n) {
+                    return false;
+                }
+                for (on, nn) in o.narrow.iter().zip(&n.narrow) {
+                    match (on, nn) {
+                        (Some(a), Some(b)) if precise && !a.contains(b) => return false,
+                        (Some(a), Some(b)) if (a.at, a.size) != (b.at, b.size) => return false,
+                        // A narrow spill whose value does not matter is plain bytes.
+                        (Some(_), None) if precise => return false,
+                        _ => {}
+                    }
+                }
                 match (o.spill, n.spill) {
                     (Some(os), Some(ns)) => {
-                        if !reg_ok(&os, &ns, precise)
-                            || (o.read_taint().is_none() && n.read_taint().is_some())
-                        {
+                        if !reg_ok(&os, &ns, precise) {
                             return false;
                         }
                     }
                     (Some(os), None) => {
                         // A spilled scalar whose value does not matter is eight plain bytes.
-                        if os.ty != RegType::Scalar
-                            || precise
-                            || n.init != 0xff
-                            || (o.read_taint().is_none() && n.taint.is_some())
-                        {
+                        if os.ty != RegType::Scalar || precise || n.init != 0xff {
                             return false;
                         }
                     }
                     (None, ns) => {
-                        if n.init & o.init != o.init
-                            || (o.taint.is_none() && n.read_taint().is_some())
-                        {
+                        if n.init & o.init != o.init {
                             return false;
                         }
                         if let Some(ns) = ns
                             && o.init != 0
                             && ns.ty != RegType::Scalar
                         {
+                            return false;
+                        }
+                        if ns.is_some_and(|r| r.taint.is_some()) && o.read_taint().is_none() {
                             return false;
                         }
                     }
@@ -493,7 +633,7 @@ impl State {
                     let (Some(ra), Some(rb)) = (sa.spill, sb.spill) else {
                         return None;
                     };
-                    if sa.taint != sb.taint {
+                    if (sa.taint, sa.init, sa.narrow) != (sb.taint, sb.init, sb.narrow) {
                         return None;
                     }
                     out.frames[k].stack[j].spill = Some(union(&ra, &rb)?);
@@ -503,23 +643,36 @@ impl State {
         Some(out)
     }
 
-    pub fn describe(&self, maps: &[MapInfo]) -> String {
+    pub fn describe(&self, maps: &[MapInfo], hook: &Hook) -> String {
         let mut s = String::new();
         let f = self.cur();
         for (i, r) in f.regs.iter().enumerate() {
             if r.ty != RegType::NotInit && i != 10 {
-                let _ = write!(s, "R{i}={} ", r.describe(maps));
+                let _ = write!(s, "R{i}={} ", r.describe(maps, hook));
             }
         }
         let inited: Vec<String> = (0..SLOTS)
             .filter(|&k| f.stack[k].init != 0)
             .map(|k| {
                 let off = -(SLOTS as i64 - k as i64) * 8;
-                match (f.stack[k].spill, f.stack[k].taint) {
-                    (Some(r), _) => format!("fp{off}={}", r.describe(maps)),
-                    (None, Some(t)) => format!("fp{off}=misc[rank-local: {}]", t.short(maps)),
+                let slot = &f.stack[k];
+                let mut text = match (slot.spill, slot.read_taint()) {
+                    (Some(r), _) => format!("fp{off}={}", r.describe(maps, hook)),
+                    (None, Some(t)) => {
+                        format!("fp{off}=misc[rank-local: {}]", t.short(maps, hook))
+                    }
                     (None, None) => format!("fp{off}=misc"),
+                };
+                for n in slot.narrow.iter().flatten() {
+                    let _ = write!(
+                        text,
+                        " fp{}(u{})={}",
+                        off + i64::from(n.at),
+                        8 * u32::from(n.size),
+                        scalar_text(&n.value())
+                    );
                 }
+                text
             })
             .collect();
         if !inited.is_empty() {
@@ -530,7 +683,7 @@ impl State {
                 s,
                 "under the rank-local branch at insn {} ({}) ",
                 r.branch,
-                r.taint.short(maps)
+                r.taint.short(maps, hook)
             );
         }
         s.trim_end().to_string()

@@ -107,14 +107,16 @@ const EXPECTED: &[(&str, &str, usize)] = &[
     ("rank_local_chunk", "rank_local", 11),  // tuner/chunk's chunk_size from a net map
     ("rank_local_chunk_agreed", "rank_local", 10), // tuner/chunk has no view of agreed maps
     ("rank_local_chunk_config", "rank_local", 10), // nor of config maps other than .rodata
-    ("rank_local_direct", "rank_local", 11), // nchannels from a map a net hook counts into
+    ("rank_local_ctx_copy", "rank_local", 25), // algo from usable, in a struct copy of the context (8-byte words)
+    ("rank_local_ctx_word", "rank_local", 6), // algo from usable, the upper half of one 8-byte load at nchannels
+    ("rank_local_direct", "rank_local", 11),  // nchannels from a map a net hook counts into
     ("rank_local_early_return", "rank_local", 11), // algo after an early return on a net map value
-    ("rank_local_epoch", "rank_local", 10),  // tuner/epoch state from the rank's own epoch source
+    ("rank_local_epoch", "rank_local", 10),   // tuner/epoch state from the rank's own epoch source
     ("rank_local_epoch_branch", "rank_local", 12), // tuner/epoch state under a rank-local branch
-    ("rank_local_global", "rank_local", 8),  // nchannels from .bss
-    ("rank_local_init", "rank_local", 10),   // tuner/init constant from a net map
+    ("rank_local_global", "rank_local", 8),   // nchannels from .bss
+    ("rank_local_init", "rank_local", 10),    // tuner/init constant from a net map
     ("rank_local_init_config", "rank_local", 10), // tuner/init constant from a config map
-    ("rank_local_loop", "rank_local", 17),   // a count from a loop bounded by a net map value
+    ("rank_local_loop", "rank_local", 17),    // a count from a loop bounded by a net map value
     ("rank_local_merge", "rank_local", 16), // a constant chosen on a rank-local branch, after the join
     ("rank_local_percpu", "rank_local", 11), // algo from a per-CPU map
     ("rank_local_presence", "rank_local", 10), // proto set where a rank-local entry exists

@@ -91,6 +91,22 @@ const ALLOWED: &[Allowed] = &[
         why: "the same 64-iteration loop with an equality exit as loop64_branchy",
     },
     Allowed {
+        program: "safe/loop_addr_counter",
+        prevail_says: "Loop counter is too large",
+        shape: None,
+        why: "the counter is the lookup key, kept in 4 bytes of the stack and reloaded every \
+              iteration, and the exit is the 32-bit `if w1 < 8`: PREVAIL does not refine a \
+              register from a JMP32 compare (as for loop_var_bounded), so after widening the \
+              counter is unbounded for it",
+    },
+    Allowed {
+        program: "safe/loop_addr_two_counters",
+        prevail_says: "Loop counter is too large",
+        shape: None,
+        why: "the same address-taken counter as loop_addr_counter, beside a second 4-byte key in \
+              the same stack slot",
+    },
+    Allowed {
         program: "safe/loop_spills",
         prevail_says: "Loop counter is too large",
         shape: None,

@@ -1,4 +1,5 @@
 #![allow(dead_code)]
+pub mod localgen;
 pub mod progen;
 pub mod soundgen;
 use policy_object::Object;

@@ -119,6 +119,7 @@ pub struct Features {
     pub edge_jump: bool,
     pub tripwire: bool,
     pub loops: bool,
+    pub narrow_fill: bool,
 }
 
 impl Features {
@@ -137,6 +138,7 @@ impl Features {
             (self.edge_jump, "edge jumps"),
             (self.tripwire, "tripwires"),
             (self.loops, "loops"),
+            (self.narrow_fill, "narrow fills of constants"),
         ];
         all.iter().filter(|(b, _)| *b).map(|(_, n)| *n).collect()
     }
@@ -463,7 +465,13 @@ impl Gen {
             K::Scalar(None)
         };
         self.touch_stack(off, w, now);
+        // A constant spilled through r10: a fill of its low bytes knows them (narrow spills).
+        let mut known = match ks {
+            K::Scalar(Some(c)) if off % w == 0 => Some(c),
+            _ => None,
+        };
         if self.chance(if ks.is_ptr() { 8 } else { 5 }) {
+            known = None;
             // Overwrite part of it.
             self.f.partial = true;
             let pw = self.pick(&[1i16, 2, 4]);
@@ -508,6 +516,21 @@ impl Gen {
         } else {
             K::Scalar(None)
         };
+        if let Some(c) = known
+            && fo == off
+            && fw <= w
+        {
+            // The low `fw` bytes of the constant, zero-extended: a verifier that keeps the
+            // wrong bytes (not truncated, another spill's) runs into the tripwire.
+            let v = if fw == 8 {
+                c
+            } else {
+                c & ((1i64 << (8 * fw)) - 1)
+            };
+            self.regs[d as usize] = K::Scalar(Some(v));
+            self.f.narrow_fill = true;
+            self.tripwire(d, v);
+        }
         self.use_reg(d);
     }
 

@@ -18,6 +18,7 @@
 //! with both edges feasible, opens a [`Region`] in both successors that lasts until the jump's
 //! immediate post-dominator in its function (computed here once per program), or until the
 //! function returns when no instruction post-dominates it. Everything written inside a region
+//! ([`super::region`]: registers, and the stack bytes its stores and calls can reach)
 //! is tainted (the value differs with the edge taken, also after the paths meet), and a context
 //! write inside one is rejected, as is a context write of a tainted value. A branch the verifier
 //! decides one way for every value (only one edge feasible) does not depend on the value.
@@ -28,10 +29,11 @@
 //! produced. Net hooks do not decide: nothing is tracked there. A deciding hook's return value
 //! is not a decision (the tuner ignores it), so `r0` at the program's exit is not checked.
 
+use super::region::MayWrite;
 use super::{Checker, Next, R};
 use crate::error::Reject;
 use crate::platform::{self, Perm, STACK_SIZE, Scope};
-use crate::state::{RegType, Region, State, Taint, join};
+use crate::state::{RegType, Region, Source, State, Taint, join};
 use policy_object::insn::{self as op, Insn};
 
 /// What one instruction writes, and with which taint.
@@ -39,10 +41,20 @@ use policy_object::insn::{self as op, Insn};
 pub(super) struct Flow {
     /// Registers of the current frame.
     regs: Vec<(u8, Option<Taint>)>,
-    /// Stack slots: (frame, slot index, taint after the write).
-    slots: Vec<(usize, usize, Option<Taint>)>,
-    /// A conditional jump's condition, when tainted.
-    branch: Option<Taint>,
+    /// Stack bytes.
+    bytes: Vec<ByteWrite>,
+    /// A conditional jump's condition, when tainted, and what the code it controls may write.
+    branch: Option<(Taint, MayWrite)>,
+}
+
+/// A store's stack bytes `lo..hi` (from the frame's bottom) of frame `frame`: all written with
+/// `taint` (`definite`), or some of them (a variable offset: each keeps its old taint too).
+struct ByteWrite {
+    frame: usize,
+    lo: usize,
+    hi: usize,
+    taint: Option<Taint>,
+    definite: bool,
 }
 
 /// The immediate post-dominator of every instruction within its function (`usize::MAX`: none
@@ -142,198 +154,72 @@ pub(super) fn post_dominators(
         .collect()
 }
 
-/// What the code between a conditional jump and its post-dominator may write: registers,
-/// stack slots of the jump's frame addressed through `r10`, and whether it may write stack
-/// anywhere else (through another pointer, or in a called subprogram).
-///
-/// All of it is rank-local after a jump on a rank-local value, on every edge: on the edge that
-/// does not write a register, the register keeps its old value while the other edge changes
-/// it, and which edge ran differs between ranks. Tainting only what each path writes would miss
-/// that (`dst = &ctx->algo; if (local) dst = &scratch; *dst = 1;` writes the decision on some
-/// ranks only).
-#[derive(Clone, Copy, Default)]
-pub(super) struct MayWrite {
-    regs: u16,
-    slots: u64,
-    /// Registers that stores and atomics other than through `r10` use as their base.
-    bases: u16,
-    /// Whether it calls a subprogram (which may write its caller's stack).
-    calls: bool,
-}
-
-impl MayWrite {
-    /// Whether the code may write stack other than its `r10` slots, given the registers at the
-    /// jump: a store's base that the code does not reassign keeps its type there, and a map
-    /// value or the context is not stack.
-    fn any_stack(&self, st: &State) -> bool {
-        let f = st.cur();
-        self.calls
-            || (0..11).any(|r| {
-                self.bases & (1 << r) != 0
-                    && (self.regs & (1 << r) != 0
-                        || !matches!(
-                            f.regs[r].ty,
-                            RegType::MapValue { .. }
-                                | RegType::MapValueOrNull { .. }
-                                | RegType::Ctx
-                        ))
-            })
-    }
-
-    fn taint(&self, st: &mut State, t: Taint) {
-        let any_stack = self.any_stack(st);
-        let frame = st.frames.len() - 1;
-        for (k, f) in st.frames.iter_mut().enumerate() {
-            if k == frame {
-                for r in 0..11 {
-                    if self.regs & (1 << r) != 0 && f.regs[r].ty != RegType::NotInit {
-                        f.regs[r].taint = join(f.regs[r].taint, Some(t));
-                    }
-                }
-            }
-            for (j, slot) in f.stack.iter_mut().enumerate() {
-                if any_stack || (k == frame && self.slots & (1 << j) != 0) {
-                    slot.taint = join(slot.taint, Some(t));
-                    if let Some(sp) = slot.spill.as_mut() {
-                        sp.taint = join(sp.taint, Some(t));
-                    }
-                }
-            }
-        }
-    }
-}
-
 impl Checker<'_> {
-    /// [`MayWrite`] of the code reachable from the jump at `pc` before `end` (its
-    /// post-dominator, `usize::MAX`: the function's exits), within its function.
-    fn may_write(&self, pc: usize, end: usize) -> MayWrite {
-        let n = self.insns.len();
-        let func = self.layout.subprog_of.get(pc).copied();
-        let mut w = MayWrite::default();
-        let mut seen = vec![false; n];
-        let mut todo: Vec<usize> = vec![];
-        let push = |t: i64, todo: &mut Vec<usize>| {
-            if t >= 0 && (t as usize) < n {
-                todo.push(t as usize);
-            }
-        };
-        let i = self.insns[pc];
-        push(pc as i64 + 1, &mut todo);
-        if let Some(t) = super::structure::jump_target(&i, pc) {
-            push(t, &mut todo);
-        }
-        let reg = |w: &mut MayWrite, r: u8| w.regs |= 1 << (r & 15);
-        while let Some(at) = todo.pop() {
-            if at == end || seen[at] || self.layout.subprog_of.get(at).copied() != func {
-                continue;
-            }
-            seen[at] = true;
-            let i = self.insns[at];
-            let mut next = Some(at as i64 + 1);
-            match i.class() {
-                op::ALU | op::ALU64 | op::LDX => reg(&mut w, i.dst),
-                op::LD => {
-                    reg(&mut w, i.dst);
-                    next = Some(at as i64 + 2);
-                }
-                op::ST | op::STX => {
-                    let lo = i64::from(i.off) + STACK_SIZE;
-                    let hi = lo + i.access_size() as i64 - 1;
-                    if i.dst == 10 && lo >= 0 && hi < STACK_SIZE {
-                        for k in (lo / 8)..=(hi / 8) {
-                            w.slots |= 1 << k;
-                        }
-                    } else if i.dst != 10 {
-                        w.bases |= 1 << (i.dst & 15);
-                    }
-                    if i.class() == op::STX && i.mode() != op::MEM {
-                        if i.imm == op::ATOMIC_CMPXCHG {
-                            reg(&mut w, 0);
-                        } else if i.imm & op::FETCH != 0 {
-                            reg(&mut w, i.src);
-                        }
-                    }
-                }
-                _ => match i.op() {
-                    op::EXIT => next = None,
-                    op::CALL => {
-                        // Helpers clobber r1-r5 (left uninitialized) and set r0; a subprogram
-                        // may write its caller's stack through pointers it was given.
-                        reg(&mut w, 0);
-                        if super::structure::is_pseudo_call(&i) {
-                            w.calls = true;
-                        }
-                    }
-                    op::JA => next = super::structure::jump_target(&i, at),
-                    _ => {
-                        if let Some(t) = super::structure::jump_target(&i, at) {
-                            push(t, &mut todo);
-                        }
-                    }
-                },
-            }
-            if let Some(t) = next {
-                push(t, &mut todo);
-            }
-        }
-        w
-    }
-
     /// The taint of what a map holds (its values, and whether an entry exists), for this
     /// hook: rank-local maps, and maps whose contents are per communicator where the runtime
     /// runs the program without the communicator's views ([`platform::Hook::views`]).
     fn local_map(&self, m: u16) -> Option<Taint> {
         let mi = &self.maps[m as usize];
         if mi.scope == Scope::Local {
-            Some(Taint::Map(m))
+            Some(Taint::new(Source::Map(m)))
         } else if mi.per_comm() && !self.hook.views {
-            Some(Taint::NoView(m))
+            Some(Taint::new(Source::NoView(m)))
         } else {
             None
         }
     }
 
     /// The taint of `size` bytes read at `off` through `base` (before bounds checks: a read
-    /// the memory check rejects does not matter).
+    /// the memory check rejects does not matter): of every byte the read may cover.
     fn mem_taint(&self, st: &State, base: crate::state::Reg, off: i64, size: u32) -> Option<Taint> {
         let t = match base.ty {
             RegType::MapValue { map } | RegType::MapValueOrNull { map } => self.local_map(map),
-            RegType::Stack { frame } => self.slots(base, off, size).and_then(|(lo, hi)| {
-                st.frames
-                    .get(frame as usize)?
-                    .stack
-                    .get(lo..=hi)?
-                    .iter()
-                    .fold(None, |a, s| join(a, s.read_taint()))
+            RegType::Stack { frame } => self.bytes(base, off, size).and_then(|(lo, hi)| {
+                let stack = &st.frames.get(frame as usize)?.stack;
+                (lo / 8..=(hi - 1) / 8).fold(None, |a, k| {
+                    let mask = (0..8)
+                        .filter(|b| (lo..hi).contains(&(k * 8 + b)))
+                        .fold(0u8, |m, b| m | 1 << b);
+                    join(a, stack.get(k).and_then(|s| s.taint_of(mask)))
+                })
             }),
+            // A read may cover several fields (an 8-byte load of two 4-byte fields, a copy of
+            // the context): each byte's field. Bytes of no field (padding, past the end) are
+            // refused by the context check.
             RegType::Ctx => base.v.const_value().and_then(|c| {
                 let start = u32::try_from(base.off + off + c as i64).ok()?;
-                let f = self.hook.field_at(start)?;
-                let &(name, why) = self.hook.local_fields.iter().find(|(n, _)| *n == f.name)?;
-                Some(Taint::Field(name, why))
+                (start..start.saturating_add(size)).fold(None, |a, b| join(a, self.field_taint(b)))
             }),
             _ => None,
         };
         join(base.taint, t)
     }
 
-    /// The stack slots `size` bytes at `off` through a stack pointer may touch.
-    fn slots(&self, base: crate::state::Reg, off: i64, size: u32) -> Option<(usize, usize)> {
-        let lo = base.off + off + base.v.smin;
-        let hi = base.off + off + base.v.smax + i64::from(size) - 1;
-        if lo < -STACK_SIZE || hi >= 0 {
-            return None;
-        }
-        Some((
-            ((lo + STACK_SIZE) / 8) as usize,
-            ((hi + STACK_SIZE) / 8) as usize,
-        ))
+    /// The taint of context byte `at`: that of a rank-local field's.
+    fn field_taint(&self, at: u32) -> Option<Taint> {
+        let f = self.hook.field_at(at)?;
+        let k = self
+            .hook
+            .local_fields
+            .iter()
+            .position(|(n, _)| *n == f.name)?;
+        Some(Taint::new(Source::Field(k)))
     }
 
-    /// A write of taint `t` through `base` at `off`: the stack slots it may change.
+    /// The stack bytes (from the frame's bottom, `lo..hi`) `size` bytes at `off` through a
+    /// stack pointer may touch.
+    fn bytes(&self, base: crate::state::Reg, off: i64, size: u32) -> Option<(usize, usize)> {
+        let lo = base.off + off + base.v.smin;
+        let hi = base.off + off + base.v.smax + i64::from(size);
+        if lo < -STACK_SIZE || hi > 0 {
+            return None;
+        }
+        Some(((lo + STACK_SIZE) as usize, (hi + STACK_SIZE) as usize))
+    }
+
+    /// A write of taint `t` through `base` at `off`: the stack bytes it may change.
     fn slot_writes(
         &self,
-        st: &State,
         base: crate::state::Reg,
         off: i64,
         size: u32,
@@ -343,20 +229,16 @@ impl Checker<'_> {
         let RegType::Stack { frame } = base.ty else {
             return;
         };
-        let Some((first, last)) = self.slots(base, off, size) else {
+        let Some((lo, hi)) = self.bytes(base, off, size) else {
             return;
         };
-        let whole = first == last && size == 8 && base.v.const_value().is_some();
-        for k in first..=last {
-            let old = st
-                .frames
-                .get(frame as usize)
-                .and_then(|f| f.stack.get(k))
-                .and_then(|s| s.read_taint());
-            // A whole-slot store replaces what was there; any other keeps the rest's taint.
-            flow.slots
-                .push((frame as usize, k, if whole { t } else { join(t, old) }));
-        }
+        flow.bytes.push(ByteWrite {
+            frame: frame as usize,
+            lo,
+            hi,
+            taint: t,
+            definite: base.v.const_value().is_some(),
+        });
     }
 
     /// A tainted write to a writable context field of a deciding hook is rejected.
@@ -388,14 +270,14 @@ impl Checker<'_> {
             (Some(t), _) => Err(Reject::RankLocal {
                 reg,
                 field: field.name,
-                from: t.describe(self.maps),
+                from: t.describe(self.maps, self.hook),
                 why: t.why(self.maps, self.hook),
                 branch: None,
             }),
             (None, Some(r)) => Err(Reject::RankLocal {
                 reg,
                 field: field.name,
-                from: r.taint.describe(self.maps),
+                from: r.taint.describe(self.maps, self.hook),
                 why: r.taint.why(self.maps, self.hook),
                 branch: Some(r.branch),
             }),
@@ -453,7 +335,7 @@ impl Checker<'_> {
                         let reg = (i.class() == op::STX).then_some(i.src);
                         self.check_decision(st, reg, base, off, size, v_t)?;
                     }
-                    self.slot_writes(st, base, off, size, t, &mut flow);
+                    self.slot_writes(base, off, size, t, &mut flow);
                 } else {
                     // An atomic: memory gets the operand's taint (and, for cmpxchg, the
                     // comparand's: whether it is written depends on r0), and a fetch returns
@@ -465,7 +347,7 @@ impl Checker<'_> {
                         None
                     };
                     let t = join(ctrl, join(v_t, join(old, cmp)));
-                    self.slot_writes(st, base, off, size, t, &mut flow);
+                    self.slot_writes(base, off, size, t, &mut flow);
                     let fetched = join(ctrl, join(old, v_t));
                     if i.imm == op::ATOMIC_CMPXCHG {
                         flow.regs.push((0, fetched));
@@ -482,7 +364,10 @@ impl Checker<'_> {
                 op::CALL | op::EXIT | op::JA => {}
                 _ => {
                     let a = regs[i.dst as usize].taint;
-                    flow.branch = join(a, src_t(&i));
+                    flow.branch = join(a, src_t(&i)).map(|t| {
+                        let end = self.ipdom.get(pc).copied().unwrap_or(usize::MAX);
+                        (t, self.may_write(pc, end, st))
+                    });
                 }
             },
         }
@@ -500,7 +385,7 @@ impl Checker<'_> {
             id,
             platform::HELPER_MAP_LOOKUP | platform::HELPER_MAP_UPDATE | platform::HELPER_MAP_DELETE
         ) {
-            return Some(Taint::Helper(id));
+            return Some(Taint::new(Source::Helper(id)));
         }
         let mut t = None;
         let mut map = None;
@@ -557,11 +442,24 @@ impl Checker<'_> {
                     }
                 }
             }
-            for &(fr, k, t) in &flow.slots {
-                if let Some(slot) = s.frames.get_mut(fr).and_then(|f| f.stack.get_mut(k)) {
-                    slot.taint = t;
-                    if let Some(sp) = slot.spill.as_mut() {
-                        sp.taint = join(sp.taint, t);
+            for w in &flow.bytes {
+                let Some(f) = s.frames.get_mut(w.frame) else {
+                    continue;
+                };
+                for b in w.lo..w.hi {
+                    let Some(slot) = f.stack.get_mut(b / 8) else {
+                        continue;
+                    };
+                    let byte = &mut slot.taint[b % 8];
+                    *byte = if w.definite {
+                        w.taint
+                    } else {
+                        join(w.taint, *byte)
+                    };
+                    if slot.spill_mask() & (1 << (b % 8)) != 0
+                        && let Some(sp) = slot.spill.as_mut()
+                    {
+                        sp.taint = join(sp.taint, w.taint);
                     }
                 }
             }
@@ -578,16 +476,18 @@ impl Checker<'_> {
         // when the verifier knows only one is possible here: that knowledge may come from this
         // path, which itself may depend on rank-local values (bounds an earlier rank-local
         // branch refined, a pointer a NULL check turned into a map value).
-        let region = flow.branch.map(|t| Region {
-            frame: (depth - 1) as u8,
-            end: self.ipdom.get(pc).copied().unwrap_or(usize::MAX),
-            branch: pc,
-            taint: t,
+        let region = flow.branch.as_ref().map(|(t, writes)| {
+            let region = Region {
+                frame: (depth - 1) as u8,
+                end: self.ipdom.get(pc).copied().unwrap_or(usize::MAX),
+                branch: pc,
+                taint: *t,
+            };
+            (region, writes)
         });
-        let writes = region.map(|r| self.may_write(pc, r.end));
         for s in states {
             apply(s);
-            if let (Some(region), Some(writes)) = (region, writes) {
+            if let Some((region, writes)) = region {
                 if !s
                     .regions
                     .iter()

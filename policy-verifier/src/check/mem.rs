@@ -4,13 +4,16 @@
 //! spills the register whole (kept with its type and value), and a pointer may be stored
 //! only so (aligned, 8 bytes, a constant offset). A spilled pointer is never overwritten in
 //! part, never read in part, never modified by an atomic and never handed to a helper as
-//! bytes. Every other write leaves plain bytes whose value is unknown when read back.
+//! bytes. A scalar stored through `r10` in 1, 2 or 4 naturally aligned bytes is a narrow spill
+//! (its bytes' bounds, [`crate::state::Narrow`]): a fill of those bytes from where they start,
+//! as wide or narrower, gets them back, as does a narrower fill of an 8-byte spilled scalar's
+//! low bytes. Every other write leaves plain bytes whose value is unknown when read back.
 
 use super::{Checker, R};
 use crate::error::Reject;
 use crate::platform::{MapInfo, Perm, STACK_SIZE};
 use crate::scalar::Scalar;
-use crate::state::{Reg, RegType, Slot, State};
+use crate::state::{Narrow, Reg, RegType, State};
 use policy_object::insn::{self as op, Insn};
 
 #[derive(Clone, Copy)]
@@ -284,24 +287,29 @@ impl Checker<'_> {
                     what: "pointer to a callee's stack stored in a caller's frame".into(),
                 });
             }
-            stack[slot_of(lo).0] = Slot {
-                init: 0xff,
-                spill: Some(v),
-                taint: None,
-            };
+            stack[slot_of(lo).0].set_spill(v);
             return Ok(());
         }
         if aligned {
-            // A whole slot: a spilled pointer there is replaced, not corrupted.
-            stack[slot_of(lo).0] = Slot {
-                init: 0xff,
-                // Only a spill through r10 keeps the value: pruning's liveness tracks
-                // values through the frame pointer alone.
-                spill: (breg == 10).then_some(v),
-                taint: None,
-            };
+            // A whole slot: a spilled pointer there is replaced, not corrupted. Only a spill
+            // through r10 keeps the value: pruning's liveness tracks values through the frame
+            // pointer alone.
+            let slot = &mut stack[slot_of(lo).0];
+            if breg == 10 {
+                slot.set_spill(v);
+            } else {
+                slot.init = 0xff;
+                slot.clobber(0xff);
+            }
             return Ok(());
         }
+        // A scalar stored through r10 in 1, 2 or 4 naturally aligned bytes is a narrow spill:
+        // its bytes' value is kept (see `Slot`).
+        let narrow = breg == 10
+            && v.ty == RegType::Scalar
+            && lo == hi
+            && size < 8
+            && lo % i64::from(size) == 0;
         let end = hi + i64::from(size); // one past the last byte that may be written
         let (first, _) = slot_of(lo);
         let (last, _) = slot_of(end - 1);
@@ -316,17 +324,33 @@ impl Checker<'_> {
                     },
                 });
             }
-            slot.spill = None;
             if lo == hi {
+                let mut written = 0u8;
                 for b in 0..8u32 {
                     let byte = k as i64 * 8 + i64::from(b) - STACK_SIZE;
                     if byte >= lo && byte < end {
-                        slot.init |= 1 << b;
+                        written |= 1 << b;
                     }
                 }
+                slot.init |= written;
+                // A spill the store does not touch is still there.
+                slot.clobber(written);
+            } else {
+                // A store at a variable offset writes some of these bytes: those already
+                // written stay written (now of unknown value), the others may still be
+                // unwritten.
+                slot.clobber(0xff);
             }
-            // A store at a variable offset writes some of these bytes: those already written
-            // stay written (now of unknown value), the others may still be unwritten.
+        }
+        if narrow {
+            let (k, b) = slot_of(lo);
+            let bytes = v.v.zext(8 * size);
+            stack[k].set_narrow(Narrow {
+                at: b as u8,
+                size: size as u8,
+                min: bytes.umin as u32,
+                max: bytes.umax.min(u64::from(u32::MAX)) as u32,
+            });
         }
         Ok(())
     }
@@ -343,18 +367,39 @@ impl Checker<'_> {
         sext: bool,
     ) -> R<Reg> {
         let stack = &st.frames[frame as usize].stack;
-        if lo == hi && size == 8 && (lo + STACK_SIZE) % 8 == 0 {
-            let slot = stack[slot_of(lo).0];
-            if let Some(r) = slot.spill {
-                // A spilled scalar's value is known only through r10 (see `stack_write`).
-                return Ok(if r.ty.is_pointer() || breg == 10 {
-                    r
-                } else {
-                    Reg {
+        if lo == hi {
+            let (k, b) = slot_of(lo);
+            let slot = stack[k];
+            match slot.spill {
+                Some(r) if size == 8 && b == 0 => {
+                    // A spilled scalar's value is known only through r10 (see `stack_write`).
+                    return Ok(if r.ty.is_pointer() || breg == 10 {
+                        r
+                    } else {
+                        Reg {
+                            taint: r.taint,
+                            ..Reg::scalar(Scalar::UNKNOWN)
+                        }
+                    });
+                }
+                // A fill of a spilled scalar's low bytes (little-endian: from where the spill
+                // starts), as wide as the spill or narrower: its value, zero-extended. Not for
+                // sign-extending loads (pruning's liveness does not follow their values).
+                Some(r) if breg == 10 && !sext && r.ty == RegType::Scalar && b == 0 => {
+                    return Ok(Reg {
                         taint: r.taint,
-                        ..Reg::scalar(Scalar::UNKNOWN)
+                        ..Reg::scalar(r.v.zext(8 * size))
+                    });
+                }
+                None if breg == 10 && !sext => {
+                    if let Some(n) = slot.narrow[(b / 4) as usize & 1]
+                        && u32::from(n.at) == b
+                        && size <= u32::from(n.size)
+                    {
+                        return Ok(Reg::scalar(n.value().zext(8 * size)));
                     }
-                });
+                }
+                _ => {}
             }
         }
         self.stack_bytes(st, breg, frame, lo, hi + i64::from(size), size, false)?;
@@ -453,7 +498,7 @@ impl Checker<'_> {
                     });
                 }
                 self.stack_bytes(st, i.dst, frame, lo, lo + i64::from(size), size, false)?;
-                st.frames[frame as usize].stack[k].spill = None;
+                st.frames[frame as usize].stack[k].clobber(0xff);
             }
             RegType::MapValueOrNull { .. } => return Err(Reject::NullDeref { reg: i.dst }),
             _ => {

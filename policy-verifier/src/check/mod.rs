@@ -3,13 +3,15 @@
 //! instruction's effect lives with its concern: [`alu`] (scalar arithmetic and pointer
 //! offsets), [`mem`] (context, stack, map values, atomics), [`calls`] (helpers, BPF-to-BPF
 //! calls, exit), [`branch`] (conditional jumps and what each edge learns); beside them,
-//! [`locality`] keeps tuner decisions free of rank-local values.
+//! [`locality`] keeps tuner decisions free of rank-local values
+//! (with [`region`]: what a rank-local region's code may write).
 
 mod alu;
 mod branch;
 mod calls;
 mod locality;
 mod mem;
+mod region;
 pub mod structure;
 
 use crate::error::{Reject, VerifyError};
@@ -124,7 +126,9 @@ impl<'a> Checker<'a> {
         VerifyError {
             insn: pc,
             disasm: op::disasm(self.insns, pc),
-            state: st.map(|s| s.describe(self.maps)).unwrap_or_default(),
+            state: st
+                .map(|s| s.describe(self.maps, self.hook))
+                .unwrap_or_default(),
             source: None,
             path: st.map(|s| s.path.clone()).unwrap_or_default(),
             processed: self.stats.processed,
