@@ -82,8 +82,12 @@ pub enum Reject {
     },
     /// A loop whose termination was not proven within the budget, or that repeats a state.
     UnboundedLoop { head: usize, processed: usize },
-    /// The budget of processed instructions ran out outside any loop.
-    TooComplex { processed: usize },
+    /// A limit of the verification budget ran out ([`crate::budget`]): the processed
+    /// instructions outside any loop, the states held, their memory, the work, the time.
+    TooComplex {
+        exceeded: crate::budget::Exceeded,
+        processed: usize,
+    },
     /// Division or modulo by a register that may be zero (or by the constant 0).
     DivByZero { reg: Option<u8> },
     /// A pointer stored where it escapes (map value, context, other frame), or returned.
@@ -311,9 +315,17 @@ impl fmt::Display for Reject {
                 f,
                 "loop at insn {head} is not provably bounded (infinite loop or no proof within {processed} processed instructions)"
             ),
-            Reject::TooComplex { processed } => {
-                write!(f, "BPF program is too complex: processed {processed} insns")
-            }
+            Reject::TooComplex {
+                exceeded,
+                processed,
+            } => write!(
+                f,
+                "BPF program is too complex: {exceeded} (limit '{}', after {processed} processed insns): \
+                 fewer branches whose outcomes the verifier must follow apart (values that \
+                 differ on each path, loops with many iterations), or the work split into \
+                 more programs or smaller subprograms, bring it within the budget",
+                exceeded.name()
+            ),
             Reject::DivByZero { reg: Some(r) } => {
                 write!(
                     f,

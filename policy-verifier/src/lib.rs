@@ -17,13 +17,16 @@
 // A rejection carries its diagnosis (disassembly, state, path); it is not a hot path.
 #![allow(clippy::result_large_err)]
 
+pub mod budget;
 pub mod check;
 pub mod error;
+pub mod frames;
 pub mod liveness;
 pub mod platform;
 pub mod scalar;
 pub mod state;
 
+pub use budget::Exceeded;
 pub use check::Stats;
 pub use error::{Reject, VerifyError};
 pub use platform::{Hook, Limits, MapInfo};

@@ -106,7 +106,15 @@ fn child() {
     let ms = t.elapsed().as_secs_f64() * 1e3;
     let peak = vm_hwm_kb().saturating_sub(base);
     let (verdict, processed) = match &r {
-        Ok(s) => ("accepted".to_string(), s.processed),
+        Ok(s) => (
+            format!(
+                "accepted ({} states at most, {} KiB; {} work)",
+                s.peak_states,
+                s.peak_bytes / 1024,
+                s.work
+            ),
+            s.processed,
+        ),
         Err(e) => (format!("{}: {e}", e.kind()), e.processed),
     };
     println!(

@@ -304,14 +304,14 @@ fn mark_ptr(st: &mut State, id: u32, map: Option<u16>) {
             };
         }
     };
-    for f in st.frames.iter_mut() {
+    st.frames.update(|_, f| {
         f.regs.iter_mut().for_each(conv);
-        for s in f.stack.iter_mut() {
+        f.stack.update(|_, s| {
             if let Some(r) = s.spill.as_mut() {
                 conv(r);
             }
-        }
-    }
+        });
+    });
 }
 
 /// Whether a comparison is decided by the abstract values: `Some(taken)`.
@@ -511,21 +511,21 @@ fn set_refined(
         let f = st.cur_mut();
         f.regs[reg as usize] = Reg { v, ..old };
         if old.id != 0 {
-            for fr in st.frames.iter_mut() {
+            st.frames.update(|_, fr| {
                 for r in fr.regs.iter_mut() {
                     if r.ty == RegType::Scalar && r.id == old.id {
                         r.v = v;
                     }
                 }
-                for s in fr.stack.iter_mut() {
+                fr.stack.update(|_, s| {
                     if let Some(r) = s.spill.as_mut()
                         && r.ty == RegType::Scalar
                         && r.id == old.id
                     {
                         r.v = v;
                     }
-                }
-            }
+                });
+            });
         }
     };
     set(dreg, a, av);

@@ -183,7 +183,7 @@ impl MayWrite {
     fn taint(&self, st: &mut State, t: Taint) {
         let any_stack = self.any_stack(st);
         let frame = st.frames.len() - 1;
-        for (k, f) in st.frames.iter_mut().enumerate() {
+        st.frames.update(|k, f| {
             if k == frame {
                 for r in 0..11 {
                     if self.regs & (1 << r) != 0 && f.regs[r].ty != RegType::NotInit {
@@ -191,15 +191,15 @@ impl MayWrite {
                     }
                 }
             }
-            for (j, slot) in f.stack.iter_mut().enumerate() {
+            f.stack.update(|j, slot| {
                 if any_stack || (k == frame && self.slots & (1 << j) != 0) {
                     slot.taint = join(slot.taint, Some(t));
                     if let Some(sp) = slot.spill.as_mut() {
                         sp.taint = join(sp.taint, Some(t));
                     }
                 }
-            }
-        }
+            });
+        });
     }
 }
 

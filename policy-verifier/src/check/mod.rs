@@ -12,7 +12,9 @@ mod locality;
 mod mem;
 pub mod structure;
 
+use crate::budget::{Exceeded, Ledger};
 use crate::error::{Reject, VerifyError};
+use crate::frames::Frames;
 use crate::liveness::Liveness;
 use crate::platform::{Hook, Limits, MapInfo};
 use crate::state::{Frame, Reg, RegType, State};
@@ -32,6 +34,12 @@ pub struct Stats {
     /// `4i..4i + 4` (units from 127 on share bit 127). A runtime may skip filling fields no
     /// program reads ([`Stats::reads_ctx`]).
     pub ctx_read: u128,
+    /// The most states held at once (stored at pruning points or waiting to be explored),
+    /// and the most bytes they took ([`crate::budget`]).
+    pub peak_states: usize,
+    pub peak_bytes: usize,
+    /// Units of work ([`crate::Limits::max_work`]).
+    pub work: u64,
 }
 
 impl Stats {
@@ -73,7 +81,14 @@ pub struct Checker<'a> {
     stats: Stats,
     /// [`Stats::ctx_read`], gathered by the (shared-borrow) memory checks.
     ctx_read: std::cell::Cell<u128>,
+    /// The states held and their bytes.
+    ledger: Ledger,
+    started: std::time::Instant,
 }
+
+/// What a state takes in the work stack and in a pruning point's list.
+const WORK_ITEM: usize = size_of::<(usize, State, usize)>();
+const EXPLORED_ITEM: usize = size_of::<Explored>();
 
 enum Next {
     /// Continue at this instruction with the (updated) current state.
@@ -117,6 +132,8 @@ impl<'a> Checker<'a> {
                 ..Stats::default()
             },
             ctx_read: std::cell::Cell::new(0),
+            ledger: Ledger::default(),
+            started: std::time::Instant::now(),
         }
     }
 
@@ -144,7 +161,7 @@ impl<'a> Checker<'a> {
             );
         }
         let mut init = State {
-            frames: vec![Frame::new(0)],
+            frames: Frames::new(Frame::new(0)),
             regions: vec![],
             path: vec![],
         };
@@ -153,8 +170,10 @@ impl<'a> Checker<'a> {
             parent: None,
             branches: 1,
         });
+        self.ledger.hold(&init, WORK_ITEM);
         let mut work: Vec<(usize, State, usize)> = vec![(0, init, 0)];
         while let Some((mut pc, mut st, mut node)) = work.pop() {
+            self.ledger.release(&st, WORK_ITEM);
             loop {
                 if decides {
                     Self::close_regions(pc, &mut st);
@@ -178,8 +197,15 @@ impl<'a> Checker<'a> {
                         }
                         Visit::Continue(n) => node = n,
                     }
+                    if let Err(reject) = self.held() {
+                        return Err(self.err(pc, Some(&st), reject));
+                    }
                 }
                 self.stats.processed += 1;
+                self.stats.work += 1;
+                if let Err(reject) = self.spent() {
+                    return Err(self.err(pc, Some(&st), reject));
+                }
                 if self.stats.processed > self.limits.max_processed {
                     let head = st.path.iter().rev().find(|(a, b)| b <= a).map(|(_, b)| *b);
                     return Err(match head {
@@ -195,6 +221,9 @@ impl<'a> Checker<'a> {
                             pc,
                             Some(&st),
                             Reject::TooComplex {
+                                exceeded: Exceeded::Processed {
+                                    limit: self.limits.max_processed,
+                                },
                                 processed: self.stats.processed,
                             },
                         ),
@@ -224,8 +253,12 @@ impl<'a> Checker<'a> {
                     }
                     Next::Branch { cont, other } if in_range(cont.0) && in_range(other.0) => {
                         self.nodes[node].branches += 1;
+                        self.ledger.hold(&other.1, WORK_ITEM);
                         work.push((other.0, other.1, node));
                         (pc, st) = cont;
+                        if let Err(reject) = self.held() {
+                            return Err(self.err(pc, Some(&st), reject));
+                        }
                     }
                     Next::Done => {
                         self.finish(node);
@@ -237,6 +270,54 @@ impl<'a> Checker<'a> {
         }
         self.stats.ctx_read = self.ctx_read.get();
         Ok(self.stats)
+    }
+
+    /// Whether the states held are within the budget (counted at their peak).
+    fn held(&mut self) -> R<()> {
+        let held = self.ledger.states;
+        let bytes = self.ledger.bytes() + self.nodes.capacity() * size_of::<Node>();
+        self.stats.peak_states = self.stats.peak_states.max(held);
+        self.stats.peak_bytes = self.stats.peak_bytes.max(bytes);
+        let exceeded = if held > self.limits.max_states {
+            Exceeded::States {
+                held,
+                limit: self.limits.max_states,
+            }
+        } else if bytes > self.limits.max_state_bytes {
+            Exceeded::Memory {
+                bytes,
+                limit: self.limits.max_state_bytes,
+            }
+        } else {
+            return Ok(());
+        };
+        Err(Reject::TooComplex {
+            exceeded,
+            processed: self.stats.processed,
+        })
+    }
+
+    /// Whether the work and the time are within the budget (the clock read every 256
+    /// processed instructions).
+    fn spent(&self) -> R<()> {
+        let exceeded = if self.stats.work > self.limits.max_work {
+            Exceeded::Work {
+                limit: self.limits.max_work,
+            }
+        } else if self.stats.processed.is_multiple_of(256)
+            && self.started.elapsed() > self.limits.max_time
+        {
+            Exceeded::Time {
+                ms: self.started.elapsed().as_millis() as u64,
+                limit_ms: self.limits.max_time.as_millis() as u64,
+            }
+        } else {
+            return Ok(());
+        };
+        Err(Reject::TooComplex {
+            exceeded,
+            processed: self.stats.processed,
+        })
     }
 
     /// A path ended (exit or pruned): release its hold on the nodes above it.
@@ -261,7 +342,13 @@ impl<'a> Checker<'a> {
                 .as_ref()
                 .expect("computed before exploration")
                 .masks(pc, &st.frames);
+            // A comparison may look at every register and slot the masks name.
+            let cost = 1 + masks
+                .iter()
+                .map(|m| u64::from(m.live.count_ones() + m.slots_live.count_ones()))
+                .sum::<u64>();
             for e in list {
+                self.stats.work += cost;
                 let done = self.nodes[e.node].branches == 0;
                 if done && e.state.subsumes(st, &masks) {
                     return Visit::Prune;
@@ -280,12 +367,12 @@ impl<'a> Checker<'a> {
         });
         let list = self.explored.entry(pc).or_default();
         if list.len() >= self.limits.max_states_per_insn {
-            list.remove(0);
+            let old = list.remove(0);
+            self.ledger.release(&old.state, EXPLORED_ITEM);
         }
-        list.push(Explored {
-            state: st.clone(),
-            node: id,
-        });
+        let state = st.clone();
+        self.ledger.hold(&state, EXPLORED_ITEM);
+        list.push(Explored { state, node: id });
         self.stats.states += 1;
         Visit::Continue(id)
     }

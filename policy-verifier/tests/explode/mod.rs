@@ -42,6 +42,10 @@ pub struct Shape {
     pub items: usize,
     /// The mix of pieces: weights of (no-op, diamond, own-stack store, ancestor store).
     pub mix: [u8; 4],
+    /// The loop is the outermost frame's, around the call chain, and the deepest body runs
+    /// once per iteration: states then differ only in the outermost frame, so every
+    /// comparison of two looks at every frame.
+    pub outer: bool,
 }
 
 pub const HOOKS: [&str; 2] = ["net/isend", "tuner"];
@@ -54,12 +58,12 @@ impl Shape {
     pub fn from_seed(seed: u64) -> Shape {
         let mut r = Rng(seed ^ 0x9e37_79b9_7f4a_7c15);
         let pick = |r: &mut Rng, lo: u64, hi: u64| lo + r.next() % (hi - lo + 1);
-        let depth = if r.next() % 2 == 0 {
+        let depth = if r.next().is_multiple_of(2) {
             8
         } else {
             pick(&mut r, 1, 8) as usize
         };
-        let slots = if r.next() % 2 == 0 {
+        let slots = if r.next().is_multiple_of(2) {
             63
         } else {
             pick(&mut r, 0, 63) as usize
@@ -77,7 +81,7 @@ impl Shape {
         };
         let mut mix = [0u8; 4];
         for m in &mut mix {
-            *m = if r.next() % 3 == 0 {
+            *m = if r.next().is_multiple_of(3) {
                 0
             } else {
                 pick(&mut r, 1, 8) as u8
@@ -93,6 +97,7 @@ impl Shape {
             iters,
             items,
             mix,
+            outer: r.next().is_multiple_of(3),
         }
     }
 
@@ -106,6 +111,7 @@ impl Shape {
             iters: 0,
             items: 1,
             mix: [1, 0, 0, 0],
+            outer: false,
         };
         for kv in s.split(',') {
             let (k, v) = kv.split_once('=')?;
@@ -115,6 +121,7 @@ impl Shape {
                 "slots" => sh.slots = v.parse().ok()?,
                 "iters" => sh.iters = v.parse().ok()?,
                 "items" => sh.items = v.parse().ok()?,
+                "outer" => sh.outer = v == "1",
                 "mix" => {
                     let w: Vec<u8> = v
                         .split('.')
@@ -135,9 +142,16 @@ impl Shape {
         // Frame k's code: write the slots, pass (unknown, own fp-8, the ancestors' pointers)
         // down, call the next, read the slots back into the result, exit.
         let mut frames: Vec<Vec<Insn>> = vec![];
+        let outer = self.outer && depth > 1 && self.iters > 0;
         for k in 0..depth - 1 {
             let mut f = vec![];
-            if k == 0 {
+            let mut head = 0;
+            if k == 0 && outer {
+                // r6 = ctx, r9 the loop's counter; each iteration loads the unknown anew.
+                f.extend([mov64_reg(6, 1), mov64_imm(9, 0)]);
+                head = f.len();
+                f.push(ldx(op::DW, 1, 6, 0));
+            } else if k == 0 {
                 // r1 = ctx: the unknown is its first 8 bytes (msg_size, conn_id).
                 f.push(ldx(op::DW, 1, 1, 0));
             }
@@ -152,6 +166,11 @@ impl Shape {
             }
             f.extend([mov64_reg(2, 10), alu64_imm(op::ADD, 2, -8)]);
             f.push(call_local(0)); // patched below
+            if k == 0 && outer {
+                f.push(alu64_imm(op::ADD, 9, 1));
+                let back = head as i64 - (f.len() as i64 + 1);
+                f.push(jmp_imm(op::JLT, 9, self.iters, back as i16));
+            }
             for j in 0..slots {
                 f.push(ldx(op::DW, 1, 10, -8 * (j as i16 + 2)));
                 f.push(alu64_reg(op::ADD, 0, 1));
@@ -160,7 +179,13 @@ impl Shape {
             frames.push(f);
         }
         let used: usize = frames.iter().map(Vec::len).sum();
-        frames.push(self.deepest(depth, slots, MAX_INSNS.saturating_sub(used + 2 * slots)));
+        let iters = if outer { 0 } else { self.iters };
+        frames.push(self.deepest(
+            depth,
+            slots,
+            iters,
+            MAX_INSNS.saturating_sub(used + 2 * slots),
+        ));
         // Patch each call to the start of the next frame's code.
         let mut out = vec![];
         let mut starts = vec![];
@@ -184,7 +209,7 @@ impl Shape {
 
     /// The deepest frame: r1 the unknown, r2..r5 pointers to the ancestors' fp-8 (as many as
     /// there are ancestors, up to 4).
-    fn deepest(&self, depth: usize, slots: usize, budget: usize) -> Vec<Insn> {
+    fn deepest(&self, depth: usize, slots: usize, iters: i32, budget: usize) -> Vec<Insn> {
         let mut f = vec![];
         let ptrs = (depth - 1).min(4) as u8;
         if depth == 1 {
@@ -223,10 +248,10 @@ impl Shape {
             f.extend(piece);
             f.push(ja(0));
         }
-        if self.iters > 0 {
+        if iters > 0 {
             f.push(alu64_imm(op::ADD, 9, 1));
             let back = head as i64 - (f.len() as i64 + 1);
-            f.push(jmp_imm(op::JLT, 9, self.iters, back as i16));
+            f.push(jmp_imm(op::JLT, 9, iters, back as i16));
         }
         // The counter and the accumulator decide a branch: both are precise.
         f.extend([
@@ -248,8 +273,17 @@ impl fmt::Display for Shape {
         let m = self.mix;
         write!(
             f,
-            "hook={},depth={},slots={},iters={},items={},mix={}.{}.{}.{}",
-            self.hook, self.depth, self.slots, self.iters, self.items, m[0], m[1], m[2], m[3]
+            "hook={},depth={},slots={},iters={},items={},mix={}.{}.{}.{},outer={}",
+            self.hook,
+            self.depth,
+            self.slots,
+            self.iters,
+            self.items,
+            m[0],
+            m[1],
+            m[2],
+            m[3],
+            u8::from(self.outer)
         )
     }
 }
@@ -266,6 +300,8 @@ pub fn worst_known() -> Vec<Shape> {
         "hook=net/isend,depth=8,slots=63,iters=200,items=400,mix=1.1.1.1",
         // A deciding hook: the locality flow on top.
         "hook=tuner,depth=8,slots=63,iters=100,items=900,mix=2.1.1.1",
+        // States that differ only in the outermost frame: comparisons look at every frame.
+        "hook=net/isend,depth=8,slots=63,iters=100,items=1200,mix=1.0.0.0,outer=1",
     ]
     .into_iter()
     .map(|s| Shape::parse(s).expect("a valid shape"))

@@ -1,0 +1,173 @@
+//! The verifier's budget: how much work and memory one verification may take.
+//!
+//! Every rank of a node verifies its policies when its plugin starts, so one object must not
+//! be able to run a node out of memory or hold up its start. Exploration stops, and the
+//! program is rejected as `too_complex` naming the limit ([`Exceeded`]), at the first of
+//! ([`crate::Limits`], defaults in brackets):
+//!
+//! * **processed** \[1,000,000\]: instructions processed over all paths (the kernel's limit);
+//! * **states** \[65,536\]: abstract states held at once, stored at pruning points or waiting
+//!   on the stack of unexplored branches; each pruning point keeps its 64 latest;
+//! * **memory** \[64 MiB\]: the bytes of those states ([`Ledger`]: a frame or a stack that
+//!   several states share is counted once), with the exploration's own bookkeeping;
+//! * **work** \[300,000,000\]: a deterministic measure of time: one unit per processed
+//!   instruction, and per comparison of a state against a stored one, the registers and
+//!   slots that comparison may have to look at. 300M units is about 1 s on the machine of
+//!   BENCHMARKS.md (release build);
+//! * **time** \[4 s\]: wall-clock, checked every 256 processed instructions: only a backstop.
+//!   A verdict that depends on time may differ between two ranks (one loaded, one not), and
+//!   ranks that disagree about a policy may disagree about a decision; the work budget is
+//!   set so that every program stops on it well before.
+
+use crate::frames::{CHUNK, Frames};
+use crate::state::{Frame, Region, Slot, State};
+use std::collections::HashMap;
+use std::fmt;
+use std::rc::Rc;
+
+/// Which limit of the budget a program ran into, with the figures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exceeded {
+    Processed { limit: usize },
+    States { held: usize, limit: usize },
+    Memory { bytes: usize, limit: usize },
+    Work { limit: u64 },
+    Time { ms: u64, limit_ms: u64 },
+}
+
+impl Exceeded {
+    /// The limit's short name (`ncclbpf verify --json` reports it).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Exceeded::Processed { .. } => "processed",
+            Exceeded::States { .. } => "states",
+            Exceeded::Memory { .. } => "memory",
+            Exceeded::Work { .. } => "work",
+            Exceeded::Time { .. } => "time",
+        }
+    }
+}
+
+fn mib(b: usize) -> String {
+    format!("{:.1} MiB", b as f64 / f64::from(1 << 20))
+}
+
+impl fmt::Display for Exceeded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Exceeded::Processed { limit } => {
+                write!(f, "more than {limit} instructions processed over all paths")
+            }
+            Exceeded::States { held, limit } => {
+                write!(f, "{held} verifier states held at once (limit {limit})")
+            }
+            Exceeded::Memory { bytes, limit } => write!(
+                f,
+                "{} of verifier states held at once (limit {})",
+                mib(bytes),
+                mib(limit)
+            ),
+            Exceeded::Work { limit } => write!(
+                f,
+                "more than {limit} units of verification work (instructions processed and states compared)"
+            ),
+            Exceeded::Time { ms, limit_ms } => {
+                write!(f, "verification ran {ms} ms (limit {limit_ms} ms)")
+            }
+        }
+    }
+}
+
+/// The bytes of the states exploration holds: stored at pruning points, or waiting to be
+/// explored. A frame, or a piece of a stack, shared by several held states is counted once:
+/// by its allocation, while some held state refers to it. Held states never change
+/// ([`crate::frames`]: the path that goes on copies what it writes), so a frame's pieces
+/// when it is released are those it had when first held.
+#[derive(Default)]
+pub struct Ledger {
+    /// Held frames: how many held states refer to each.
+    frames: HashMap<usize, u32>,
+    /// Held pieces of stacks: how many held frames refer to each.
+    pieces: HashMap<usize, u32>,
+    /// States held.
+    pub states: usize,
+    bytes: usize,
+}
+
+/// An allocation behind an `Rc`: the value and the two counts.
+const FRAME_BYTES: usize = size_of::<Frame>() + 2 * size_of::<usize>();
+const PIECE_BYTES: usize = size_of::<[Slot; CHUNK]>() + 2 * size_of::<usize>();
+
+impl Ledger {
+    /// Counts `st`, held in a container whose element takes `slot` bytes.
+    pub fn hold(&mut self, st: &State, slot: usize) {
+        self.states += 1;
+        self.bytes += slot + Self::own_bytes(st);
+        for f in st.frames.shared() {
+            let n = self.frames.entry(Rc::as_ptr(f) as usize).or_insert(0);
+            *n += 1;
+            if *n > 1 {
+                continue;
+            }
+            self.bytes += FRAME_BYTES;
+            for p in f.stack.pieces() {
+                let n = self.pieces.entry(p).or_insert(0);
+                *n += 1;
+                if *n == 1 {
+                    self.bytes += PIECE_BYTES;
+                }
+            }
+        }
+    }
+
+    /// Stops counting `st` (held before with the same `slot`).
+    pub fn release(&mut self, st: &State, slot: usize) {
+        self.states -= 1;
+        self.bytes -= slot + Self::own_bytes(st);
+        for f in st.frames.shared() {
+            let key = Rc::as_ptr(f) as usize;
+            let Some(n) = self.frames.get_mut(&key) else {
+                continue;
+            };
+            *n -= 1;
+            if *n > 0 {
+                continue;
+            }
+            self.frames.remove(&key);
+            self.bytes -= FRAME_BYTES;
+            for p in f.stack.pieces() {
+                if let Some(n) = self.pieces.get_mut(&p) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.pieces.remove(&p);
+                        self.bytes -= PIECE_BYTES;
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn debug(&self) -> String {
+        format!(
+            "states {} frames {} pieces {} bytes {}",
+            self.states,
+            self.frames.len(),
+            self.pieces.len(),
+            self.bytes
+        )
+    }
+    /// The bytes held, the ledger's own tables included.
+    pub fn bytes(&self) -> usize {
+        let entry = |k: usize, v: usize| k + v + 1;
+        self.bytes
+            + (self.frames.capacity() + self.pieces.capacity())
+                * entry(size_of::<usize>(), size_of::<u32>())
+    }
+
+    /// A state's bytes outside its frames.
+    fn own_bytes(st: &State) -> usize {
+        Frames::list_bytes(&st.frames)
+            + st.regions.capacity() * size_of::<Region>()
+            + st.path.capacity() * size_of::<(usize, usize)>()
+    }
+}
