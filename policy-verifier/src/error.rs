@@ -158,6 +158,15 @@ impl Reject {
         }
     }
 
+    /// For `too_complex`, the limit of the budget that ran out ([`crate::budget::Exceeded`]'s
+    /// name: processed, states, memory, work, time).
+    pub fn limit(&self) -> Option<&'static str> {
+        match self {
+            Reject::TooComplex { exceeded, .. } => Some(exceeded.name()),
+            _ => None,
+        }
+    }
+
     /// The register the reason is about, if any.
     pub fn reg(&self) -> Option<u8> {
         match self {

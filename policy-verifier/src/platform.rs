@@ -488,8 +488,8 @@ impl Default for Limits {
             max_call_depth: 8,
             max_states: 65_536,
             max_state_bytes: 64 << 20,
-            max_work: 300_000_000,
-            max_time: std::time::Duration::from_secs(4),
+            max_work: 500_000_000,
+            max_time: std::time::Duration::from_secs(5),
         }
     }
 }

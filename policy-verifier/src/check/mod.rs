@@ -86,6 +86,12 @@ pub struct Checker<'a> {
     started: std::time::Instant,
 }
 
+/// The fixed part of one comparison of a state against a stored one, in work units (one
+/// unit: one processed instruction, or one register or slot compared). Calibrated on the
+/// state-explosion generator (tests/explode): a comparison that looks at a handful of
+/// registers takes about as long as 64 registers' worth.
+const COMPARE_UNITS: u64 = 64;
+
 /// What a state takes in the work stack and in a pruning point's list.
 const WORK_ITEM: usize = size_of::<(usize, State, usize)>();
 const EXPLORED_ITEM: usize = size_of::<Explored>();
@@ -179,7 +185,12 @@ impl<'a> Checker<'a> {
                     Self::close_regions(pc, &mut st);
                 }
                 if self.layout.prune_point[pc] {
-                    match self.visit(pc, &st, node) {
+                    let visit = self.visit(pc, &st, node);
+                    // The comparisons are work too, also when they end the path.
+                    if let Err(reject) = self.spent() {
+                        return Err(self.err(pc, Some(&st), reject));
+                    }
+                    match visit {
                         Visit::Prune => {
                             self.stats.pruned += 1;
                             self.finish(node);
@@ -342,11 +353,13 @@ impl<'a> Checker<'a> {
                 .as_ref()
                 .expect("computed before exploration")
                 .masks(pc, &st.frames);
-            // A comparison may look at every register and slot the masks name.
-            let cost = 1 + masks
-                .iter()
-                .map(|m| u64::from(m.live.count_ones() + m.slots_live.count_ones()))
-                .sum::<u64>();
+            // A comparison costs a fixed part and may look at every register and slot the
+            // masks name (crate::budget's work units).
+            let cost = COMPARE_UNITS
+                + masks
+                    .iter()
+                    .map(|m| u64::from(m.live.count_ones() + m.slots_live.count_ones()))
+                    .sum::<u64>();
             for e in list {
                 self.stats.work += cost;
                 let done = self.nodes[e.node].branches == 0;
