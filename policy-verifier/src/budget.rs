@@ -8,12 +8,17 @@
 //! * **processed** \[1,000,000\]: instructions processed over all paths (the kernel's limit);
 //! * **states** \[65,536\]: abstract states held at once, stored at pruning points or waiting
 //!   on the stack of unexplored branches; each pruning point keeps its 64 latest;
-//! * **memory** \[64 MiB\]: the bytes of those states ([`Ledger`]: a frame or a stack that
-//!   several states share is counted once), with the exploration's own bookkeeping;
-//! * **work** \[300,000,000\]: a deterministic measure of time: one unit per processed
-//!   instruction, and per comparison of a state against a stored one, the registers and
-//!   slots that comparison may have to look at. 300M units is about 1 s on the machine of
-//!   BENCHMARKS.md (release build);
+//! * **memory** \[64 MiB\]: the bytes of those states ([`Ledger`]: a frame or a piece of a
+//!   stack that several states share is counted once), with the exploration's own
+//!   bookkeeping. The largest shipped policy holds 14 MiB at its peak (`rules`, clang-19
+//!   build; `net_autotune_epoch`, 1,359 instructions, 13 MiB); the generator's programs stop
+//!   with at most 70 MiB resident above what the process held before;
+//! * **work** \[500,000,000\]: a deterministic measure of time: one unit per processed
+//!   instruction, and per comparison of a state against a stored one, 64 (its fixed cost: the
+//!   stored state is a cache miss away) plus the registers and slots the comparison may have
+//!   to look at. The worst program of the state-explosion generator (tests/explode) takes
+//!   about 2 ns a unit: 500M units is about 1 s of CPU on the machine of BENCHMARKS.md
+//!   (release build); the largest shipped policy takes 182M (`rules`, clang-19 build);
 //! * **time** \[5 s\]: wall-clock, checked every 256 processed instructions: only a backstop.
 //!   A verdict that depends on time may differ between two ranks (one loaded, one not), and
 //!   ranks that disagree about a policy may disagree about a decision; the work budget is

@@ -81,7 +81,13 @@ pub enum Reject {
         got: String,
     },
     /// A loop whose termination was not proven within the budget, or that repeats a state.
-    UnboundedLoop { head: usize, processed: usize },
+    /// `exceeded`: the limit of the budget ([`crate::budget`]) that ran out on a path through
+    /// the loop (none: the same state came back).
+    UnboundedLoop {
+        head: usize,
+        processed: usize,
+        exceeded: Option<crate::budget::Exceeded>,
+    },
     /// A limit of the verification budget ran out ([`crate::budget`]): the processed
     /// instructions outside any loop, the states held, their memory, the work, the time.
     TooComplex {
@@ -158,11 +164,15 @@ impl Reject {
         }
     }
 
-    /// For `too_complex`, the limit of the budget that ran out ([`crate::budget::Exceeded`]'s
+    /// For `too_complex` (and `unbounded_loop` when the budget ran out in a loop), the limit of the budget that ran out ([`crate::budget::Exceeded`]'s
     /// name: processed, states, memory, work, time).
     pub fn limit(&self) -> Option<&'static str> {
         match self {
-            Reject::TooComplex { exceeded, .. } => Some(exceeded.name()),
+            Reject::TooComplex { exceeded, .. }
+            | Reject::UnboundedLoop {
+                exceeded: Some(exceeded),
+                ..
+            } => Some(exceeded.name()),
             _ => None,
         }
     }
@@ -320,9 +330,22 @@ impl fmt::Display for Reject {
                     "R{reg} type={got} expected={expected} (argument of {helper})"
                 )
             }
-            Reject::UnboundedLoop { head, processed } => write!(
+            Reject::UnboundedLoop {
+                head,
+                processed,
+                exceeded: None | Some(crate::budget::Exceeded::Processed { .. }),
+            } => write!(
                 f,
                 "loop at insn {head} is not provably bounded (infinite loop or no proof within {processed} processed instructions)"
+            ),
+            Reject::UnboundedLoop {
+                head,
+                processed,
+                exceeded: Some(exceeded),
+            } => write!(
+                f,
+                "loop at insn {head} is not provably bounded (infinite loop, or no proof within the budget: {exceeded}; limit '{}', after {processed} processed instructions)",
+                exceeded.name()
             ),
             Reject::TooComplex {
                 exceeded,

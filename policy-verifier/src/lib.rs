@@ -8,7 +8,9 @@
 //!    scalar (known bits and signed/unsigned bounds, [`scalar`]), context pointer, stack pointer,
 //!    map pointer, map value, or map value that may be NULL; stack bytes tracked as written or
 //!    not, with spilled registers kept. States already proven safe prune later ones; loops are
-//!    followed iteration by iteration until their exit is decided, within a budget.
+//!    followed iteration by iteration until their exit is decided. Stored states share what
+//!    they did not change ([`frames`]); the exploration's memory and work are bounded
+//!    ([`budget`]), a program past a limit rejected as `too_complex`, the limit named.
 //!
 //! What each hook may touch (context fields and their rights, helpers) is data in
 //! [`platform`]. A rejection ([`VerifyError`]) names the instruction, the register, the reason

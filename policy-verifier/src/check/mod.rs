@@ -187,8 +187,8 @@ impl<'a> Checker<'a> {
                 if self.layout.prune_point[pc] {
                     let visit = self.visit(pc, &st, node);
                     // The comparisons are work too, also when they end the path.
-                    if let Err(reject) = self.spent() {
-                        return Err(self.err(pc, Some(&st), reject));
+                    if let Err(x) = self.spent() {
+                        return Err(self.over_budget(pc, &st, x));
                     }
                     match visit {
                         Visit::Prune => {
@@ -203,42 +203,24 @@ impl<'a> Checker<'a> {
                                 Reject::UnboundedLoop {
                                     head: pc,
                                     processed: self.stats.processed,
+                                    exceeded: None,
                                 },
                             ));
                         }
                         Visit::Continue(n) => node = n,
                     }
-                    if let Err(reject) = self.held() {
-                        return Err(self.err(pc, Some(&st), reject));
+                    if let Err(x) = self.held() {
+                        return Err(self.over_budget(pc, &st, x));
                     }
                 }
                 self.stats.processed += 1;
                 self.stats.work += 1;
-                if let Err(reject) = self.spent() {
-                    return Err(self.err(pc, Some(&st), reject));
+                if let Err(x) = self.spent() {
+                    return Err(self.over_budget(pc, &st, x));
                 }
                 if self.stats.processed > self.limits.max_processed {
-                    let head = st.path.iter().rev().find(|(a, b)| b <= a).map(|(_, b)| *b);
-                    return Err(match head {
-                        Some(head) => self.err(
-                            head,
-                            Some(&st),
-                            Reject::UnboundedLoop {
-                                head,
-                                processed: self.stats.processed,
-                            },
-                        ),
-                        None => self.err(
-                            pc,
-                            Some(&st),
-                            Reject::TooComplex {
-                                exceeded: Exceeded::Processed {
-                                    limit: self.limits.max_processed,
-                                },
-                                processed: self.stats.processed,
-                            },
-                        ),
-                    });
+                    let limit = self.limits.max_processed;
+                    return Err(self.over_budget(pc, &st, Exceeded::Processed { limit }));
                 }
                 self.stats.max_depth = self.stats.max_depth.max(st.frames.len());
                 let flow = match decides.then(|| self.flow(pc, &st)).transpose() {
@@ -267,8 +249,8 @@ impl<'a> Checker<'a> {
                         self.ledger.hold(&other.1, WORK_ITEM);
                         work.push((other.0, other.1, node));
                         (pc, st) = cont;
-                        if let Err(reject) = self.held() {
-                            return Err(self.err(pc, Some(&st), reject));
+                        if let Err(x) = self.held() {
+                            return Err(self.over_budget(pc, &st, x));
                         }
                     }
                     Next::Done => {
@@ -284,7 +266,7 @@ impl<'a> Checker<'a> {
     }
 
     /// Whether the states held are within the budget (counted at their peak).
-    fn held(&mut self) -> R<()> {
+    fn held(&mut self) -> Result<(), Exceeded> {
         let held = self.ledger.states;
         let bytes = self.ledger.bytes() + self.nodes.capacity() * size_of::<Node>();
         self.stats.peak_states = self.stats.peak_states.max(held);
@@ -302,15 +284,12 @@ impl<'a> Checker<'a> {
         } else {
             return Ok(());
         };
-        Err(Reject::TooComplex {
-            exceeded,
-            processed: self.stats.processed,
-        })
+        Err(exceeded)
     }
 
     /// Whether the work and the time are within the budget (the clock read every 256
     /// processed instructions).
-    fn spent(&self) -> R<()> {
+    fn spent(&self) -> Result<(), Exceeded> {
         let exceeded = if self.stats.work > self.limits.max_work {
             Exceeded::Work {
                 limit: self.limits.max_work,
@@ -325,10 +304,32 @@ impl<'a> Checker<'a> {
         } else {
             return Ok(());
         };
-        Err(Reject::TooComplex {
-            exceeded,
-            processed: self.stats.processed,
-        })
+        Err(exceeded)
+    }
+
+    /// The rejection for a budget that ran out at `pc`: the loop the path was last in is not
+    /// provably bounded, or, outside loops, the program is too complex.
+    fn over_budget(&self, pc: usize, st: &State, exceeded: Exceeded) -> VerifyError {
+        let processed = self.stats.processed;
+        match st.path.iter().rev().find(|(a, b)| b <= a).map(|(_, b)| *b) {
+            Some(head) => self.err(
+                head,
+                Some(st),
+                Reject::UnboundedLoop {
+                    head,
+                    processed,
+                    exceeded: Some(exceeded),
+                },
+            ),
+            None => self.err(
+                pc,
+                Some(st),
+                Reject::TooComplex {
+                    exceeded,
+                    processed,
+                },
+            ),
+        }
     }
 
     /// A path ended (exit or pruned): release its hold on the nodes above it.
