@@ -24,11 +24,9 @@
 //!   ranks that disagree about a policy may disagree about a decision; the work budget is
 //!   set so that every program stops on it well before.
 
-use crate::frames::{CHUNK, Frames};
+use crate::frames::{CHUNK, Frames, Held};
 use crate::state::{Frame, Region, Slot, State};
-use std::collections::HashMap;
 use std::fmt;
-use std::rc::Rc;
 
 /// Which limit of the budget a program ran into, with the figures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,24 +82,20 @@ impl fmt::Display for Exceeded {
 }
 
 /// The bytes of the states exploration holds: stored at pruning points, or waiting to be
-/// explored. A frame, or a piece of a stack, shared by several held states is counted once:
-/// by its allocation, while some held state refers to it. Held states never change
+/// explored. A frame, or a piece of a stack, shared by several held states is counted once,
+/// while some held state refers to it ([`Held`] keeps the count). Held states never change
 /// ([`crate::frames`]: the path that goes on copies what it writes), so a frame's pieces
 /// when it is released are those it had when first held.
 #[derive(Default)]
 pub struct Ledger {
-    /// Held frames: how many held states refer to each.
-    frames: HashMap<usize, u32>,
-    /// Held pieces of stacks: how many held frames refer to each.
-    pieces: HashMap<usize, u32>,
     /// States held.
     pub states: usize,
     bytes: usize,
 }
 
 /// An allocation behind an `Rc`: the value and the two counts.
-const FRAME_BYTES: usize = size_of::<Frame>() + 2 * size_of::<usize>();
-const PIECE_BYTES: usize = size_of::<[Slot; CHUNK]>() + 2 * size_of::<usize>();
+const FRAME_BYTES: usize = size_of::<Held<Frame>>() + 2 * size_of::<usize>();
+const PIECE_BYTES: usize = size_of::<Held<[Slot; CHUNK]>>() + 2 * size_of::<usize>();
 
 impl Ledger {
     /// Counts `st`, held in a container whose element takes `slot` bytes.
@@ -109,17 +103,12 @@ impl Ledger {
         self.states += 1;
         self.bytes += slot + Self::own_bytes(st);
         for f in st.frames.shared() {
-            let n = self.frames.entry(Rc::as_ptr(f) as usize).or_insert(0);
-            *n += 1;
-            if *n > 1 {
-                continue;
-            }
-            self.bytes += FRAME_BYTES;
-            for p in f.stack.pieces() {
-                let n = self.pieces.entry(p).or_insert(0);
-                *n += 1;
-                if *n == 1 {
-                    self.bytes += PIECE_BYTES;
+            if f.hold() {
+                self.bytes += FRAME_BYTES;
+                for p in f.stack.pieces() {
+                    if p.hold() {
+                        self.bytes += PIECE_BYTES;
+                    }
                 }
             }
         }
@@ -130,21 +119,10 @@ impl Ledger {
         self.states -= 1;
         self.bytes -= slot + Self::own_bytes(st);
         for f in st.frames.shared() {
-            let key = Rc::as_ptr(f) as usize;
-            let Some(n) = self.frames.get_mut(&key) else {
-                continue;
-            };
-            *n -= 1;
-            if *n > 0 {
-                continue;
-            }
-            self.frames.remove(&key);
-            self.bytes -= FRAME_BYTES;
-            for p in f.stack.pieces() {
-                if let Some(n) = self.pieces.get_mut(&p) {
-                    *n -= 1;
-                    if *n == 0 {
-                        self.pieces.remove(&p);
+            if f.release() {
+                self.bytes -= FRAME_BYTES;
+                for p in f.stack.pieces() {
+                    if p.release() {
                         self.bytes -= PIECE_BYTES;
                     }
                 }
@@ -152,20 +130,9 @@ impl Ledger {
         }
     }
 
-    pub fn debug(&self) -> String {
-        format!(
-            "states {} frames {} pieces {} bytes {}",
-            self.states,
-            self.frames.len(),
-            self.pieces.len(),
-            self.bytes
-        )
-    }
-    /// The bytes held, the ledger's own tables included (at twice their entries: a hash
-    /// table's capacity depends on where its hashes fell, and the verdict must not).
+    /// The bytes held.
     pub fn bytes(&self) -> usize {
-        let entry = size_of::<usize>() + size_of::<u32>() + 1;
-        self.bytes + 2 * (self.frames.len() + self.pieces.len()) * entry
+        self.bytes
     }
 
     /// A state's bytes outside its frames.

@@ -183,23 +183,27 @@ impl MayWrite {
     fn taint(&self, st: &mut State, t: Taint) {
         let any_stack = self.any_stack(st);
         let frame = st.frames.len() - 1;
-        st.frames.update(|k, f| {
-            if k == frame {
-                for r in 0..11 {
-                    if self.regs & (1 << r) != 0 && f.regs[r].ty != RegType::NotInit {
-                        f.regs[r].taint = join(f.regs[r].taint, Some(t));
+        st.frames.update_where(
+            |k, _| any_stack || k == frame,
+            |k, f| {
+                if k == frame {
+                    for r in 0..11 {
+                        if self.regs & (1 << r) != 0 && f.regs[r].ty != RegType::NotInit {
+                            f.regs[r].taint = join(f.regs[r].taint, Some(t));
+                        }
                     }
                 }
-            }
-            f.stack.update(|j, slot| {
-                if any_stack || (k == frame && self.slots & (1 << j) != 0) {
-                    slot.taint = join(slot.taint, Some(t));
-                    if let Some(sp) = slot.spill.as_mut() {
-                        sp.taint = join(sp.taint, Some(t));
-                    }
-                }
-            });
-        });
+                f.stack.update_where(
+                    |j, _| any_stack || (k == frame && self.slots & (1 << j) != 0),
+                    |slot| {
+                        slot.taint = join(slot.taint, Some(t));
+                        if let Some(sp) = slot.spill.as_mut() {
+                            sp.taint = join(sp.taint, Some(t));
+                        }
+                    },
+                );
+            },
+        );
     }
 }
 
