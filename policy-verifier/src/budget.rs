@@ -16,9 +16,11 @@
 //! * **work** \[500,000,000\]: a deterministic measure of time: one unit per processed
 //!   instruction, and per comparison of a state against a stored one, 64 (its fixed cost: the
 //!   stored state is a cache miss away) plus the registers and slots the comparison may have
-//!   to look at. The worst program of the state-explosion generator (tests/explode) takes
-//!   about 2 ns a unit: 500M units is about 1 s of CPU on the machine of BENCHMARKS.md
-//!   (release build); the largest shipped policy takes 182M (`rules`, clang-19 build);
+//!   to look at. The programs of the state-explosion generator (tests/explode) take 0.4 to
+//!   4.4 ns a unit on the machine of BENCHMARKS.md (release build): 500M units is 0.2 to
+//!   2.2 s of CPU. A smaller budget would come close to the largest shipped policy, which
+//!   takes 182M units (`rules`, clang-19 build) in well under 0.1 s: its comparisons hit
+//!   the cache, an adversary's miss it, which no count of work sees;
 //! * **time** \[5 s\]: wall-clock, checked every 256 processed instructions: only a backstop.
 //!   A verdict that depends on time may differ between two ranks (one loaded, one not), and
 //!   ranks that disagree about a policy may disagree about a decision; the work budget is

@@ -302,6 +302,9 @@ pub fn worst_known() -> Vec<Shape> {
         "hook=tuner,depth=8,slots=63,iters=100,items=900,mix=2.1.1.1",
         // States that differ only in the outermost frame: comparisons look at every frame.
         "hook=net/isend,depth=8,slots=63,iters=100,items=1200,mix=1.0.0.0,outer=1",
+        // Every piece a store into the frame's own stack: each comparison of two states
+        // misses the cache on both (the most time per unit of work found: 1.8 to 2.2 s).
+        "hook=net/isend,depth=5,slots=10,iters=2356,items=187,mix=0.0.4.0,outer=0",
     ]
     .into_iter()
     .map(|s| Shape::parse(s).expect("a valid shape"))
