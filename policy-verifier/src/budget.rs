@@ -19,7 +19,7 @@
 //!   to look at. The programs of the state-explosion generator (tests/explode) take 0.4 to
 //!   4.4 ns a unit on the machine of BENCHMARKS.md (release build): 500M units is 0.2 to
 //!   2.2 s of CPU. A smaller budget would come close to the largest shipped policy, which
-//!   takes 182M units (`rules`, clang-19 build) in well under 0.1 s: its comparisons hit
+//!   takes 182M units (`rules`, clang-19 build) in 0.12 s: its comparisons hit
 //!   the cache, an adversary's miss it, which no count of work sees;
 //! * **time** \[5 s\]: wall-clock, checked every 256 processed instructions: only a backstop.
 //!   A verdict that depends on time may differ between two ranks (one loaded, one not), and
