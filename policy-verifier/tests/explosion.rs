@@ -35,7 +35,7 @@ const BUDGET_TIME: Duration = Duration::from_millis(2500);
 /// Memory outside the states the budget counts (the live path's state, the program's tables,
 /// the allocator's slack), and time for what the work units do not see.
 const SLACK_BYTES: u64 = 16 << 20;
-const SLACK_TIME: Duration = Duration::from_millis(500);
+const SLACK_TIME: Duration = Duration::from_millis(1000);
 
 /// The time one verification may take: the budget's 2.5 s of CPU in a release build; in a
 /// debug build (several times slower, the work units the same) the wall-clock backstop.
