@@ -17,7 +17,9 @@ use std::path::PathBuf;
   ncclbpf verify --json policy.o | jq '.programs[] | select(.accepted | not)'
 
 A rejection names the instruction, the reason, the C source line and the register state
-before the instruction.
+before the instruction. A program the verifier cannot finish within its budget is rejected
+[too_complex: LIMIT limit], LIMIT one of processed, states, memory, work, time (the budget:
+64 MiB of verifier states, about 2 s at most; the README's verifier section).
 
 ",
     "Exit status:
@@ -58,6 +60,9 @@ pub fn run(out: &mut Out, a: &Args) -> Outcome {
                         "states": s.states,
                         "pruned": s.pruned,
                         "max_depth": s.max_depth,
+                        "peak_states": s.peak_states,
+                        "peak_state_bytes": s.peak_bytes,
+                        "work": s.work,
                     }),
                     Err(e) => rejection(p, e),
                 };
@@ -90,7 +95,10 @@ pub fn run(out: &mut Out, a: &Args) -> Outcome {
                     "{} ({}): rejected [{}]\n{e}",
                     p.name,
                     p.section,
-                    e.kind()
+                    match e.reject.limit() {
+                        Some(limit) => format!("{}: {limit} limit", e.kind()),
+                        None => e.kind().to_string(),
+                    }
                 ),
             }
         }
@@ -107,6 +115,7 @@ fn rejection(p: &Program, e: &VerifyError) -> Value {
     json!({
         "accepted": false,
         "kind": e.kind(),
+        "limit": e.reject.limit(),
         "insn": e.insn,
         "disasm": e.disasm,
         "reason": e.reject.to_string(),

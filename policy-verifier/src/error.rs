@@ -81,9 +81,19 @@ pub enum Reject {
         got: String,
     },
     /// A loop whose termination was not proven within the budget, or that repeats a state.
-    UnboundedLoop { head: usize, processed: usize },
-    /// The budget of processed instructions ran out outside any loop.
-    TooComplex { processed: usize },
+    /// `exceeded`: the limit of the budget ([`crate::budget`]) that ran out on a path through
+    /// the loop (none: the same state came back).
+    UnboundedLoop {
+        head: usize,
+        processed: usize,
+        exceeded: Option<crate::budget::Exceeded>,
+    },
+    /// A limit of the verification budget ran out ([`crate::budget`]): the processed
+    /// instructions outside any loop, the states held, their memory, the work, the time.
+    TooComplex {
+        exceeded: crate::budget::Exceeded,
+        processed: usize,
+    },
     /// Division or modulo by a register that may be zero (or by the constant 0).
     DivByZero { reg: Option<u8> },
     /// A pointer stored where it escapes (map value, context, other frame), or returned.
@@ -151,6 +161,19 @@ impl Reject {
             Reject::BadMapRef { .. } => "bad_map_ref",
             Reject::UnknownHook { .. } => "unknown_hook",
             Reject::Internal { .. } => "internal_error",
+        }
+    }
+
+    /// For `too_complex` (and `unbounded_loop` when the budget ran out in a loop), the limit of the budget that ran out ([`crate::budget::Exceeded`]'s
+    /// name: processed, states, memory, work, time).
+    pub fn limit(&self) -> Option<&'static str> {
+        match self {
+            Reject::TooComplex { exceeded, .. }
+            | Reject::UnboundedLoop {
+                exceeded: Some(exceeded),
+                ..
+            } => Some(exceeded.name()),
+            _ => None,
         }
     }
 
@@ -316,13 +339,34 @@ impl fmt::Display for Reject {
                     "R{reg} type={got} expected={expected} (argument of {helper})"
                 )
             }
-            Reject::UnboundedLoop { head, processed } => write!(
+            Reject::UnboundedLoop {
+                head,
+                processed,
+                exceeded: None | Some(crate::budget::Exceeded::Processed { .. }),
+            } => write!(
                 f,
                 "loop at insn {head} is not provably bounded (infinite loop or no proof within {processed} processed instructions)"
             ),
-            Reject::TooComplex { processed } => {
-                write!(f, "BPF program is too complex: processed {processed} insns")
-            }
+            Reject::UnboundedLoop {
+                head,
+                processed,
+                exceeded: Some(exceeded),
+            } => write!(
+                f,
+                "loop at insn {head} is not provably bounded (infinite loop, or no proof within the budget: {exceeded}; limit '{}', after {processed} processed instructions)",
+                exceeded.name()
+            ),
+            Reject::TooComplex {
+                exceeded,
+                processed,
+            } => write!(
+                f,
+                "BPF program is too complex: {exceeded} (limit '{}', after {processed} processed insns): \
+                 fewer branches whose outcomes the verifier must follow apart (values that \
+                 differ on each path, loops with many iterations), or the work split into \
+                 more programs or smaller subprograms, bring it within the budget",
+                exceeded.name()
+            ),
             Reject::DivByZero { reg: Some(r) } => {
                 write!(
                     f,

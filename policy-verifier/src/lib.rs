@@ -8,7 +8,9 @@
 //!    scalar (known bits and signed/unsigned bounds, [`scalar`]), context pointer, stack pointer,
 //!    map pointer, map value, or map value that may be NULL; stack bytes tracked as written or
 //!    not, with spilled registers kept. States already proven safe prune later ones; loops are
-//!    followed iteration by iteration until their exit is decided, within a budget.
+//!    followed iteration by iteration until their exit is decided. Stored states share what
+//!    they did not change ([`frames`]); the exploration's memory and work are bounded
+//!    ([`budget`]), a program past a limit rejected as `too_complex`, the limit named.
 //!
 //! What each hook may touch (context fields and their rights, helpers) is data in
 //! [`platform`]. A rejection ([`VerifyError`]) names the instruction, the register, the reason
@@ -17,13 +19,16 @@
 // A rejection carries its diagnosis (disassembly, state, path); it is not a hot path.
 #![allow(clippy::result_large_err)]
 
+pub mod budget;
 pub mod check;
 pub mod error;
+pub mod frames;
 pub mod liveness;
 pub mod platform;
 pub mod scalar;
 pub mod state;
 
+pub use budget::Exceeded;
 pub use check::Stats;
 pub use error::{Reject, VerifyError};
 pub use platform::{Hook, Limits, MapInfo};

@@ -17,8 +17,8 @@
 //! scalars); such accesses make every slot of every frame live instead.
 
 use crate::check::structure::{Layout, jump_target};
+use crate::frames::Frames;
 use crate::platform;
-use crate::state::Frame;
 use policy_object::insn::{self as op, Insn};
 
 /// The facts before one instruction.
@@ -330,7 +330,7 @@ impl Liveness {
     }
 
     /// The masks for each frame of a state at `pc` (frames listed outermost first).
-    pub fn masks(&self, pc: usize, frames: &[Frame]) -> Vec<FrameMask> {
+    pub fn masks(&self, pc: usize, frames: &Frames) -> Vec<FrameMask> {
         let k = frames.len() - 1;
         // Frame j continues at the return point stored in frame j + 1.
         let cont = |j: usize| {

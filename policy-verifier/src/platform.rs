@@ -459,17 +459,27 @@ impl MapInfo {
     }
 }
 
-/// Limits of verification.
+/// Limits of verification: the program's size and call depth, and the budget of one
+/// verification ([`crate::budget`] says what each counts and why these defaults).
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
     /// Instructions in the program.
     pub max_insns: usize,
     /// Instructions processed over all explored paths.
     pub max_processed: usize,
-    /// States kept per pruning point.
+    /// States kept per pruning point (the oldest goes first).
     pub max_states_per_insn: usize,
     /// Nested BPF-to-BPF calls.
     pub max_call_depth: usize,
+    /// States held at once: stored at pruning points or waiting to be explored.
+    pub max_states: usize,
+    /// Bytes of the states held at once.
+    pub max_state_bytes: usize,
+    /// Units of work: processed instructions, and the registers and slots of every
+    /// comparison of a state against a stored one (deterministic: the same on every rank).
+    pub max_work: u64,
+    /// Wall-clock time of one verification: a backstop behind `max_work`.
+    pub max_time: std::time::Duration,
 }
 
 impl Default for Limits {
@@ -479,6 +489,10 @@ impl Default for Limits {
             max_processed: 1_000_000,
             max_states_per_insn: 64,
             max_call_depth: 8,
+            max_states: 65_536,
+            max_state_bytes: 64 << 20,
+            max_work: 500_000_000,
+            max_time: std::time::Duration::from_secs(5),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The abstract machine state: typed registers, per-byte stack initialization with spilled
 //! registers, call frames.
 
+use crate::frames::{Frames, Stack};
 use crate::liveness::FrameMask;
 use crate::platform::{Hook, MapInfo, Scope};
 use crate::scalar::Scalar;
@@ -413,7 +414,8 @@ pub const SLOTS: usize = 64;
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Frame {
     pub regs: [Reg; 11],
-    pub stack: [Slot; SLOTS],
+    /// Shared with the states stored before it was last written ([`crate::frames`]).
+    pub stack: Stack,
     /// Where `exit` returns to in the caller (unused in frame 0).
     pub ret_pc: usize,
 }
@@ -424,7 +426,7 @@ impl Frame {
         regs[10] = Reg::pointer(RegType::Stack { frame: 0 }, 0);
         Frame {
             regs,
-            stack: [Slot::EMPTY; SLOTS],
+            stack: Stack::new(),
             ret_pc,
         }
     }
@@ -432,7 +434,9 @@ impl Frame {
 
 #[derive(Clone, Debug)]
 pub struct State {
-    pub frames: Vec<Frame>,
+    /// Outermost first; each shared with the states stored before it was last written
+    /// ([`crate::frames`]).
+    pub frames: Frames,
     /// Open regions of code that depends on rank-local branches (tuner hooks only).
     pub regions: Vec<Region>,
     /// Branches taken so far (bounded), for messages.
@@ -510,7 +514,9 @@ impl State {
             }
             true
         };
-        for ((fo, fnew), m) in self.frames.iter().zip(&new.frames).zip(masks) {
+        // Innermost frame first: that is where states at one point usually differ, so a
+        // state that does not cover `new` is found out soonest there.
+        for ((fo, fnew), m) in self.frames.iter().zip(new.frames.iter()).zip(masks).rev() {
             if fo.ret_pc != fnew.ret_pc {
                 return false;
             }

@@ -1,7 +1,9 @@
 //! Every shipped policy (policies/src) and every safe program (policies/safe) is accepted, in
 //! every build policies/build.sh makes: the default (clang 14 -mcpu=v3; clang-19 -mcpu=v4 for
 //! `// requires: v4` programs), cpu-v1 and cpu-v2 (clang 14), cpu-v3-clang19 and cpu-v4
-//! (clang-19). Each accepted program prints its instruction and processed-instruction counts.
+//! (clang-19). Each accepted program prints its instruction and processed-instruction counts, the
+//! states it stored, the most held at once and their bytes, and its units of work (the
+//! budget's figures: crate::budget).
 
 use policy_object::Object;
 use policy_verifier::{Limits, map_infos, verify};
@@ -47,8 +49,14 @@ fn accept(objs: &[(String, Object)]) -> Vec<String> {
         for p in &o.programs {
             match verify(p, &maps, Limits::default()) {
                 Ok(s) => println!(
-                    "{name}/{}: {} insns, {} processed, {} states",
-                    p.name, s.insns, s.processed, s.states
+                    "{name}/{}: {} insns, {} processed, {} states, at most {} held ({} KiB), {} work",
+                    p.name,
+                    s.insns,
+                    s.processed,
+                    s.states,
+                    s.peak_states,
+                    s.peak_bytes / 1024,
+                    s.work
                 ),
                 Err(e) => failures.push(format!("{name}/{}: {e}", p.name)),
             }

@@ -6,7 +6,7 @@
 use super::{Checker, Next, R};
 use crate::error::Reject;
 use crate::scalar::{Scalar, Tnum};
-use crate::state::{Reg, RegType, State};
+use crate::state::{Reg, RegType, Slot, State};
 use policy_object::insn::{self as op, Insn};
 
 /// A scalar seen at one width: the 64-bit bounds, or the low-32-bit ones.
@@ -304,14 +304,22 @@ fn mark_ptr(st: &mut State, id: u32, map: Option<u16>) {
             };
         }
     };
-    for f in st.frames.iter_mut() {
-        f.regs.iter_mut().for_each(conv);
-        for s in f.stack.iter_mut() {
-            if let Some(r) = s.spill.as_mut() {
-                conv(r);
-            }
-        }
-    }
+    let hit = |r: &Reg| matches!(r.ty, RegType::MapValueOrNull { .. }) && r.id == id;
+    let slot_hit = |s: &Slot| s.spill.as_ref().is_some_and(hit);
+    st.frames.update_where(
+        |_, f| f.regs.iter().any(hit) || f.stack.iter().any(slot_hit),
+        |_, f| {
+            f.regs.iter_mut().for_each(conv);
+            f.stack.update_where(
+                |_, s| slot_hit(s),
+                |s| {
+                    if let Some(r) = s.spill.as_mut() {
+                        conv(r);
+                    }
+                },
+            );
+        },
+    );
 }
 
 /// Whether a comparison is decided by the abstract values: `Some(taken)`.
@@ -511,21 +519,26 @@ fn set_refined(
         let f = st.cur_mut();
         f.regs[reg as usize] = Reg { v, ..old };
         if old.id != 0 {
-            for fr in st.frames.iter_mut() {
-                for r in fr.regs.iter_mut() {
-                    if r.ty == RegType::Scalar && r.id == old.id {
-                        r.v = v;
+            let hit = |r: &Reg| r.ty == RegType::Scalar && r.id == old.id;
+            let slot_hit = |s: &Slot| s.spill.as_ref().is_some_and(hit);
+            st.frames.update_where(
+                |_, fr| fr.regs.iter().any(hit) || fr.stack.iter().any(slot_hit),
+                |_, fr| {
+                    for r in fr.regs.iter_mut() {
+                        if hit(r) {
+                            r.v = v;
+                        }
                     }
-                }
-                for s in fr.stack.iter_mut() {
-                    if let Some(r) = s.spill.as_mut()
-                        && r.ty == RegType::Scalar
-                        && r.id == old.id
-                    {
-                        r.v = v;
-                    }
-                }
-            }
+                    fr.stack.update_where(
+                        |_, s| slot_hit(s),
+                        |s| {
+                            if let Some(r) = s.spill.as_mut() {
+                                r.v = v;
+                            }
+                        },
+                    );
+                },
+            );
         }
     };
     set(dreg, a, av);

@@ -14,7 +14,9 @@ mod mem;
 mod region;
 pub mod structure;
 
+use crate::budget::{Exceeded, Ledger};
 use crate::error::{Reject, VerifyError};
+use crate::frames::Frames;
 use crate::liveness::Liveness;
 use crate::platform::{Hook, Limits, MapInfo};
 use crate::state::{Frame, Reg, RegType, State};
@@ -34,6 +36,12 @@ pub struct Stats {
     /// `4i..4i + 4` (units from 127 on share bit 127). A runtime may skip filling fields no
     /// program reads ([`Stats::reads_ctx`]).
     pub ctx_read: u128,
+    /// The most states held at once (stored at pruning points or waiting to be explored),
+    /// and the most bytes they took ([`crate::budget`]).
+    pub peak_states: usize,
+    pub peak_bytes: usize,
+    /// Units of work ([`crate::Limits::max_work`]).
+    pub work: u64,
 }
 
 impl Stats {
@@ -75,7 +83,20 @@ pub struct Checker<'a> {
     stats: Stats,
     /// [`Stats::ctx_read`], gathered by the (shared-borrow) memory checks.
     ctx_read: std::cell::Cell<u128>,
+    /// The states held and their bytes.
+    ledger: Ledger,
+    started: std::time::Instant,
 }
+
+/// The fixed part of one comparison of a state against a stored one, in work units (one
+/// unit: one processed instruction, or one register or slot compared). Calibrated on the
+/// state-explosion generator (tests/explode): a comparison that looks at a handful of
+/// registers takes about as long as 64 registers' worth.
+const COMPARE_UNITS: u64 = 64;
+
+/// What a state takes in the work stack and in a pruning point's list.
+const WORK_ITEM: usize = size_of::<(usize, State, usize)>();
+const EXPLORED_ITEM: usize = size_of::<Explored>();
 
 enum Next {
     /// Continue at this instruction with the (updated) current state.
@@ -119,6 +140,8 @@ impl<'a> Checker<'a> {
                 ..Stats::default()
             },
             ctx_read: std::cell::Cell::new(0),
+            ledger: Ledger::default(),
+            started: std::time::Instant::now(),
         }
     }
 
@@ -148,7 +171,7 @@ impl<'a> Checker<'a> {
             );
         }
         let mut init = State {
-            frames: vec![Frame::new(0)],
+            frames: Frames::new(Frame::new(0)),
             regions: vec![],
             path: vec![],
         };
@@ -157,14 +180,21 @@ impl<'a> Checker<'a> {
             parent: None,
             branches: 1,
         });
+        self.ledger.hold(&init, WORK_ITEM);
         let mut work: Vec<(usize, State, usize)> = vec![(0, init, 0)];
         while let Some((mut pc, mut st, mut node)) = work.pop() {
+            self.ledger.release(&st, WORK_ITEM);
             loop {
                 if decides {
                     Self::close_regions(pc, &mut st);
                 }
                 if self.layout.prune_point[pc] {
-                    match self.visit(pc, &st, node) {
+                    let visit = self.visit(pc, &st, node);
+                    // The comparisons are work too, also when they end the path.
+                    if let Err(x) = self.spent() {
+                        return Err(self.over_budget(pc, &st, x));
+                    }
+                    match visit {
                         Visit::Prune => {
                             self.stats.pruned += 1;
                             self.finish(node);
@@ -177,32 +207,24 @@ impl<'a> Checker<'a> {
                                 Reject::UnboundedLoop {
                                     head: pc,
                                     processed: self.stats.processed,
+                                    exceeded: None,
                                 },
                             ));
                         }
                         Visit::Continue(n) => node = n,
                     }
+                    if let Err(x) = self.held() {
+                        return Err(self.over_budget(pc, &st, x));
+                    }
                 }
                 self.stats.processed += 1;
+                self.stats.work += 1;
+                if let Err(x) = self.spent() {
+                    return Err(self.over_budget(pc, &st, x));
+                }
                 if self.stats.processed > self.limits.max_processed {
-                    let head = st.path.iter().rev().find(|(a, b)| b <= a).map(|(_, b)| *b);
-                    return Err(match head {
-                        Some(head) => self.err(
-                            head,
-                            Some(&st),
-                            Reject::UnboundedLoop {
-                                head,
-                                processed: self.stats.processed,
-                            },
-                        ),
-                        None => self.err(
-                            pc,
-                            Some(&st),
-                            Reject::TooComplex {
-                                processed: self.stats.processed,
-                            },
-                        ),
-                    });
+                    let limit = self.limits.max_processed;
+                    return Err(self.over_budget(pc, &st, Exceeded::Processed { limit }));
                 }
                 self.stats.max_depth = self.stats.max_depth.max(st.frames.len());
                 let flow = match decides.then(|| self.flow(pc, &st)).transpose() {
@@ -228,8 +250,12 @@ impl<'a> Checker<'a> {
                     }
                     Next::Branch { cont, other } if in_range(cont.0) && in_range(other.0) => {
                         self.nodes[node].branches += 1;
+                        self.ledger.hold(&other.1, WORK_ITEM);
                         work.push((other.0, other.1, node));
                         (pc, st) = cont;
+                        if let Err(x) = self.held() {
+                            return Err(self.over_budget(pc, &st, x));
+                        }
                     }
                     Next::Done => {
                         self.finish(node);
@@ -241,6 +267,73 @@ impl<'a> Checker<'a> {
         }
         self.stats.ctx_read = self.ctx_read.get();
         Ok(self.stats)
+    }
+
+    /// Whether the states held are within the budget (counted at their peak).
+    fn held(&mut self) -> Result<(), Exceeded> {
+        let held = self.ledger.states;
+        let bytes = self.ledger.bytes() + self.nodes.capacity() * size_of::<Node>();
+        self.stats.peak_states = self.stats.peak_states.max(held);
+        self.stats.peak_bytes = self.stats.peak_bytes.max(bytes);
+        let exceeded = if held > self.limits.max_states {
+            Exceeded::States {
+                held,
+                limit: self.limits.max_states,
+            }
+        } else if bytes > self.limits.max_state_bytes {
+            Exceeded::Memory {
+                bytes,
+                limit: self.limits.max_state_bytes,
+            }
+        } else {
+            return Ok(());
+        };
+        Err(exceeded)
+    }
+
+    /// Whether the work and the time are within the budget (the clock read every 256
+    /// processed instructions).
+    fn spent(&self) -> Result<(), Exceeded> {
+        let exceeded = if self.stats.work > self.limits.max_work {
+            Exceeded::Work {
+                limit: self.limits.max_work,
+            }
+        } else if self.stats.processed.is_multiple_of(256)
+            && self.started.elapsed() > self.limits.max_time
+        {
+            Exceeded::Time {
+                ms: self.started.elapsed().as_millis() as u64,
+                limit_ms: self.limits.max_time.as_millis() as u64,
+            }
+        } else {
+            return Ok(());
+        };
+        Err(exceeded)
+    }
+
+    /// The rejection for a budget that ran out at `pc`: the loop the path was last in is not
+    /// provably bounded, or, outside loops, the program is too complex.
+    fn over_budget(&self, pc: usize, st: &State, exceeded: Exceeded) -> VerifyError {
+        let processed = self.stats.processed;
+        match st.path.iter().rev().find(|(a, b)| b <= a).map(|(_, b)| *b) {
+            Some(head) => self.err(
+                head,
+                Some(st),
+                Reject::UnboundedLoop {
+                    head,
+                    processed,
+                    exceeded: Some(exceeded),
+                },
+            ),
+            None => self.err(
+                pc,
+                Some(st),
+                Reject::TooComplex {
+                    exceeded,
+                    processed,
+                },
+            ),
+        }
     }
 
     /// A path ended (exit or pruned): release its hold on the nodes above it.
@@ -265,7 +358,15 @@ impl<'a> Checker<'a> {
                 .as_ref()
                 .expect("computed before exploration")
                 .masks(pc, &st.frames);
+            // A comparison costs a fixed part and may look at every register and slot the
+            // masks name (crate::budget's work units).
+            let cost = COMPARE_UNITS
+                + masks
+                    .iter()
+                    .map(|m| u64::from(m.live.count_ones() + m.slots_live.count_ones()))
+                    .sum::<u64>();
             for e in list {
+                self.stats.work += cost;
                 let done = self.nodes[e.node].branches == 0;
                 if done && e.state.subsumes(st, &masks) {
                     return Visit::Prune;
@@ -284,12 +385,12 @@ impl<'a> Checker<'a> {
         });
         let list = self.explored.entry(pc).or_default();
         if list.len() >= self.limits.max_states_per_insn {
-            list.remove(0);
+            let old = list.remove(0);
+            self.ledger.release(&old.state, EXPLORED_ITEM);
         }
-        list.push(Explored {
-            state: st.clone(),
-            node: id,
-        });
+        let state = st.clone();
+        self.ledger.hold(&state, EXPLORED_ITEM);
+        list.push(Explored { state, node: id });
         self.stats.states += 1;
         Visit::Continue(id)
     }

@@ -127,39 +127,51 @@ impl MayWrite {
     /// the spills over them) of every frame.
     pub(super) fn taint(&self, st: &mut State, t: Taint) {
         let frame = st.frames.len() - 1;
-        for (k, f) in st.frames.iter_mut().enumerate() {
-            if k == frame {
-                for r in 0..11 {
-                    if self.regs & (1 << r) != 0 && f.regs[r].ty != RegType::NotInit {
-                        f.regs[r].taint = join(f.regs[r].taint, Some(t));
+        // The stack bytes of frame `k` a store may have written, one bit per byte of slot `j`.
+        let mask = |k: usize, j: usize| -> u8 {
+            if self.all {
+                0xff
+            } else {
+                self.bytes
+                    .get(k)
+                    .map_or(0, |b| (b[j / 8] >> ((j % 8) * 8)) as u8)
+            }
+        };
+        let writes_stack =
+            |k: usize| self.all || self.bytes.get(k).is_some_and(|b| b.iter().any(|&w| w != 0));
+        // Frames and stack pieces nothing writes stay shared with the states that hold them
+        // (crate::frames).
+        st.frames.update_where(
+            |k, _| k == frame || writes_stack(k),
+            |k, f| {
+                if k == frame {
+                    for r in 0..11 {
+                        if self.regs & (1 << r) != 0 && f.regs[r].ty != RegType::NotInit {
+                            f.regs[r].taint = join(f.regs[r].taint, Some(t));
+                        }
                     }
                 }
-            }
-            let bytes = self.bytes.get(k);
-            if !self.all && bytes.is_none_or(|b| b.iter().all(|&w| w == 0)) {
-                continue;
-            }
-            for (j, slot) in f.stack.iter_mut().enumerate() {
-                let mask = if self.all {
-                    0xff
-                } else {
-                    bytes.map_or(0, |b| (b[j / 8] >> ((j % 8) * 8)) as u8)
-                };
-                if mask == 0 {
-                    continue;
+                if !writes_stack(k) {
+                    return;
                 }
-                for (b, taint) in slot.taint.iter_mut().enumerate() {
-                    if mask & (1 << b) != 0 {
-                        *taint = join(*taint, Some(t));
+                f.stack.update(|j, slot| {
+                    let m = mask(k, j);
+                    if m == 0 {
+                        return;
                     }
-                }
-                if mask & slot.spill_mask() != 0
-                    && let Some(sp) = slot.spill.as_mut()
-                {
-                    sp.taint = join(sp.taint, Some(t));
-                }
-            }
-        }
+                    for (b, taint) in slot.taint.iter_mut().enumerate() {
+                        if m & (1 << b) != 0 {
+                            *taint = join(*taint, Some(t));
+                        }
+                    }
+                    if m & slot.spill_mask() != 0
+                        && let Some(sp) = slot.spill.as_mut()
+                    {
+                        sp.taint = join(sp.taint, Some(t));
+                    }
+                });
+            },
+        );
     }
 }
 
