@@ -588,14 +588,19 @@ mod tests {
         crate::record::test_record(comm, origin, epoch, 2)
     }
 
-    /// These tests share the process's exchange; none of them writes to the real registry.
-    fn no_relay() {
+    /// These tests share the process's exchange, and one's wait moves (and, with no
+    /// connection, drops) what another put in the outbox: they take turns, holding the guard
+    /// this returns. None of them writes to the real registry.
+    fn no_relay() -> MutexGuard<'static, ()> {
+        static TURN: Mutex<()> = Mutex::new(());
+        let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
         disable_local("off in unit tests");
+        turn
     }
 
     #[test]
     fn a_wait_ends_when_the_last_record_arrives_and_new_records_are_forwarded() {
-        no_relay();
+        let _turn = no_relay();
         let comm = 0x5151_0001;
         post(&rec(comm, 1, 0));
         let out = take_outgoing();
@@ -624,7 +629,7 @@ mod tests {
 
     #[test]
     fn a_wait_is_bounded_and_says_who_is_missing() {
-        no_relay();
+        let _turn = no_relay();
         let comm = 0x5151_0002;
         post(&rec(comm, 1, 3));
         let m = wait_for(comm, 1, 3, 2, None, Duration::from_millis(50)).unwrap_err();
