@@ -27,7 +27,10 @@ pub struct Facts {
     pub live: u16,
     pub prec: u16,
     pub slots_live: u64,
-    pub slots_prec: u64,
+    /// Per 4-byte half of a slot (bit `2k + h` for half `h` of slot `k`): a narrow spill
+    /// beside a rewritten neighbour keeps its half precise while the other half's old
+    /// contents stop mattering.
+    pub slots_prec: u128,
     /// A stack read through a pointer other than `r10` may follow: every slot of every
     /// frame is live.
     pub any_live: bool,
@@ -49,7 +52,8 @@ pub struct FrameMask {
     pub live: u16,
     pub prec: u16,
     pub slots_live: u64,
-    pub slots_prec: u64,
+    /// Per 4-byte half (bit `2k + h` for half `h` of slot `k`).
+    pub slots_prec: u128,
 }
 
 impl FrameMask {
@@ -58,7 +62,7 @@ impl FrameMask {
         live: 0x7ff,
         prec: 0x7ff,
         slots_live: u64::MAX,
-        slots_prec: u64::MAX,
+        slots_prec: u128::MAX,
     };
 }
 
@@ -83,6 +87,24 @@ fn slots(off: i64, size: usize) -> u64 {
         m |= 1 << k;
     }
     m
+}
+
+/// The 4-byte halves of slots (bit `2k + h`) bytes `[off, off + size)` below the frame pointer
+/// touch, and those they cover whole.
+fn halves(off: i64, size: usize) -> (u128, u128) {
+    let lo = off + 512;
+    let hi = lo + size as i64 - 1;
+    if lo < 0 || hi >= 512 {
+        return (0, 0);
+    }
+    let (mut touched, mut covered) = (0u128, 0u128);
+    for h in (lo / 4)..=(hi / 4) {
+        touched |= 1 << h;
+        if 4 * h >= lo && 4 * h + 3 <= hi {
+            covered |= 1 << h;
+        }
+    }
+    (touched, covered)
 }
 
 /// Whether a direct stack store replaces the slot whole (and so ends what it held).
@@ -411,7 +433,7 @@ fn transfer(
                 let m = slots(i64::from(i.off), i.access_size());
                 f.slots_live |= m;
                 if dst_prec {
-                    f.slots_prec |= m;
+                    f.slots_prec |= halves(i64::from(i.off), i.access_size()).0;
                 }
             } else if s == 10 {
                 f.slots_live |= slots(i64::from(i.off), i.access_size());
@@ -439,27 +461,30 @@ fn transfer(
             if d == 10 {
                 let off = i64::from(i.off);
                 let m = slots(off, i.access_size());
+                let (touched, covered) = halves(off, i.access_size());
                 if !atomic && whole_slot(off, i.access_size()) {
                     // A spill: the slot now holds the stored register (or constant).
-                    if out.slots_prec & m != 0 && i.class() == op::STX {
+                    if out.slots_prec & touched != 0 && i.class() == op::STX {
                         f.prec |= bit(s);
                     }
                     f.slots_live &= !m;
-                    f.slots_prec &= !m;
+                    f.slots_prec &= !touched;
                 } else if atomic {
                     // An atomic: what the slot held is checked (a spilled pointer may not be
                     // changed), what it holds after is unknown.
                     f.slots_live |= m;
-                    f.slots_prec &= !m;
+                    f.slots_prec &= !touched;
                 } else {
                     // Part of a slot: a narrow spill of the stored register (its value matters
-                    // where the slot's does), while a narrow spill elsewhere in the slot stays
-                    // (so the slot stays precise where it was; a spilled pointer may not be
-                    // overwritten in part: live).
-                    if out.slots_prec & m != 0 && i.class() == op::STX {
+                    // where the halves it touches do). The halves it covers whole held
+                    // nothing that matters after; a narrow spill in the slot's other half
+                    // stays (so that half stays precise where it was; a spilled pointer may
+                    // not be overwritten in part: live).
+                    if out.slots_prec & touched != 0 && i.class() == op::STX {
                         f.prec |= bit(s);
                     }
                     f.slots_live |= m;
+                    f.slots_prec &= !covered;
                 }
             } else {
                 f.any_live = true;

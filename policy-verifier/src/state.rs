@@ -534,16 +534,20 @@ impl State {
                 let k = live.trailing_zeros() as usize;
                 live &= live - 1;
                 let (o, n) = (&fo.stack[k], &fnew.stack[k]);
-                let precise = m.slots_prec & (1 << k) != 0;
+                // Per 4-byte half; a whole spill's value matters where either half's does.
+                let half_prec = [
+                    m.slots_prec & (1 << (2 * k)) != 0,
+                    m.slots_prec & (1 << (2 * k + 1)) != 0,
+                ];
+                let precise = half_prec[0] || half_prec[1];
                 if !o.taints_cover(n) {
                     return false;
                 }
-                for (on, nn) in o.narrow.iter().zip(&n.narrow) {
+                for ((on, nn), &hp) in o.narrow.iter().zip(&n.narrow).zip(&half_prec) {
                     match (on, nn) {
-                        (Some(a), Some(b)) if precise && !a.contains(b) => return false,
-                        (Some(a), Some(b)) if (a.at, a.size) != (b.at, b.size) => return false,
+                        (Some(a), Some(b)) if hp && !a.contains(b) => return false,
                         // A narrow spill whose value does not matter is plain bytes.
-                        (Some(_), None) if precise => return false,
+                        (Some(_), None) if hp => return false,
                         _ => {}
                     }
                 }

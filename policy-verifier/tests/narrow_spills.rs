@@ -210,3 +210,70 @@ fn rejected_narrow_spill_kept_precise_across_a_store_beside_it() {
         accepts_in(hook, &format!("{hook}: pruning, in bounds"), &p);
     }
 }
+
+/// Two paths spill 60 and 0 into `fp-4`, meet where a register holding 0 or 60 (the other
+/// way round) is stored over those 4 bytes, then index `.bss` with the fill: the stored
+/// register's value matters where the half's does, so the paths may not be pruned against
+/// each other even though the half's old contents no longer matter.
+#[test]
+fn rejected_store_over_a_precise_half_keeps_the_register_precise() {
+    let p = program(&[
+        ldx(B, 1, 6, 0),       // 5
+        st(W, 10, -8, 0),      // 6
+        jmp_imm(JEQ, 1, 0, 3), // 7 -> 11
+        st(W, 10, -4, 60),     // 8: explored first, in bounds
+        mov64_imm(3, 0),       // 9
+        ja(2),                 // 10 -> 13
+        st(W, 10, -4, 0),      // 11
+        mov64_imm(3, 60),      // 12
+        stx(W, 10, -4, 3),     // 13: pruning point
+        ldx(W, 2, 10, -4),     // 14
+        alu64_reg(ADD, 2, 6),  // 15
+        ldx(DW, 0, 2, 0),      // 16
+        mov64_imm(0, 0),       // 17
+        exit(),                // 18
+    ]);
+    for hook in HOOKS {
+        rejects_with(hook, &format!("{hook}: pruning"), &p, "map_out_of_bounds");
+    }
+}
+
+/// Precision per 4-byte half: ten diamonds each spill 0 or 1 into the low half of their own
+/// slot (`fp-8k-8`), beside a counter in its high half (`fp-8k-4`); at the end a 4-byte store
+/// rewrites each low half, then each counter is filled and used as an offset. The low halves'
+/// old contents never matter, so the paths are pruned where the diamonds meet (not 2^10 of
+/// them: each slot is precise only in its high half).
+#[test]
+fn pruned_across_a_store_over_the_other_half() {
+    let mut body = Vec::new();
+    for k in 0..10i16 {
+        body.extend([st(W, 10, -8 * k - 4, 8), st(W, 10, -8 * k - 8, 0)]);
+    }
+    for k in 0..10i16 {
+        body.extend([
+            ldx(B, 1, 6, k),       // the byte that decides
+            jmp_imm(JEQ, 1, 0, 2), // -> the second store
+            st(W, 10, -8 * k - 8, 0),
+            ja(1), // -> the meeting point
+            st(W, 10, -8 * k - 8, 1),
+        ]);
+    }
+    for k in 0..10i16 {
+        body.push(st(W, 10, -8 * k - 8, 2)); // the low half, rewritten
+    }
+    for k in 0..10i16 {
+        body.extend([
+            ldx(W, 2, 10, -8 * k - 4),
+            alu64_reg(ADD, 2, 6),
+            ldx(DW, 0, 2, 0),
+        ]);
+    }
+    body.extend([mov64_imm(0, 0), exit()]);
+    let p = program(&body);
+    for hook in HOOKS {
+        let h = policy_verifier::platform::hook(hook).unwrap();
+        let s = policy_verifier::verify_insns(&p, h, &maps(), policy_verifier::Limits::default())
+            .unwrap_or_else(|e| panic!("{hook}: rejected: {e}"));
+        assert!(s.processed < 1_000, "{hook}: {} processed", s.processed);
+    }
+}
