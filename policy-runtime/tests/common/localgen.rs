@@ -13,9 +13,10 @@
 //! (`tests/locality_fuzz.rs`).
 
 use super::progen::Rng;
+use super::soundgen::{Item, Label, resolve};
 use policy_object::insn::build::{
-    alu32_imm, alu64_imm, alu64_reg, call, call_local, exit, insn, ld_map, ld_map_value, ldx,
-    mov64_imm, mov64_reg, st, stx,
+    alu32_imm, alu64_imm, alu64_reg, call, exit, insn, ld_map, ld_map_value, ldx, mov64_imm,
+    mov64_reg, st, stx,
 };
 use policy_object::insn::{self as op, Insn};
 use policy_object::{MapDef, MapKind, Object, Program, Scope};
@@ -56,15 +57,6 @@ pub fn maps() -> Vec<MapDef> {
         m("cfg", MapKind::Array, Scope::Config, 4),
         m("seen", MapKind::Hash, Scope::Local, 8),
     ]
-}
-
-type Label = usize;
-
-enum Item {
-    I(Insn),
-    Jmp(Insn, Label),
-    Call(Label),
-    Mark(Label),
 }
 
 /// The deciding hook a program is for.
@@ -417,29 +409,4 @@ pub fn program(seed: u64, hook: Hook) -> (Object, Shapes) {
         },
         g.s,
     )
-}
-
-fn resolve(items: &[Item], nlabels: usize) -> Vec<Insn> {
-    let mut at = vec![0usize; nlabels];
-    let mut pc = 0;
-    for it in items {
-        match it {
-            Item::Mark(l) => at[*l] = pc,
-            _ => pc += 1,
-        }
-    }
-    let mut out = vec![];
-    for it in items {
-        let pc = out.len() as i64;
-        match it {
-            Item::I(i) => out.push(*i),
-            Item::Jmp(i, l) => out.push(Insn {
-                off: (at[*l] as i64 - pc - 1) as i16,
-                ..*i
-            }),
-            Item::Call(l) => out.push(call_local((at[*l] as i64 - pc - 1) as i32)),
-            Item::Mark(_) => {}
-        }
-    }
-    out
 }

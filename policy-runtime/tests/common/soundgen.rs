@@ -91,10 +91,10 @@ impl K {
     }
 }
 
-type Label = usize;
+pub(crate) type Label = usize;
 
 #[derive(Clone, Debug)]
-enum Item {
+pub(crate) enum Item {
     I(Insn),
     /// A jump whose offset is resolved to a label.
     Jmp(Insn, Label),
@@ -1241,7 +1241,8 @@ pub fn program(seed: u64, section: &str) -> Generated {
     }
 }
 
-fn resolve(items: &[Item], nlabels: usize) -> Vec<Insn> {
+/// The instructions of `items`, with every label resolved to its offset.
+pub(crate) fn resolve(items: &[Item], nlabels: usize) -> Vec<Insn> {
     let mut at = vec![0usize; nlabels];
     let mut pc = 0;
     for it in items {
