@@ -611,7 +611,11 @@ fn getenv_never_reenters_nccls_logger() {
                     c"x".as_ptr(),
                 )
             };
-            assert_eq!(state(), (2, "INFO".to_string()));
+            // Its own line is the second; the log thread may already have delivered the
+            // NCCL_DEBUG and NCCL_DEBUG_SUBSYS lines queued by that getEnv (up to two more).
+            let (n, seen) = state();
+            assert_eq!(seen, "INFO", "what ncclDebugInit read through getEnv");
+            assert!((2..=4).contains(&n), "{n} lines after NCCL's own");
             // Another name from the file: its line goes through the log thread.
             assert_eq!(get("NCCLBPF_ENV_T_FILE").as_deref(), Some("x"));
             // The NCCL_DEBUG, NCCL_DEBUG_SUBSYS and NCCLBPF_ENV_T_FILE lines.
