@@ -138,3 +138,26 @@ pub struct Export<T>(pub T);
 
 // SAFETY: exported tables are immutable statics whose pointers refer to 'static code and strings.
 unsafe impl<T> Sync for Export<T> {}
+
+/// A function table NCCL reads through `dlsym` whose optional slots are filled in once, by the
+/// first successful `init`, before NCCL reads them (the wrapper net plugin offers
+/// `regMrDmaBuf`, `getDeviceMr`, `irecvConsumed` and `makeVDevice` exactly when its backend
+/// has them: NCCL changes behaviour on a slot being non-NULL). Layout-transparent.
+#[repr(transparent)]
+pub struct ExportCell<T>(std::cell::UnsafeCell<T>);
+
+impl<T> ExportCell<T> {
+    pub const fn new(t: T) -> Self {
+        ExportCell(std::cell::UnsafeCell::new(t))
+    }
+
+    /// The table, for its one writer.
+    pub fn get(&self) -> *mut T {
+        self.0.get()
+    }
+}
+
+// SAFETY: written only once per process, inside the first successful `init` and under a
+// `Once`, before NCCL reads the slots written (every NCCL release reads them after `init`
+// returns); every other access is a read.
+unsafe impl<T> Sync for ExportCell<T> {}

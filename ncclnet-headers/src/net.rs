@@ -1,4 +1,5 @@
-//! The ncclNet (point-to-point network) ABI, versions 7 to 12.
+//! The ncclNet (point-to-point network) ABI, versions 6 to 12 (v6 only as an inner plugin's
+//! table: the wrapper loads it, it never exports it).
 //!
 //! Each `NetVn` is the function table NCCL finds under the data symbol `ncclNetPlugin_vN`.
 //! Slot *i* sits at byte offset 8·*i*. `NetPropertiesVn` is what `getProperties` fills.
@@ -97,6 +98,21 @@ pub struct NetAttr {
     pub op: u32,
     pub algo: u32,
     pub proto: u32,
+}
+
+/// `ncclNetProperties_v6_t`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct NetPropertiesV6 {
+    pub name: *mut c_char,
+    pub pci_path: *mut c_char,
+    pub guid: u64,
+    pub ptr_support: c_int,
+    pub speed: c_int,
+    pub port: c_int,
+    pub latency: f32,
+    pub max_comms: c_int,
+    pub max_recvs: c_int,
 }
 
 /// `ncclNetProperties_v7_t`.
@@ -224,6 +240,8 @@ pub type ListenFn = Option<unsafe extern "C" fn(c_int, Vp, *mut Vp) -> NcclResul
 pub type ListenCtxFn = Option<unsafe extern "C" fn(Vp, c_int, Vp, *mut Vp) -> NcclResult>;
 pub type ConnectFn =
     Option<unsafe extern "C" fn(c_int, Vp, *mut Vp, *mut *mut NetDeviceHandle) -> NcclResult>;
+pub type ConnectV6Fn = Option<unsafe extern "C" fn(c_int, Vp, *mut Vp) -> NcclResult>;
+pub type AcceptV6Fn = Option<unsafe extern "C" fn(Vp, *mut Vp) -> NcclResult>;
 pub type ConnectCfgFn = Option<
     unsafe extern "C" fn(
         c_int,
@@ -297,6 +315,30 @@ macro_rules! get_props_fn {
     ($props:ty) => {
         Option<unsafe extern "C" fn(c_int, *mut $props) -> NcclResult>
     };
+}
+
+/// `ncclNet_v6_t`: no device handles in connect/accept, `int` sizes, no `getDeviceMr` or
+/// `irecvConsumed` (fastsocket's newest; NCCL still loads it).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct NetV6 {
+    pub name: *const c_char,
+    pub init: InitLogFn,
+    pub devices: DevicesFn,
+    pub get_properties: get_props_fn!(NetPropertiesV6),
+    pub listen: ListenFn,
+    pub connect: ConnectV6Fn,
+    pub accept: AcceptV6Fn,
+    pub reg_mr: RegMrIntFn,
+    pub reg_mr_dma_buf: RegMrDmaBufFn,
+    pub dereg_mr: DeregMrFn,
+    pub isend: IsendIntFn,
+    pub irecv: IrecvIntFn,
+    pub iflush: IflushFn,
+    pub test: TestFn,
+    pub close_send: CloseFn,
+    pub close_recv: CloseFn,
+    pub close_listen: CloseFn,
 }
 
 /// `ncclNet_v7_t`.
@@ -490,6 +532,8 @@ mod tests {
 
     #[test]
     fn properties_layouts() {
+        check_props!(NetPropertiesV6, size 48, name = 0, pci_path = 8, guid = 16, ptr_support = 24,
+            speed = 28, port = 32, latency = 36, max_comms = 40, max_recvs = 44);
         check_props!(NetPropertiesV7, size 56, name = 0, pci_path = 8, guid = 16, ptr_support = 24,
             speed = 28, port = 32, latency = 36, max_comms = 40, max_recvs = 44,
             net_device_type = 48, net_device_version = 52);
@@ -511,6 +555,8 @@ mod tests {
     #[test]
     fn function_table_layouts() {
         // Slot i sits at 8*i; sizes from §2.3.
+        check_props!(NetV6, size 136, name = 0, init = 8, get_properties = 24, connect = 40,
+            accept = 48, reg_mr = 56, isend = 80, irecv = 88, test = 104, close_listen = 128);
         check_props!(NetV7, size 152, name = 0, init = 8, devices = 16, get_properties = 24,
             listen = 32, connect = 40, accept = 48, reg_mr = 56, reg_mr_dma_buf = 64,
             dereg_mr = 72, isend = 80, irecv = 88, iflush = 96, test = 104, close_send = 112,

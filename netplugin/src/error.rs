@@ -37,6 +37,11 @@ pub enum NetError {
     HelperPanic(String),
     /// A panic was caught at the C ABI (`ncclInternalError`).
     Panic(String),
+    /// The inner plugin (`NCCL_BPF_NET_INNER`) could not be used (`ncclSystemError`): NCCL
+    /// moves on to its next network.
+    Backend(String),
+    /// The inner plugin's call failed; NCCL gets its code unchanged.
+    Inner { op: &'static str, code: NcclResult },
 }
 
 impl NetError {
@@ -60,9 +65,11 @@ impl NetError {
 
     pub fn code(&self) -> NcclResult {
         match self {
-            NetError::Io { .. } | NetError::NoDevice(_) | NetError::Spawn(_) => {
-                NcclResult::SYSTEM_ERROR
-            }
+            NetError::Inner { code, .. } => *code,
+            NetError::Io { .. }
+            | NetError::NoDevice(_)
+            | NetError::Spawn(_)
+            | NetError::Backend(_) => NcclResult::SYSTEM_ERROR,
             NetError::PeerClosed { .. }
             | NetError::PeerUnreachable { .. }
             | NetError::Handshake(_) => NcclResult::REMOTE_ERROR,
@@ -118,6 +125,10 @@ impl fmt::Display for NetError {
             NetError::Spawn(m) => write!(f, "{m}"),
             NetError::HelperPanic(m) => write!(f, "{m}"),
             NetError::Panic(m) => write!(f, "internal panic caught at the C ABI: {m}"),
+            NetError::Backend(m) => write!(f, "{m}"),
+            NetError::Inner { op, code } => {
+                write!(f, "the inner plugin's {op} returned {}", code.name())
+            }
         }
     }
 }

@@ -15,6 +15,7 @@
 use crate::buf::Buf;
 use crate::comm::{Comm, ReqSlot};
 use crate::error::{NetError, NetResult};
+use crate::inner::{self, Ctx, Inner, wrap};
 use crate::log::set_logger;
 use crate::plugin::{self, NetContext};
 use crate::setup::{self, Endpoint, ListenComm};
@@ -85,24 +86,73 @@ fn request_out(request: *mut Vp, slot: Option<&ReqSlot>) -> NetResult<()> {
 
 // ---------------------------------------------------------------- shared implementations
 
-fn init_process(log: DebugLogger) -> NcclResult {
+/// The inner plugin, when one carries the traffic (`NCCL_BPF_NET_INNER`).
+fn inner_backend() -> NetResult<Option<&'static Inner>> {
+    Ok(plugin::get()?.inner())
+}
+
+/// What a call with NCCL's context `ctx` (NULL before v11) carries to the inner plugin.
+fn inner_ctx(i: &Inner, ctx: Vp) -> Ctx {
+    if ctx.is_null() {
+        return i.default_ctx();
+    }
+    // SAFETY: a non-null ctx is a NetContext from init_v11, alive until finalize.
+    unsafe { (*(ctx as *const NetContext)).inner }.unwrap_or_else(|| i.default_ctx())
+}
+
+/// The optional slots the exported tables must offer after a successful `init`: `None` over
+/// our sockets (the tables' defaults), the inner plugin's otherwise.
+pub fn optional_slots() -> Option<inner::OptionalSlots> {
+    plugin::get().ok()?.inner().map(Inner::optional_slots)
+}
+
+/// Makes this library a plain backend for another copy of ncclbpf (exported as
+/// `ncclbpf_net_backend_only`, called by that copy before our `init`).
+pub extern "C" fn backend_only() {
+    plugin::set_backend_only();
+}
+
+/// The process-wide part of every version's `init`. `per_comm`: NCCL calls our v11+ `init`
+/// (once per communicator; the inner plugin's context is made there), else once per process.
+fn init_process(log: DebugLogger, prof: ProfilerCallback, per_comm: bool) -> NcclResult {
     set_logger(log);
     guard("init", || {
-        plugin::init()?;
-        crate::metrics_endpoint::on_init();
+        let p = plugin::init()?;
+        if let Some(i) = p.inner()
+            && !per_comm
+        {
+            i.init_process(log, prof)?;
+        }
+        if !plugin::backend_only() {
+            crate::metrics_endpoint::on_init();
+        }
         Ok(())
     })
 }
 
 pub unsafe extern "C" fn devices(ndev: *mut c_int) -> NcclResult {
     guard("devices", || {
-        put(ndev, plugin::get()?.devices.len() as c_int, "ndev")
+        let p = plugin::get()?;
+        if let Some(i) = p.inner() {
+            // SAFETY: NCCL's out-pointer, passed on.
+            return inner::check("devices", unsafe { i.table.devices(ndev) });
+        }
+        put(ndev, p.socket_devices() as c_int, "ndev")
     })
 }
 
 /// Properties in the newest layout; older versions copy from it.
 fn props_v12(dev: c_int) -> NetResult<NetPropertiesV12> {
     let p = plugin::get()?;
+    if let Some(i) = p.inner() {
+        // SAFETY: as NCCL calls getProperties.
+        let mut props = unsafe { i.table.properties(dev) }.map_err(|code| NetError::Inner {
+            op: "getProperties",
+            code,
+        })?;
+        props.ptr_support = wrap::ptr_support(i, props.ptr_support);
+        return Ok(props);
+    }
     let d = p.device(dev)?;
     let mut devs = [0; NET_MAX_DEVS_PER_NIC_V12];
     devs[0] = dev;
@@ -157,6 +207,9 @@ fn endpoint(dev: c_int, ctx: Vp) -> Endpoint {
 
 fn listen(dev: c_int, ctx: Vp, handle: Vp, listen_comm: *mut Vp) -> NetResult<()> {
     let p = plugin::get()?;
+    if let Some(i) = p.inner() {
+        return wrap::listen(i, &inner_ctx(i, ctx), dev, handle, listen_comm);
+    }
     let d = p.device(dev)?;
     let l = setup::listen(
         endpoint(dev, ctx),
@@ -167,7 +220,16 @@ fn listen(dev: c_int, ctx: Vp, handle: Vp, listen_comm: *mut Vp) -> NetResult<()
     put(listen_comm, Box::into_raw(l) as Vp, "listenComm")
 }
 
-fn connect(dev: c_int, ctx: Vp, handle: Vp, send_comm: *mut Vp) -> NetResult<()> {
+fn connect(
+    dev: c_int,
+    ctx: Vp,
+    handle: Vp,
+    send_comm: *mut Vp,
+    dh: *mut *mut NetDeviceHandle,
+) -> NetResult<()> {
+    if let Some(i) = inner_backend()? {
+        return wrap::connect(i, &inner_ctx(i, ctx), dev, handle, send_comm, dh);
+    }
     plugin::get()?.device(dev)?;
     // Report "in progress" unless the comm is up.
     put(send_comm, std::ptr::null_mut(), "sendComm")?;
@@ -180,9 +242,12 @@ fn connect(dev: c_int, ctx: Vp, handle: Vp, send_comm: *mut Vp) -> NetResult<()>
 pub unsafe extern "C" fn accept(
     listen_comm: Vp,
     recv_comm: *mut Vp,
-    _dev: *mut *mut NetDeviceHandle,
+    dh: *mut *mut NetDeviceHandle,
 ) -> NcclResult {
     guard("accept", || {
+        if let Some(i) = inner_backend()? {
+            return wrap::accept(i, listen_comm, recv_comm, dh);
+        }
         put(recv_comm, std::ptr::null_mut(), "recvComm")?;
         if listen_comm.is_null() {
             return Err(NetError::Misuse("NULL listenComm".into()));
@@ -196,7 +261,10 @@ pub unsafe extern "C" fn accept(
     })
 }
 
-fn reg_mr(comm: Vp, size: usize, type_: c_int, mhandle: *mut Vp) -> NetResult<()> {
+fn reg_mr(comm: Vp, data: Vp, size: usize, type_: c_int, mhandle: *mut Vp) -> NetResult<()> {
+    if let Some(i) = inner_backend()? {
+        return wrap::reg_mr(i, comm, data, size, type_, mhandle);
+    }
     comm_ref(comm)?;
     if type_ != PtrType::HOST.0 {
         return Err(NetError::Misuse(format!(
@@ -210,28 +278,114 @@ fn reg_mr(comm: Vp, size: usize, type_: c_int, mhandle: *mut Vp) -> NetResult<()
 
 pub unsafe extern "C" fn reg_mr_v8(
     comm: Vp,
-    _data: Vp,
+    data: Vp,
     size: usize,
     type_: c_int,
     mhandle: *mut Vp,
 ) -> NcclResult {
-    guard("regMr", || reg_mr(comm, size, type_, mhandle))
+    guard("regMr", || reg_mr(comm, data, size, type_, mhandle))
 }
 
 pub unsafe extern "C" fn reg_mr_v7(
     comm: Vp,
-    _data: Vp,
+    data: Vp,
     size: c_int,
     type_: c_int,
     mhandle: *mut Vp,
 ) -> NcclResult {
     guard("regMr", || {
-        reg_mr(comm, size.max(0) as usize, type_, mhandle)
+        reg_mr(comm, data, size.max(0) as usize, type_, mhandle)
     })
 }
 
-pub unsafe extern "C" fn dereg_mr(_comm: Vp, _mhandle: Vp) -> NcclResult {
-    NcclResult::SUCCESS
+pub unsafe extern "C" fn dereg_mr(comm: Vp, mhandle: Vp) -> NcclResult {
+    guard("deregMr", || match inner_backend()? {
+        Some(i) => wrap::dereg_mr(i, comm, mhandle),
+        None => Ok(()),
+    })
+}
+
+/// The inner plugin, for a slot offered only when it has one (a call without is misuse).
+fn inner_for(what: &str) -> NetResult<&'static Inner> {
+    inner_backend()?
+        .ok_or_else(|| NetError::Misuse(format!("{what} without an inner plugin that offers it")))
+}
+
+/// `regMrDmaBuf`, offered exactly when the inner plugin has one.
+pub unsafe extern "C" fn reg_mr_dma_buf(
+    comm: Vp,
+    data: Vp,
+    size: usize,
+    type_: c_int,
+    offset: u64,
+    fd: c_int,
+    mhandle: *mut Vp,
+) -> NcclResult {
+    guard("regMrDmaBuf", || {
+        wrap::reg_mr_dma_buf(
+            inner_for("regMrDmaBuf")?,
+            comm,
+            data,
+            size,
+            type_,
+            offset,
+            fd,
+            mhandle,
+        )
+    })
+}
+
+/// `getDeviceMr`, offered exactly when the inner plugin has one.
+pub unsafe extern "C" fn get_device_mr(comm: Vp, mhandle: Vp, dptr: *mut Vp) -> NcclResult {
+    guard("getDeviceMr", || {
+        wrap::get_device_mr(inner_for("getDeviceMr")?, comm, mhandle, dptr)
+    })
+}
+
+/// `irecvConsumed`, offered exactly when the inner plugin has one.
+pub unsafe extern "C" fn irecv_consumed(comm: Vp, n: c_int, request: Vp) -> NcclResult {
+    guard("irecvConsumed", || {
+        wrap::irecv_consumed(inner_for("irecvConsumed")?, comm, n, request)
+    })
+}
+
+/// `makeVDevice` of net v12 (8 devices), offered exactly when the inner plugin has one.
+pub unsafe extern "C" fn make_v_device_v12(
+    d: *mut c_int,
+    props: *mut NetVDevicePropsV12,
+) -> NcclResult {
+    guard("makeVDevice", || {
+        let i = inner_for("makeVDevice")?;
+        if props.is_null() {
+            return Err(NetError::Misuse("NULL vProps".into()));
+        }
+        // SAFETY: NCCL's vProps for this call.
+        inner::check("makeVDevice", unsafe { i.table.make_v_device(d, props) })
+    })
+}
+
+/// `makeVDevice` of net v9 to v11 (4 devices).
+pub unsafe extern "C" fn make_v_device_v11(
+    d: *mut c_int,
+    props: *mut NetVDevicePropsV11,
+) -> NcclResult {
+    guard("makeVDevice", || {
+        let i = inner_for("makeVDevice")?;
+        if props.is_null() {
+            return Err(NetError::Misuse("NULL vProps".into()));
+        }
+        // SAFETY: NCCL's vProps for this call.
+        let old = unsafe { *props };
+        let n = (old.ndevs.max(0) as usize).min(NET_MAX_DEVS_PER_NIC_V11);
+        let mut devs = [0; NET_MAX_DEVS_PER_NIC_V12];
+        devs[..n].copy_from_slice(&old.devs[..n]);
+        let v12 = NetVDevicePropsV12 {
+            ndevs: old.ndevs,
+            devs,
+        };
+        // SAFETY: a v12 copy of NCCL's vProps.
+        inner::check("makeVDevice", unsafe { i.table.make_v_device(d, &v12) })
+    })
 }
 
 /// The largest message: what `test()` can report back in its `int` sizes (advertised as
@@ -253,7 +407,19 @@ fn check_buffer(op: &str, data: Vp, size: usize) -> NetResult<()> {
     Ok(())
 }
 
-fn isend(comm: Vp, data: Vp, size: usize, request: *mut Vp) -> NetResult<()> {
+#[allow(clippy::too_many_arguments)]
+fn isend(
+    comm: Vp,
+    data: Vp,
+    size: usize,
+    tag: c_int,
+    mh: Vp,
+    phandle: Vp,
+    request: *mut Vp,
+) -> NetResult<()> {
+    if let Some(i) = inner_backend()? {
+        return wrap::isend(i, comm, data, size, tag, mh, phandle, request);
+    }
     let c = comm_ref(comm)?;
     check_buffer("isend", data, size)?;
     // SAFETY: NCCL lends `data` for `size` bytes until the request completes.
@@ -293,25 +459,27 @@ pub unsafe extern "C" fn isend_v9(
     comm: Vp,
     data: Vp,
     size: usize,
-    _tag: c_int,
-    _mh: Vp,
+    tag: c_int,
+    mh: Vp,
     request: *mut Vp,
 ) -> NcclResult {
-    guard("isend", || isend(comm, data, size, request))
+    guard("isend", || {
+        isend(comm, data, size, tag, mh, std::ptr::null_mut(), request)
+    })
 }
 
 pub unsafe extern "C" fn isend_v7(
     comm: Vp,
     data: Vp,
     size: c_int,
-    _tag: c_int,
-    _mh: Vp,
+    tag: c_int,
+    mh: Vp,
     request: *mut Vp,
 ) -> NcclResult {
     guard("isend", || {
         let size = usize::try_from(size)
             .map_err(|_| NetError::InvalidArgument(format!("isend of a negative size {size}")))?;
-        isend(comm, data, size, request)
+        isend(comm, data, size, tag, mh, std::ptr::null_mut(), request)
     })
 }
 
@@ -319,12 +487,14 @@ pub unsafe extern "C" fn isend_v10(
     comm: Vp,
     data: Vp,
     size: usize,
-    _tag: c_int,
-    _mh: Vp,
-    _phandle: Vp,
+    tag: c_int,
+    mh: Vp,
+    phandle: Vp,
     request: *mut Vp,
 ) -> NcclResult {
-    guard("isend", || isend(comm, data, size, request))
+    guard("isend", || {
+        isend(comm, data, size, tag, mh, phandle, request)
+    })
 }
 
 /// Reads `sizes[0]` of type `T` if the array is non-NULL.
@@ -333,16 +503,59 @@ fn first<T: Copy>(p: *mut T) -> Option<T> {
     (!p.is_null()).then(|| unsafe { *p })
 }
 
+/// `irecv` over the inner plugin from a version with `int` sizes: widened on the stack.
+#[allow(clippy::too_many_arguments)]
+fn irecv_inner_int(
+    i: &Inner,
+    comm: Vp,
+    n: c_int,
+    data: *mut Vp,
+    sizes: *mut c_int,
+    tags: *mut c_int,
+    mh: *mut Vp,
+    request: *mut Vp,
+) -> NetResult<()> {
+    let mut wide = [0usize; inner::table::MAX_RECVS];
+    let count = n.clamp(0, wide.len() as c_int) as usize;
+    if !sizes.is_null() {
+        for (k, w) in wide.iter_mut().enumerate().take(count) {
+            // SAFETY: NCCL's sizes array holds n entries.
+            let s = unsafe { *sizes.add(k) };
+            *w = usize::try_from(s)
+                .map_err(|_| NetError::InvalidArgument(format!("irecv of a negative size {s}")))?;
+        }
+    }
+    let wide_ptr = if sizes.is_null() {
+        std::ptr::null_mut()
+    } else {
+        wide.as_mut_ptr()
+    };
+    wrap::irecv(
+        i,
+        comm,
+        n,
+        data,
+        wide_ptr,
+        tags,
+        mh,
+        std::ptr::null_mut(),
+        request,
+    )
+}
+
 pub unsafe extern "C" fn irecv_v7(
     comm: Vp,
     n: c_int,
     data: *mut Vp,
     sizes: *mut c_int,
-    _tags: *mut c_int,
-    _mh: *mut Vp,
+    tags: *mut c_int,
+    mh: *mut Vp,
     request: *mut Vp,
 ) -> NcclResult {
     guard("irecv", || {
+        if let Some(i) = inner_backend()? {
+            return irecv_inner_int(i, comm, n, data, sizes, tags, mh, request);
+        }
         let s =
             match first(sizes) {
                 Some(s) => Some(usize::try_from(s).map_err(|_| {
@@ -359,40 +572,60 @@ pub unsafe extern "C" fn irecv_v9(
     n: c_int,
     data: *mut Vp,
     sizes: *mut usize,
-    _tags: *mut c_int,
-    _mh: *mut Vp,
+    tags: *mut c_int,
+    mh: *mut Vp,
     request: *mut Vp,
 ) -> NcclResult {
-    guard("irecv", || irecv(comm, n, data, first(sizes), request))
+    guard("irecv", || {
+        if let Some(i) = inner_backend()? {
+            let none = std::ptr::null_mut();
+            return wrap::irecv(i, comm, n, data, sizes, tags, mh, none, request);
+        }
+        irecv(comm, n, data, first(sizes), request)
+    })
 }
 
+#[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn irecv_v10(
     comm: Vp,
     n: c_int,
     data: *mut Vp,
     sizes: *mut usize,
-    _tags: *mut c_int,
-    _mh: *mut Vp,
-    _phandles: *mut Vp,
+    tags: *mut c_int,
+    mh: *mut Vp,
+    phandles: *mut Vp,
     request: *mut Vp,
 ) -> NcclResult {
-    guard("irecv", || irecv(comm, n, data, first(sizes), request))
+    guard("irecv", || {
+        if let Some(i) = inner_backend()? {
+            return wrap::irecv(i, comm, n, data, sizes, tags, mh, phandles, request);
+        }
+        irecv(comm, n, data, first(sizes), request)
+    })
 }
 
 pub unsafe extern "C" fn iflush(
-    _comm: Vp,
-    _n: c_int,
-    _data: *mut Vp,
-    _sizes: *mut c_int,
-    _mh: *mut Vp,
+    comm: Vp,
+    n: c_int,
+    data: *mut Vp,
+    sizes: *mut c_int,
+    mh: *mut Vp,
     request: *mut Vp,
 ) -> NcclResult {
-    // Host memory needs no flush: a NULL request means "already done".
-    guard("iflush", || put(request, std::ptr::null_mut(), "request"))
+    guard("iflush", || {
+        if let Some(i) = plugin::get().ok().and_then(|p| p.inner()) {
+            return wrap::iflush(i, comm, n, data, sizes, mh, request);
+        }
+        // Host memory needs no flush: a NULL request means "already done".
+        put(request, std::ptr::null_mut(), "request")
+    })
 }
 
 pub unsafe extern "C" fn test(request: Vp, done: *mut c_int, sizes: *mut c_int) -> NcclResult {
     guard("test", || {
+        if let Some(i) = plugin::get().ok().and_then(|p| p.inner()) {
+            return wrap::test(i, request, done, sizes);
+        }
         if request.is_null() {
             return Err(NetError::Misuse("test() on a NULL request".into()));
         }
@@ -413,6 +646,9 @@ pub unsafe extern "C" fn test(request: Vp, done: *mut c_int, sizes: *mut c_int) 
 
 pub unsafe extern "C" fn close_comm(comm: Vp) -> NcclResult {
     guard("close", || {
+        if let Some(i) = plugin::get().ok().and_then(|p| p.inner()) {
+            return wrap::close(i, comm);
+        }
         if !comm.is_null() {
             // SAFETY: NCCL closes each comm we created exactly once.
             unsafe { Box::from_raw(comm as *mut Comm) }.close();
@@ -423,6 +659,9 @@ pub unsafe extern "C" fn close_comm(comm: Vp) -> NcclResult {
 
 pub unsafe extern "C" fn close_listen(comm: Vp) -> NcclResult {
     guard("closeListen", || {
+        if let Some(i) = plugin::get().ok().and_then(|p| p.inner()) {
+            return wrap::close_listen(i, comm);
+        }
         if !comm.is_null() {
             // SAFETY: NCCL closes each listen comm we created exactly once.
             drop(unsafe { Box::from_raw(comm as *mut ListenComm) });
@@ -434,11 +673,11 @@ pub unsafe extern "C" fn close_listen(comm: Vp) -> NcclResult {
 // ---------------------------------------------------------------- version adapters
 
 pub unsafe extern "C" fn init_v7(log: DebugLogger) -> NcclResult {
-    init_process(log)
+    init_process(log, None, false)
 }
 
-pub unsafe extern "C" fn init_v10(log: DebugLogger, _prof: ProfilerCallback) -> NcclResult {
-    init_process(log)
+pub unsafe extern "C" fn init_v10(log: DebugLogger, prof: ProfilerCallback) -> NcclResult {
+    init_process(log, prof, false)
 }
 
 pub unsafe extern "C" fn init_v11(
@@ -446,23 +685,25 @@ pub unsafe extern "C" fn init_v11(
     comm_id: u64,
     config: *mut NetCommConfig,
     log: DebugLogger,
-    _prof: ProfilerCallback,
+    prof: ProfilerCallback,
 ) -> NcclResult {
-    let r = init_process(log);
+    let r = init_process(log, prof, true);
     if !r.is_success() {
         return r;
     }
     guard("init", || {
         // SAFETY: NCCL's config points to a temporary we copy now (or is NULL).
-        let traffic_class = if config.is_null() {
-            NET_TRAFFIC_CLASS_UNDEF
-        } else {
-            unsafe { (*config).traffic_class }
+        let cfg = (!config.is_null()).then(|| unsafe { *config });
+        let traffic_class = cfg.map_or(NET_TRAFFIC_CLASS_UNDEF, |c| c.traffic_class);
+        let inner = match plugin::get()?.inner() {
+            Some(i) => Some(i.init_comm(comm_id, cfg, log, prof)?),
+            None => None,
         };
         let c = Box::new(NetContext {
             comm_id,
             traffic_class,
             attr: Mutex::new(None),
+            inner,
         });
         put(ctx, Box::into_raw(c) as Vp, "ctx")?;
         crate::metrics_endpoint::context_opened();
@@ -474,8 +715,11 @@ pub unsafe extern "C" fn finalize(ctx: Vp) -> NcclResult {
     guard("finalize", || {
         if !ctx.is_null() {
             // SAFETY: ctx came from init_v11 and NCCL finalizes it once.
-            drop(unsafe { Box::from_raw(ctx as *mut NetContext) });
+            let c = unsafe { Box::from_raw(ctx as *mut NetContext) };
             crate::metrics_endpoint::context_closed();
+            if let (Some(i), Some(ic)) = (plugin::get()?.inner(), c.inner.as_ref()) {
+                i.finalize(ic)?;
+            }
         }
         Ok(())
     })
@@ -489,6 +733,12 @@ pub unsafe extern "C" fn set_net_attr(ctx: Vp, attr: *mut NetAttr) -> NcclResult
         // SAFETY: ctx is a live NetContext; attr points to a NetAttr for this call.
         let (c, a) = unsafe { (&*(ctx as *const NetContext), *attr) };
         *c.attr.lock().unwrap_or_else(|e| e.into_inner()) = Some(a);
+        if let (Some(i), Some(ic)) = (plugin::get()?.inner(), c.inner.as_ref()) {
+            // SAFETY: the inner plugin's context and NCCL's attributes for this call.
+            return inner::check("setNetAttr", unsafe {
+                i.table.set_net_attr(ic.inner, attr)
+            });
+        }
         Ok(())
     })
 }
@@ -512,22 +762,31 @@ pub unsafe extern "C" fn connect_v7(
     dev: c_int,
     handle: Vp,
     send_comm: *mut Vp,
-    _dc: *mut *mut NetDeviceHandle,
+    dc: *mut *mut NetDeviceHandle,
 ) -> NcclResult {
     guard("connect", || {
-        connect(dev, std::ptr::null_mut(), handle, send_comm)
+        connect(dev, std::ptr::null_mut(), handle, send_comm, dc)
     })
 }
 
 pub unsafe extern "C" fn connect_v10(
     dev: c_int,
-    _config: *mut NetCommConfig,
+    config: *mut NetCommConfig,
     handle: Vp,
     send_comm: *mut Vp,
-    _dc: *mut *mut NetDeviceHandle,
+    dc: *mut *mut NetDeviceHandle,
 ) -> NcclResult {
     guard("connect", || {
-        connect(dev, std::ptr::null_mut(), handle, send_comm)
+        if let Some(i) = inner_backend()? {
+            // v10 gives the communicator's config here: it reaches a v10 inner plugin.
+            let mut c = i.default_ctx();
+            if !config.is_null() {
+                // SAFETY: NCCL's config for this call.
+                c.config = unsafe { *config };
+            }
+            return wrap::connect(i, &c, dev, handle, send_comm, dc);
+        }
+        connect(dev, std::ptr::null_mut(), handle, send_comm, dc)
     })
 }
 
@@ -536,9 +795,9 @@ pub unsafe extern "C" fn connect_v11(
     dev: c_int,
     handle: Vp,
     send_comm: *mut Vp,
-    _dc: *mut *mut NetDeviceHandle,
+    dc: *mut *mut NetDeviceHandle,
 ) -> NcclResult {
-    guard("connect", || connect(dev, ctx, handle, send_comm))
+    guard("connect", || connect(dev, ctx, handle, send_comm, dc))
 }
 
 pub unsafe extern "C" fn get_properties_v12(

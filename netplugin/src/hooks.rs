@@ -208,7 +208,7 @@ static NET: OnceLock<Swappable<NetSet>> = OnceLock::new();
 pub fn net() -> &'static Swappable<NetSet> {
     NET.get_or_init(|| {
         let sources = setting::sources();
-        if sources.is_empty() {
+        if sources.is_empty() || crate::plugin::backend_only() {
             return Swappable::new(NetSet::default());
         }
         let (set, problems) = NetSet::load(&sources, Registry::global());
@@ -289,11 +289,21 @@ impl ConnHooks {
             peer_port: info.peer_port,
             local_port: ends.local_port,
         };
+        // A plain backend for another copy of ncclbpf counts nothing: the outer copy does.
+        let counted = !crate::plugin::backend_only();
         let mut h = ConnHooks {
-            slot: CONNS.register(&labels),
+            slot: if counted {
+                CONNS.register(&labels)
+            } else {
+                None
+            },
             info,
             net: net().handle(),
-            busy: ncclbpf_tuner::net_busy::clock(info.comm_id),
+            busy: if counted {
+                ncclbpf_tuner::net_busy::clock(info.comm_id)
+            } else {
+                None
+            },
             inflight: 0,
         };
         let (hook, op) = match info.direction {

@@ -10,6 +10,8 @@
 //!   receive buffer);
 //! * [`engine`]: who moves large messages over the data streams (`NCCL_BPF_IO`: process-wide
 //!   io_uring or epoll workers, or a helper thread per stream);
+//! * [`inner`]: the interposer: another net plugin (`NCCL_BPF_NET_INNER`) as the backend,
+//!   every call forwarded and observed;
 //! * [`hooks`]: where each operation is observed (per-connection counters, BPF hooks);
 //! * [`frames`]: the agreement's records between ranks, over the connections' control streams;
 //! * [`control`]: the control socket (`status`, live `reload` of the net programs);
@@ -32,6 +34,7 @@ pub mod ffi;
 pub mod frames;
 pub mod handshake;
 pub mod hooks;
+pub mod inner;
 pub mod log;
 pub mod metrics_endpoint;
 pub mod plugin;

@@ -6,6 +6,7 @@
 //! tested, the `0x1` hint stored in `*request` before `irecv`, `sizes == NULL` in `test`.
 //! Every call goes through the version's own table, so each ABI adapter is exercised.
 
+pub mod child;
 pub mod peer;
 
 use ncclnet_headers::net::*;

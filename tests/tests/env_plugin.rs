@@ -7,7 +7,6 @@ use ncclbpf_harness::{log_text, plugin_path};
 use ncclnet_headers::DebugLogger;
 use std::ffi::{CStr, CString, OsStr, c_char, c_int, c_ulong, c_void};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 unsafe extern "C" {
@@ -48,7 +47,6 @@ unsafe extern "C" {
     );
 }
 
-const CHILD: &str = "NCCLBPF_ENV_PLUGIN_CHILD";
 /// Whatever the tests' own environment holds of these must not reach a child.
 const CLEARED: [&str; 5] = [
     "NCCL_BPF_ENV_FILE",
@@ -58,56 +56,9 @@ const CLEARED: [&str; 5] = [
     "NCCL_ENV_PLUGIN",
 ];
 
-/// In the parent: runs test `name` of this binary in a child with `env` added (and
-/// [`CLEARED`] removed), fails with its output if it fails or hangs, and returns its output.
-/// In the child: runs `body`, and returns `None`.
+/// [`ncclbpf_harness::child::in_child`] with [`CLEARED`] removed.
 fn in_child(name: &str, env: &[(&str, &OsStr)], body: fn()) -> Option<String> {
-    if std::env::var(CHILD).as_deref() == Ok(name) {
-        body();
-        return None;
-    }
-    let dir = scratch(&format!("child-{name}"));
-    let (out, err) = (dir.join("stdout"), dir.join("stderr"));
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, name)
-        .env("NCCLBPF_PLUGIN", plugin_path())
-        .stdout(Stdio::from(std::fs::File::create(&out).unwrap()))
-        .stderr(Stdio::from(std::fs::File::create(&err).unwrap()));
-    for k in CLEARED {
-        cmd.env_remove(k);
-    }
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut kid = cmd.spawn().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(st) = kid.try_wait().unwrap() {
-            break Some(st);
-        }
-        if Instant::now() > deadline {
-            let _ = kid.kill();
-            let _ = kid.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let text = format!(
-        "{}{}",
-        std::fs::read_to_string(&out).unwrap_or_default(),
-        std::fs::read_to_string(&err).unwrap_or_default()
-    );
-    let _ = std::fs::remove_dir_all(&dir);
-    let Some(status) = status else {
-        panic!("child {name} hung:\n{text}");
-    };
-    assert!(status.success(), "child {name} failed ({status}):\n{text}");
-    assert!(
-        text.contains("1 passed"),
-        "child {name} ran no test:\n{text}"
-    );
-    Some(text)
+    ncclbpf_harness::child::in_child(name, env, &CLEARED, body)
 }
 
 fn scratch(tag: &str) -> PathBuf {

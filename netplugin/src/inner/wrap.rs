@@ -1,0 +1,644 @@
+//! The data path over an inner plugin: each call forwarded with its arguments intact, each
+//! operation observed by the connection's [`ConnHooks`] (the same per-connection record and
+//! `net/*` programs as over our own sockets).
+//!
+//! NCCL's requests are the wrapper's: a request is a slot in a fixed array of its connection
+//! (64 slots; NCCL keeps at most 32 requests in flight per connection), which holds the inner
+//! plugin's request and what the completion needs (sizes posted, when). Nothing is allocated
+//! per operation. A connection's state is guarded by one flag that NCCL's one-thread-per-
+//! connection use never contends: taking it is one atomic exchange, never a wait in the
+//! kernel.
+//!
+//! What the hooks' context holds over an inner plugin: `conn_id` (this end's own: the two ends
+//! of a connection have different ids, there being no channel of ours between them),
+//! `comm_id`, `dev`, `bytes`, `latency_ns`, `status`; `peer_port` and `nstreams` are 0 (an
+//! RDMA connection has no port, and the inner plugin's streams are its own).
+
+use super::table::MAX_RECVS;
+use super::{Ctx, Inner, check};
+use crate::error::{NetError, NetResult};
+use crate::hooks::{ConnHooks, ConnInfo, Ends};
+use ncclnet_headers::net::{NET_OPTIONAL_RECV_COMPLETION, NetDeviceHandle, PtrType};
+use shared_maps::ConnDirection;
+use std::cell::UnsafeCell;
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+type Vp = *mut c_void;
+
+/// Request slots per connection.
+pub const SLOTS: usize = 64;
+/// Posted sizes kept per request, for a plugin that reports none in `test`.
+const KEPT_SIZES: usize = 8;
+const COMM_MAGIC: u64 = 0x6e63_636c_6270_6677; // "ncclbpfw"
+const LISTEN_MAGIC: u64 = 0x6e63_636c_6270_666c; // "ncclbpfl"
+const REQ_MAGIC: u64 = 0x6e63_636c_6270_6672; // "ncclbpfr"
+
+/// A listening end: the inner plugin's, and what connections accepted from it are labelled.
+pub struct WrapListen {
+    magic: u64,
+    inner: Vp,
+    dev: u32,
+    comm_id: u64,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Free,
+    Send,
+    Recv,
+    Flush,
+}
+
+struct ReqState {
+    kind: Kind,
+    /// The inner plugin's request (kept after completion for `irecvConsumed`).
+    inner: Vp,
+    n: c_int,
+    sizes: [usize; KEPT_SIZES],
+    total: usize,
+    posted: Option<Instant>,
+}
+
+/// A request NCCL holds: a slot of its connection.
+pub struct Req {
+    magic: u64,
+    comm: *const WrapComm,
+    st: UnsafeCell<ReqState>,
+}
+
+struct CommState {
+    hooks: ConnHooks,
+    /// Where the search for a free slot starts (round robin: a slot freed is reused last,
+    /// which leaves `irecvConsumed` its inner request for as long as possible).
+    next: usize,
+    full_warned: bool,
+}
+
+/// A send or receive connection end.
+pub struct WrapComm {
+    magic: u64,
+    inner: Vp,
+    direction: ConnDirection,
+    owner: AtomicBool,
+    st: UnsafeCell<CommState>,
+    reqs: Box<[Req]>,
+}
+
+// SAFETY: the inner plugin's pointers go to whichever thread NCCL calls from, as they do
+// without the wrapper; the mutable state is reached only while holding `owner`.
+unsafe impl Send for WrapComm {}
+unsafe impl Sync for WrapComm {}
+
+/// Exclusive access to a connection's state while alive.
+struct Turn<'a>(&'a AtomicBool);
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+static NEXT_CONN: AtomicU64 = AtomicU64::new(0);
+
+/// A connection id: random per process, then counted.
+fn conn_id() -> u64 {
+    static BASE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let base = *BASE.get_or_init(|| {
+        let mut b = [0u8; 8];
+        if crate::handshake::fill_random(&mut b).is_err() {
+            b = (std::process::id() as u64)
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                .to_le_bytes();
+        }
+        u64::from_le_bytes(b)
+    });
+    base.wrapping_add(NEXT_CONN.fetch_add(1, Ordering::Relaxed))
+}
+
+impl WrapComm {
+    fn new(inner: Vp, direction: ConnDirection, dev: u32, comm_id: u64) -> Box<WrapComm> {
+        let hooks = ConnHooks::on_open_at(
+            ConnInfo {
+                direction,
+                conn_id: conn_id(),
+                peer_port: 0,
+                dev,
+                comm_id,
+                nstreams: 0,
+            },
+            Ends::default(),
+        );
+        let mut c = Box::new(WrapComm {
+            magic: COMM_MAGIC,
+            inner,
+            direction,
+            owner: AtomicBool::new(false),
+            st: UnsafeCell::new(CommState {
+                hooks,
+                next: 0,
+                full_warned: false,
+            }),
+            reqs: Box::new([]),
+        });
+        let me: *const WrapComm = &*c;
+        c.reqs = (0..SLOTS)
+            .map(|_| Req {
+                magic: REQ_MAGIC,
+                comm: me,
+                st: UnsafeCell::new(ReqState {
+                    kind: Kind::Free,
+                    inner: std::ptr::null_mut(),
+                    n: 0,
+                    sizes: [0; KEPT_SIZES],
+                    total: 0,
+                    posted: None,
+                }),
+            })
+            .collect();
+        c
+    }
+
+    fn turn(&self) -> Turn<'_> {
+        while self
+            .owner
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::hint::spin_loop();
+            std::thread::yield_now();
+        }
+        Turn(&self.owner)
+    }
+
+    /// The state, for the holder of a [`Turn`].
+    #[allow(clippy::mut_from_ref)]
+    fn state(&self, _t: &Turn<'_>) -> &mut CommState {
+        // SAFETY: `_t` proves this thread holds `owner`, so no other reference exists.
+        unsafe { &mut *self.st.get() }
+    }
+
+    /// A free slot, marked taken by `kind`, or `None` when every slot is in use.
+    fn take(&self, t: &Turn<'_>) -> Option<usize> {
+        let st = self.state(t);
+        for k in 0..SLOTS {
+            let i = (st.next + k) % SLOTS;
+            // SAFETY: slots are reached only under the turn `t`.
+            let r = unsafe { &*self.reqs[i].st.get() };
+            if r.kind == Kind::Free {
+                st.next = (i + 1) % SLOTS;
+                return Some(i);
+            }
+        }
+        if !st.full_warned {
+            st.full_warned = true;
+            crate::nlog!(
+                WARN,
+                NET,
+                "a connection has {SLOTS} requests in flight: later posts wait (NCCL allows 32)"
+            );
+        }
+        None
+    }
+
+    #[allow(clippy::mut_from_ref)]
+    fn slot(&self, _t: &Turn<'_>, i: usize) -> &mut ReqState {
+        // SAFETY: slots are reached only under the turn `_t`.
+        unsafe { &mut *self.reqs[i].st.get() }
+    }
+}
+
+fn comm_ref<'a>(comm: Vp) -> NetResult<&'a WrapComm> {
+    if comm.is_null() {
+        return Err(NetError::Misuse("NULL comm".into()));
+    }
+    // SAFETY: comms handed to NCCL by this module are Box<WrapComm>, live until closed; the
+    // magic catches a pointer that is not one.
+    let c = unsafe { &*(comm as *const WrapComm) };
+    if c.magic != COMM_MAGIC {
+        return Err(NetError::Misuse("not a connection of this plugin".into()));
+    }
+    Ok(c)
+}
+
+fn put<T>(p: *mut T, v: T, what: &str) -> NetResult<()> {
+    if p.is_null() {
+        return Err(NetError::Misuse(format!("NULL {what} pointer")));
+    }
+    // SAFETY: a non-null out-pointer from NCCL, valid for one T.
+    unsafe { p.write(v) };
+    Ok(())
+}
+
+/// `listen`: the inner plugin writes its handle into NCCL's.
+pub(crate) fn listen(i: &Inner, ctx: &Ctx, dev: c_int, handle: Vp, lc: *mut Vp) -> NetResult<()> {
+    put(lc, std::ptr::null_mut(), "listenComm")?;
+    let mut inner: Vp = std::ptr::null_mut();
+    // SAFETY: NCCL's handle and out-pointer, passed on; `ctx.inner` is the plugin's own.
+    check("listen", unsafe {
+        i.table.listen(ctx.inner, dev, handle, &mut inner)
+    })?;
+    if !inner.is_null() {
+        let l = Box::new(WrapListen {
+            magic: LISTEN_MAGIC,
+            inner,
+            dev: dev.max(0) as u32,
+            comm_id: ctx.comm_id,
+        });
+        put(lc, Box::into_raw(l) as Vp, "listenComm")?;
+    }
+    Ok(())
+}
+
+/// `connect`: "in progress" (NULL) until the inner plugin's connection is up.
+pub(crate) fn connect(
+    i: &Inner,
+    ctx: &Ctx,
+    dev: c_int,
+    handle: Vp,
+    sc: *mut Vp,
+    dh: *mut *mut NetDeviceHandle,
+) -> NetResult<()> {
+    put(sc, std::ptr::null_mut(), "sendComm")?;
+    let mut inner: Vp = std::ptr::null_mut();
+    let mut config = ctx.config;
+    // SAFETY: NCCL's handle and device-handle out-pointer, passed on.
+    check("connect", unsafe {
+        i.table
+            .connect(ctx.inner, &mut config, dev, handle, &mut inner, dh)
+    })?;
+    if !inner.is_null() {
+        let c = WrapComm::new(inner, ConnDirection::Send, dev.max(0) as u32, ctx.comm_id);
+        put(sc, Box::into_raw(c) as Vp, "sendComm")?;
+    }
+    Ok(())
+}
+
+/// `accept`.
+pub(crate) fn accept(
+    i: &Inner,
+    lc: Vp,
+    rc: *mut Vp,
+    dh: *mut *mut NetDeviceHandle,
+) -> NetResult<()> {
+    put(rc, std::ptr::null_mut(), "recvComm")?;
+    let l = listen_ref(lc)?;
+    let mut inner: Vp = std::ptr::null_mut();
+    // SAFETY: the inner listen comm and NCCL's device-handle out-pointer.
+    check("accept", unsafe { i.table.accept(l.inner, &mut inner, dh) })?;
+    if !inner.is_null() {
+        let c = WrapComm::new(inner, ConnDirection::Recv, l.dev, l.comm_id);
+        put(rc, Box::into_raw(c) as Vp, "recvComm")?;
+    }
+    Ok(())
+}
+
+fn listen_ref<'a>(lc: Vp) -> NetResult<&'a WrapListen> {
+    if lc.is_null() {
+        return Err(NetError::Misuse("NULL listenComm".into()));
+    }
+    // SAFETY: listen comms handed out here are Box<WrapListen>; the magic checks it.
+    let l = unsafe { &*(lc as *const WrapListen) };
+    if l.magic != LISTEN_MAGIC {
+        return Err(NetError::Misuse("not a listen comm of this plugin".into()));
+    }
+    Ok(l)
+}
+
+/// `regMr`: the memory handle is the inner plugin's (GPU memory included).
+pub(crate) fn reg_mr(
+    i: &Inner,
+    comm: Vp,
+    data: Vp,
+    size: usize,
+    ty: c_int,
+    mh: *mut Vp,
+) -> NetResult<()> {
+    let c = comm_ref(comm)?;
+    // SAFETY: NCCL's arguments, passed on with the inner comm.
+    check("regMr", unsafe {
+        i.table.reg_mr(c.inner, data, size, ty, mh)
+    })
+}
+
+/// `regMrDmaBuf`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn reg_mr_dma_buf(
+    i: &Inner,
+    comm: Vp,
+    data: Vp,
+    size: usize,
+    ty: c_int,
+    offset: u64,
+    fd: c_int,
+    mh: *mut Vp,
+) -> NetResult<()> {
+    let c = comm_ref(comm)?;
+    // SAFETY: NCCL's arguments, passed on with the inner comm.
+    check("regMrDmaBuf", unsafe {
+        i.table
+            .reg_mr_dma_buf(c.inner, data, size, ty, offset, fd, mh)
+    })
+}
+
+/// `deregMr`.
+pub(crate) fn dereg_mr(i: &Inner, comm: Vp, mh: Vp) -> NetResult<()> {
+    let c = comm_ref(comm)?;
+    // SAFETY: the inner comm and the inner plugin's own memory handle.
+    check("deregMr", unsafe { i.table.dereg_mr(c.inner, mh) })
+}
+
+/// `getDeviceMr`.
+pub(crate) fn get_device_mr(i: &Inner, comm: Vp, mh: Vp, dptr: *mut Vp) -> NetResult<()> {
+    let c = comm_ref(comm)?;
+    // SAFETY: as NCCL calls it, with the inner comm.
+    check("getDeviceMr", unsafe {
+        i.table.get_device_mr(c.inner, mh, dptr)
+    })
+}
+
+/// `isend`. `Ok` with `*request` NULL: try again later (no slot, or the inner plugin said so).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn isend(
+    i: &Inner,
+    comm: Vp,
+    data: Vp,
+    size: usize,
+    tag: c_int,
+    mh: Vp,
+    phandle: Vp,
+    request: *mut Vp,
+) -> NetResult<()> {
+    put(request, std::ptr::null_mut(), "request")?;
+    let c = comm_ref(comm)?;
+    let t = c.turn();
+    let Some(idx) = c.take(&t) else {
+        return Ok(());
+    };
+    let mut inner: Vp = std::ptr::null_mut();
+    // SAFETY: NCCL's arguments, passed on with the inner comm.
+    let r = unsafe {
+        i.table
+            .isend(c.inner, data, size, tag, mh, phandle, &mut inner)
+    };
+    check("isend", r)?;
+    if inner.is_null() {
+        return Ok(());
+    }
+    let st = c.state(&t);
+    let posted = st.hooks.wants_time().then(Instant::now);
+    let s = c.slot(&t, idx);
+    *s = ReqState {
+        kind: Kind::Send,
+        inner,
+        n: 1,
+        sizes: [size, 0, 0, 0, 0, 0, 0, 0],
+        total: size,
+        posted,
+    };
+    st.hooks.on_post(size);
+    put(request, &c.reqs[idx] as *const Req as Vp, "request")
+}
+
+/// `irecv`, `n` buffers at once. NCCL's optional-completion hint (`*request == 0x1`) reaches
+/// the inner plugin; any other value NCCL left there is one of our old requests, meaningless
+/// to it, and it gets NULL.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn irecv(
+    i: &Inner,
+    comm: Vp,
+    n: c_int,
+    data: *mut Vp,
+    sizes: *mut usize,
+    tags: *mut c_int,
+    mhs: *mut Vp,
+    phandles: *mut Vp,
+    request: *mut Vp,
+) -> NetResult<()> {
+    if request.is_null() {
+        return Err(NetError::Misuse("NULL request pointer".into()));
+    }
+    // SAFETY: a non-null request pointer from NCCL: read what it left there.
+    let hint = unsafe { *request } as usize == NET_OPTIONAL_RECV_COMPLETION;
+    put(request, std::ptr::null_mut(), "request")?;
+    let c = comm_ref(comm)?;
+    if n < 1 || n as usize > MAX_RECVS {
+        return Err(NetError::InvalidArgument(format!(
+            "irecv of {n} buffers (1 to {MAX_RECVS})"
+        )));
+    }
+    let t = c.turn();
+    let Some(idx) = c.take(&t) else {
+        return Ok(());
+    };
+    let mut kept = [0usize; KEPT_SIZES];
+    let mut total = 0usize;
+    if !sizes.is_null() {
+        // SAFETY: NCCL's sizes array holds n entries.
+        let all = unsafe { std::slice::from_raw_parts(sizes, n as usize) };
+        for (k, &s) in all.iter().enumerate() {
+            total = total.saturating_add(s);
+            if let Some(slot) = kept.get_mut(k) {
+                *slot = s;
+            }
+        }
+    }
+    let mut inner: Vp = if hint {
+        NET_OPTIONAL_RECV_COMPLETION as Vp
+    } else {
+        std::ptr::null_mut()
+    };
+    // SAFETY: NCCL's arrays of n entries, passed on with the inner comm.
+    let r = unsafe {
+        i.table
+            .irecv(c.inner, n, data, sizes, tags, mhs, phandles, &mut inner)
+    };
+    check("irecv", r)?;
+    if inner.is_null() {
+        return Ok(());
+    }
+    let st = c.state(&t);
+    let posted = st.hooks.wants_time().then(Instant::now);
+    *c.slot(&t, idx) = ReqState {
+        kind: Kind::Recv,
+        inner,
+        n,
+        sizes: kept,
+        total,
+        posted,
+    };
+    st.hooks.on_post(total);
+    put(request, &c.reqs[idx] as *const Req as Vp, "request")
+}
+
+/// `iflush`: a request of its own kind, tested like the others, counted nowhere.
+pub(crate) fn iflush(
+    i: &Inner,
+    comm: Vp,
+    n: c_int,
+    data: *mut Vp,
+    sizes: *mut c_int,
+    mhs: *mut Vp,
+    request: *mut Vp,
+) -> NetResult<()> {
+    put(request, std::ptr::null_mut(), "request")?;
+    let c = comm_ref(comm)?;
+    let t = c.turn();
+    let Some(idx) = c.take(&t) else {
+        return Ok(());
+    };
+    let mut inner: Vp = std::ptr::null_mut();
+    // SAFETY: NCCL's arrays, passed on with the inner comm.
+    check("iflush", unsafe {
+        i.table.iflush(c.inner, n, data, sizes, mhs, &mut inner)
+    })?;
+    if inner.is_null() {
+        return Ok(());
+    }
+    *c.slot(&t, idx) = ReqState {
+        kind: Kind::Flush,
+        inner,
+        n: 1,
+        sizes: [0; KEPT_SIZES],
+        total: 0,
+        posted: None,
+    };
+    put(request, &c.reqs[idx] as *const Req as Vp, "request")
+}
+
+fn req_ref<'a>(request: Vp) -> NetResult<(&'a Req, &'a WrapComm, usize)> {
+    if request.is_null() {
+        return Err(NetError::Misuse("NULL request".into()));
+    }
+    // SAFETY: requests handed to NCCL are slots of live comms; the magic catches others.
+    let r = unsafe { &*(request as *const Req) };
+    if r.magic != REQ_MAGIC {
+        return Err(NetError::Misuse("not a request of this plugin".into()));
+    }
+    // SAFETY: a slot's comm outlives it (the slots are the comm's own array).
+    let c = unsafe { &*r.comm };
+    // SAFETY: `r` is an element of `c.reqs`.
+    let idx = unsafe { (r as *const Req).offset_from(c.reqs.as_ptr()) } as usize;
+    Ok((r, c, idx))
+}
+
+/// `test`: the inner plugin's answer, counted. A plugin that leaves `sizes` unwritten gets
+/// what was posted reported for it (NCCL then reads the posted size, as it would from a
+/// plugin that fills it).
+pub(crate) fn test(i: &Inner, request: Vp, done: *mut c_int, sizes: *mut c_int) -> NetResult<()> {
+    let (_, c, idx) = req_ref(request)?;
+    let t = c.turn();
+    let s = c.slot(&t, idx);
+    if s.kind == Kind::Free {
+        return Err(NetError::Misuse(
+            "test() on a request that already completed".into(),
+        ));
+    }
+    let n = if s.kind == Kind::Recv {
+        (s.n.max(1) as usize).min(MAX_RECVS)
+    } else {
+        1
+    };
+    let mut got = [-1 as c_int; MAX_RECVS];
+    let mut d: c_int = 0;
+    // SAFETY: the inner request, our own out-values (n entries for sizes).
+    let r = unsafe { i.table.test(s.inner, &mut d, got.as_mut_ptr()) };
+    if !r.is_success() {
+        let kind = s.kind;
+        s.kind = Kind::Free;
+        if kind != Kind::Flush {
+            c.state(&t).hooks.on_error(r.0);
+        }
+        return Err(NetError::Inner {
+            op: "test",
+            code: r,
+        });
+    }
+    if d == 0 {
+        return put(done, 0, "done");
+    }
+    let mut bytes = 0usize;
+    for (k, g) in got.iter_mut().enumerate().take(n) {
+        if *g < 0 {
+            let posted = if n == 1 {
+                s.total
+            } else {
+                s.sizes.get(k).copied().unwrap_or(0)
+            };
+            *g = posted.min(c_int::MAX as usize) as c_int;
+        }
+        bytes += *g as usize;
+    }
+    let (kind, posted) = (s.kind, s.posted);
+    s.kind = Kind::Free;
+    if kind != Kind::Flush {
+        c.state(&t).hooks.on_complete(bytes, posted);
+    }
+    if !sizes.is_null() {
+        // SAFETY: NCCL's sizes array holds an entry per buffer of the request.
+        unsafe { std::ptr::copy_nonoverlapping(got.as_ptr(), sizes, n) };
+    }
+    put(done, 1, "done")
+}
+
+/// `irecvConsumed`: the inner plugin's request of a completed receive.
+pub(crate) fn irecv_consumed(i: &Inner, comm: Vp, n: c_int, request: Vp) -> NetResult<()> {
+    let c = comm_ref(comm)?;
+    let (_, rc, idx) = req_ref(request)?;
+    if !std::ptr::eq(c, rc) {
+        return Err(NetError::Misuse(
+            "irecvConsumed with a request of another connection".into(),
+        ));
+    }
+    let t = c.turn();
+    let inner = c.slot(&t, idx).inner;
+    // SAFETY: the inner comm and the inner request this slot carried.
+    check("irecvConsumed", unsafe {
+        i.table.irecv_consumed(c.inner, n, inner)
+    })
+}
+
+/// `closeSend`/`closeRecv`: the close hook, then the inner plugin's close.
+pub(crate) fn close(i: &Inner, comm: Vp) -> NetResult<()> {
+    if comm.is_null() {
+        return Ok(());
+    }
+    let c = comm_ref(comm)?;
+    let r = {
+        let t = c.turn();
+        c.state(&t).hooks.on_close();
+        // SAFETY: the inner comm, closed once as NCCL closes ours once.
+        unsafe {
+            match c.direction {
+                ConnDirection::Send => i.table.close_send(c.inner),
+                ConnDirection::Recv => i.table.close_recv(c.inner),
+            }
+        }
+    };
+    // SAFETY: NCCL closes each comm we created exactly once; nothing holds it now.
+    drop(unsafe { Box::from_raw(comm as *mut WrapComm) });
+    check("close", r)
+}
+
+/// `closeListen`.
+pub(crate) fn close_listen(i: &Inner, lc: Vp) -> NetResult<()> {
+    if lc.is_null() {
+        return Ok(());
+    }
+    let l = listen_ref(lc)?;
+    // SAFETY: the inner listen comm, closed once.
+    let r = unsafe { i.table.close_listen(l.inner) };
+    // SAFETY: NCCL closes each listen comm we created exactly once.
+    drop(unsafe { Box::from_raw(lc as *mut WrapListen) });
+    check("closeListen", r)
+}
+
+/// `ptrSupport` as offered to NCCL: DMA-BUF only where the inner plugin can register it.
+pub(crate) fn ptr_support(i: &Inner, raw: c_int) -> c_int {
+    if i.table.has_reg_mr_dma_buf() {
+        raw
+    } else {
+        raw & !PtrType::DMABUF.0
+    }
+}
