@@ -223,6 +223,10 @@ impl State {
 pub struct Comm {
     pub direction: ConnDirection,
     pub conn_id: u64,
+    /// Where the control stream's ends are (the peer's address, this end's port).
+    pub ends: Ends,
+    /// The peer's port of the control stream.
+    pub peer_port: u16,
     shape: Shape,
     /// Who serves the data streams (the process's choice; tests pick one).
     path: engine::Path,
@@ -283,6 +287,8 @@ impl Comm {
         let comm = Box::new(Comm {
             direction,
             conn_id,
+            ends,
+            peer_port,
             shape,
             path,
             slots,
@@ -315,17 +321,21 @@ impl Comm {
                 inbox_bytes: 0,
                 frames_dropped: 0,
                 closed: false,
-                hooks: ConnHooks::on_open_at(
-                    ConnInfo {
+                hooks: {
+                    let info = ConnInfo {
                         direction,
                         conn_id,
                         peer_port,
                         dev: endpoint.dev,
                         comm_id: endpoint.comm_id,
                         nstreams: shape.nstreams,
-                    },
-                    ends,
-                ),
+                    };
+                    if endpoint.quiet {
+                        ConnHooks::quiet(info)
+                    } else {
+                        ConnHooks::on_open_at(info, ends)
+                    }
+                },
             }),
         });
         let ptr = &*comm as *const Comm as *mut Comm;

@@ -45,6 +45,10 @@ pub struct Config {
     /// `NCCL_BPF_NET_INNER`: the network plugin that carries the traffic (a path, or a name
     /// resolved as NCCL resolves `NCCL_NET_PLUGIN`); `None`: ncclbpf's own sockets.
     pub inner: Option<String>,
+    /// `NCCL_BPF_NET_SIDE`: whether a connection of the inner plugin gets a side channel of
+    /// ours (`inner::side`: the agreement between nodes, one connection id, addresses); `0`
+    /// turns it off (the agreement then runs on the node-local relay only).
+    pub side: bool,
 }
 
 pub const MAX_STREAMS: u32 = 16;
@@ -66,6 +70,7 @@ impl Default for Config {
             io_spin_us: 0,
             tcp_congestion: None,
             inner: None,
+            side: true,
         }
     }
 }
@@ -177,6 +182,9 @@ impl Config {
         c.inner = get("NCCL_BPF_NET_INNER")
             .map(|v| v.trim().to_string())
             .filter(|v| !v.is_empty());
+        let mut side = u32::from(c.side);
+        parse_u32(get, "NCCL_BPF_NET_SIDE", 0, 1, &mut side, &mut bad);
+        c.side = side == 1;
         let mut control = u32::from(c.control);
         parse_u32(get, "NCCL_BPF_CONTROL", 0, 1, &mut control, &mut bad);
         c.control = control == 1;

@@ -202,6 +202,7 @@ fn endpoint(dev: c_int, ctx: Vp) -> Endpoint {
     Endpoint {
         dev: dev.max(0) as u32,
         comm_id,
+        quiet: false,
     }
 }
 

@@ -277,6 +277,20 @@ impl ConnHooks {
         ConnHooks::on_open_at(info, Ends::default())
     }
 
+    /// Hooks that observe nothing: no record, no programs (a side channel's, whose wrapped
+    /// connection is observed instead).
+    pub fn quiet(info: ConnInfo) -> ConnHooks {
+        static NONE: LazyLock<Swappable<NetSet>> =
+            LazyLock::new(|| Swappable::new(NetSet::default()));
+        ConnHooks {
+            slot: None,
+            info,
+            net: NONE.handle(),
+            busy: None,
+            inflight: 0,
+        }
+    }
+
     /// A connection end opens: claims its record (labelled with `info` and `ends`) and runs
     /// the connect or accept program.
     pub fn on_open_at(info: ConnInfo, ends: Ends) -> ConnHooks {

@@ -107,8 +107,19 @@ pub fn init() -> NetResult<&'static Plugin> {
         config.control = false;
     }
     if let Some(name) = config.inner.clone() {
-        let inner = Inner::open(&name)?;
+        let mut inner = Inner::open(&name)?;
         crate::nlog!(INFO, INIT, "{}", inner.describe());
+        if config.side {
+            match devices::discover(config.speed_mbps) {
+                Ok(d) => inner.side_bind = d.first().map(Device::bind_addr),
+                Err(e) => crate::nlog!(
+                    WARN,
+                    INIT,
+                    "no side channel beside the inner plugin's connections ({e}): the \
+                     agreement runs on the node-local relay only"
+                ),
+            }
+        }
         crate::hooks::init_policies();
         crate::control::start(&config);
         return Ok(PLUGIN.get_or_init(|| Plugin {

@@ -14,8 +14,11 @@
 //! | 36 | 4 | data streams per connection |
 //! | 40 | 4 | inline limit in bytes |
 //! | 44 | 4 | minimum chunk in bytes |
-//! | 64 | 8 | connect-progress key, written by `connect` (NCCL reuses the buffer on retries) |
-//! | 72 | 32 | listener secret (random per listen; never sent on a stream, see [`handshake`]) |
+//! | 48 | 8 | connect-progress key, written by `connect` (NCCL reuses the buffer on retries) |
+//! | 56 | 32 | listener secret (random per listen; never sent on a stream, see [`handshake`]) |
+//!
+//! The last 40 bytes stay free: as another copy's inner plugin ([`crate::inner`]), this
+//! transport leaves the wrapper room for its side channel's trailer over IPv4.
 //!
 //! [`handshake`]: crate::handshake
 
@@ -24,15 +27,17 @@ use crate::handshake::{CHALLENGE_SIZE, SECRET_SIZE, Secret};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 pub const HANDLE_SIZE: usize = ncclnet_headers::net::NET_HANDLE_MAXSIZE;
-pub const HANDLE_MAGIC: u64 = 0x3346_5042_4c43_434e; // "NCCLBPF3"
+pub const HANDLE_MAGIC: u64 = 0x3446_5042_4c43_434e; // "NCCLBPF4"
 /// The handle of ncclbpf before admission by secret (no secret in it).
 const HANDLE_MAGIC_V1: u64 = 0x3146_5042_4c43_434e; // "NCCLBPF1"
 /// The handle of ncclbpf before chunk headers (chunks placed by a rotation both ends ran).
 const HANDLE_MAGIC_V2: u64 = 0x3246_5042_4c43_434e; // "NCCLBPF2"
+/// The handle of ncclbpf with the secret at offset 72 (no room for a side channel's trailer).
+const HANDLE_MAGIC_V3: u64 = 0x3346_5042_4c43_434e; // "NCCLBPF3"
 pub const HELLO_MAGIC: u64 = 0x324f_4c45_4846_5042; // "BPFHELO2"
 pub const HELLO_SIZE: usize = 48;
-const KEY_OFFSET: usize = 64;
-const SECRET_OFFSET: usize = 72;
+const KEY_OFFSET: usize = 48;
+const SECRET_OFFSET: usize = 56;
 
 /// How a connection carries messages; chosen by the listener.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,6 +90,7 @@ impl Handle {
         for (old, what) in [
             (HANDLE_MAGIC_V1, "handle format 1, no admission secret"),
             (HANDLE_MAGIC_V2, "handle format 2, chunks without headers"),
+            (HANDLE_MAGIC_V3, "handle format 3"),
         ] {
             if u64_at(b, 0) == old {
                 return Err(NetError::BadHandle(format!(
@@ -369,6 +375,22 @@ mod tests {
     }
 
     #[test]
+    fn the_handle_leaves_its_last_40_bytes_to_a_wrapper() {
+        for h in [
+            handle(),
+            Handle {
+                addr: "[2001:db8::7]:9".parse().unwrap(),
+                ..handle()
+            },
+        ] {
+            let mut b = [0xffu8; HANDLE_SIZE];
+            h.encode(&mut b);
+            Handle::set_connect_key(&mut b, u64::MAX);
+            assert!(b[HANDLE_SIZE - 40..].iter().all(|&x| x == 0), "{b:?}");
+        }
+    }
+
+    #[test]
     fn garbage_handles_are_rejected() {
         let mut b = [0xa5u8; HANDLE_SIZE];
         assert!(matches!(Handle::decode(&b), Err(NetError::BadHandle(_))));
@@ -401,7 +423,7 @@ mod tests {
                 .contains("secret")
         );
         handle().encode(&mut b);
-        for old in [HANDLE_MAGIC_V1, HANDLE_MAGIC_V2] {
+        for old in [HANDLE_MAGIC_V1, HANDLE_MAGIC_V2, HANDLE_MAGIC_V3] {
             b[0..8].copy_from_slice(&old.to_le_bytes());
             assert!(
                 Handle::decode(&b)

@@ -34,7 +34,7 @@ impl Target {
             addr: SocketAddr::new(ip, port),
             listener_id: u64::from_le_bytes(h[8..16].try_into().unwrap()),
             nstreams: u32::from_le_bytes(h[36..40].try_into().unwrap()),
-            secret: h[72..104].try_into().unwrap(),
+            secret: h[56..88].try_into().unwrap(),
         }
     }
 

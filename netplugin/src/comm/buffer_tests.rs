@@ -236,7 +236,11 @@ fn raw_receiver(path: engine::Path, id: u64) -> (Box<Comm>, Vec<TcpStream>) {
         raw.push(l.accept().unwrap().0);
     }
     let ctl = ours.remove(0);
-    let ep = Endpoint { dev: 0, comm_id: 0 };
+    let ep = Endpoint {
+        dev: 0,
+        comm_id: 0,
+        quiet: false,
+    };
     let shape = super::tests::SHAPE;
     let s = Comm::on_path(ConnDirection::Send, id, ep, shape, ctl, ours, path).unwrap();
     (s, raw)

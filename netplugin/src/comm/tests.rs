@@ -46,7 +46,11 @@ fn pair_of(path: engine::Path, send_id: u64, recv_id: u64, comm_id: u64) -> (Box
         a.push(TcpStream::connect(addr).unwrap());
         b.push(l.accept().unwrap().0);
     }
-    let ep = || Endpoint { dev: 0, comm_id };
+    let ep = || Endpoint {
+        dev: 0,
+        comm_id,
+        quiet: false,
+    };
     let (ac, bc) = (a.remove(0), b.remove(0));
     let s = Comm::on_path(ConnDirection::Send, send_id, ep(), SHAPE, ac, a, path).unwrap();
     let r = Comm::on_path(ConnDirection::Recv, recv_id, ep(), SHAPE, bc, b, path).unwrap();
@@ -317,7 +321,11 @@ fn a_broken_frame_header_fails_the_connection() {
         inline_bytes: 64 * 1024,
         min_chunk: 64 * 1024,
     };
-    let ep = Endpoint { dev: 0, comm_id: 0 };
+    let ep = Endpoint {
+        dev: 0,
+        comm_id: 0,
+        quiet: false,
+    };
     let r = Comm::new(ConnDirection::Recv, 0xf2a0_0005, ep, shape, ctl, vec![]).unwrap();
     raw.write_all(&(wire::FRAME_FLAG | (wire::MAX_FRAME as u64 + 1)).to_le_bytes())
         .unwrap();
@@ -749,7 +757,11 @@ pub(super) fn raw_peer(path: engine::Path, id: u64) -> (Box<Comm>, Vec<TcpStream
         ends.push(l.accept().unwrap().0);
     }
     let ctl = ends.remove(0);
-    let ep = Endpoint { dev: 0, comm_id: 0 };
+    let ep = Endpoint {
+        dev: 0,
+        comm_id: 0,
+        quiet: false,
+    };
     let r = Comm::on_path(ConnDirection::Recv, id, ep, SHAPE, ctl, ends, path).unwrap();
     (r, raw)
 }

@@ -18,6 +18,7 @@
 //! no blocking lock), the `net/*` programs and the connection's counters.
 
 pub mod load;
+pub mod side;
 pub mod table;
 pub mod wrap;
 
@@ -44,6 +45,8 @@ pub struct Inner {
     /// The context of a v11+ plugin for NCCL releases that give none (they call our v7 to v10
     /// tables): made by the first `init`.
     default_ctx: OnceLock<Ctx>,
+    /// Where side channels listen ([`side`]); `None`: no side channels.
+    pub side_bind: Option<std::net::SocketAddr>,
 }
 
 /// What a communicator's calls carry to the inner plugin: its context (v11+; NULL before)
@@ -91,6 +94,7 @@ impl Inner {
             ncclbpf: o.ncclbpf,
             process_init: Mutex::new(false),
             default_ctx: OnceLock::new(),
+            side_bind: None,
         })
     }
 

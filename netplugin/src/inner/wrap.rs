@@ -9,19 +9,24 @@
 //! connection use never contends: taking it is one atomic exchange, never a wait in the
 //! kernel.
 //!
-//! What the hooks' context holds over an inner plugin: `conn_id` (this end's own: the two ends
-//! of a connection have different ids, there being no channel of ours between them),
-//! `comm_id`, `dev`, `bytes`, `latency_ns`, `status`; `peer_port` and `nstreams` are 0 (an
-//! RDMA connection has no port, and the inner plugin's streams are its own).
+//! What the hooks' context holds over an inner plugin: `comm_id`, `dev`, `bytes`,
+//! `latency_ns`, `status`, and, where the connection has a side channel ([`super::side`]),
+//! the id both ends share and the side channel's ports; without one, each end's own id and
+//! port 0. `nstreams` is 0: the inner plugin's streams are its own.
 
 use super::table::MAX_RECVS;
-use super::{Ctx, Inner, check};
+use super::{Ctx, Inner, check, side};
+use crate::comm::Comm;
 use crate::error::{NetError, NetResult};
 use crate::hooks::{ConnHooks, ConnInfo, Ends};
+use crate::setup::{self, Endpoint, ListenComm};
+use crate::wire::{HANDLE_SIZE, Handle};
 use ncclnet_headers::net::{NET_OPTIONAL_RECV_COMPLETION, NetDeviceHandle, PtrType};
 use shared_maps::ConnDirection;
 use std::cell::UnsafeCell;
+use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -41,6 +46,12 @@ pub struct WrapListen {
     inner: Vp,
     dev: u32,
     comm_id: u64,
+    /// The side channel's listener, when the handle had room for it.
+    side: Option<Box<ListenComm>>,
+    /// The inner plugin's accepted connection, waiting for its side channel.
+    got_inner: Vp,
+    got_side: Option<Box<Comm>>,
+    inner_done_at: Option<Instant>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -80,6 +91,8 @@ struct CommState {
 pub struct WrapComm {
     magic: u64,
     inner: Vp,
+    /// The side channel (agreement records; the id and addresses above).
+    side: Option<Box<Comm>>,
     direction: ConnDirection,
     owner: AtomicBool,
     st: UnsafeCell<CommState>,
@@ -118,21 +131,32 @@ fn conn_id() -> u64 {
 }
 
 impl WrapComm {
-    fn new(inner: Vp, direction: ConnDirection, dev: u32, comm_id: u64) -> Box<WrapComm> {
+    fn new(
+        inner: Vp,
+        direction: ConnDirection,
+        dev: u32,
+        comm_id: u64,
+        side: Option<Box<Comm>>,
+    ) -> Box<WrapComm> {
+        let (id, peer_port, ends) = match &side {
+            Some(s) => (s.conn_id, s.peer_port, s.ends),
+            None => (conn_id(), 0, Ends::default()),
+        };
         let hooks = ConnHooks::on_open_at(
             ConnInfo {
                 direction,
-                conn_id: conn_id(),
-                peer_port: 0,
+                conn_id: id,
+                peer_port,
                 dev,
                 comm_id,
                 nstreams: 0,
             },
-            Ends::default(),
+            ends,
         );
         let mut c = Box::new(WrapComm {
             magic: COMM_MAGIC,
             inner,
+            side,
             direction,
             owner: AtomicBool::new(false),
             st: UnsafeCell::new(CommState {
@@ -231,27 +255,138 @@ fn put<T>(p: *mut T, v: T, what: &str) -> NetResult<()> {
     Ok(())
 }
 
-/// `listen`: the inner plugin writes its handle into NCCL's.
+fn handle_buf<'a>(handle: Vp) -> NetResult<&'a mut [u8; HANDLE_SIZE]> {
+    if handle.is_null() {
+        return Err(NetError::Misuse("NULL handle".into()));
+    }
+    // SAFETY: NCCL's handle is a writable 128-byte buffer (NCCL_NET_HANDLE_MAXSIZE).
+    Ok(unsafe { &mut *(handle as *mut [u8; HANDLE_SIZE]) })
+}
+
+fn side_endpoint(dev: u32, comm_id: u64) -> Endpoint {
+    Endpoint {
+        dev,
+        comm_id,
+        quiet: true,
+    }
+}
+
+/// Says once per process that a handle had no room for a side channel.
+fn no_room(i: &Inner) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        crate::nlog!(
+            INFO,
+            NET,
+            "the handles of inner net plugin '{}' leave no room for a side channel (see \
+             docs/interposer.md): its connections carry no agreement records (the agreement \
+             runs on the node-local relay only) and each end has its own connection id",
+            i.name
+        )
+    });
+}
+
+/// The side channel's listener for a handle the inner plugin just filled, with its trailer
+/// written, if the handle has room.
+fn side_listen(
+    i: &Inner,
+    bind: std::net::SocketAddr,
+    h: &mut [u8; HANDLE_SIZE],
+    dev: u32,
+    comm_id: u64,
+) -> Option<Box<ListenComm>> {
+    let Some(held) = side::room(h, side::len(&bind)) else {
+        no_room(i);
+        return None;
+    };
+    let mut ours = [0u8; HANDLE_SIZE];
+    let l = side::fresh_secret()
+        .map_err(|e| NetError::io("getrandom (side channel secret)", e))
+        .and_then(|(seed, secret)| {
+            let l = setup::listen_with(
+                side_endpoint(dev, comm_id),
+                bind,
+                side::SHAPE,
+                secret,
+                &mut ours,
+            )?;
+            Ok((l, seed, Handle::decode(&ours)?))
+        });
+    match l {
+        Ok((l, seed, theirs)) => {
+            side::write(h, &theirs, &seed, held);
+            Some(l)
+        }
+        Err(e) => {
+            crate::nlog!(WARN, NET, "side channel: {e}; this connection carries none");
+            None
+        }
+    }
+}
+
+/// `listen`: the inner plugin writes its handle into NCCL's; the side channel's trailer goes
+/// in the tail if the inner plugin left it free.
 pub(crate) fn listen(i: &Inner, ctx: &Ctx, dev: c_int, handle: Vp, lc: *mut Vp) -> NetResult<()> {
     put(lc, std::ptr::null_mut(), "listenComm")?;
+    let h = handle_buf(handle)?;
+    if i.side_bind.is_some() {
+        side::prepare(h);
+    }
     let mut inner: Vp = std::ptr::null_mut();
     // SAFETY: NCCL's handle and out-pointer, passed on; `ctx.inner` is the plugin's own.
     check("listen", unsafe {
         i.table.listen(ctx.inner, dev, handle, &mut inner)
     })?;
     if !inner.is_null() {
+        let dev = dev.max(0) as u32;
+        let side = i
+            .side_bind
+            .and_then(|bind| side_listen(i, bind, h, dev, ctx.comm_id));
         let l = Box::new(WrapListen {
             magic: LISTEN_MAGIC,
             inner,
-            dev: dev.max(0) as u32,
+            dev,
             comm_id: ctx.comm_id,
+            side,
+            got_inner: std::ptr::null_mut(),
+            got_side: None,
+            inner_done_at: None,
         });
         put(lc, Box::into_raw(l) as Vp, "listenComm")?;
     }
     Ok(())
 }
 
-/// `connect`: "in progress" (NULL) until the inner plugin's connection is up.
+/// A connect in progress: the inner plugin's connection and the side channel's, each done or
+/// not yet. Keyed by NCCL's handle buffer, which NCCL passes again on every retry.
+struct PendingConnect {
+    inner: Vp,
+    /// The side channel's handle (our socket transport's format), while it is to be made.
+    side: Option<Box<[u8; HANDLE_SIZE]>>,
+    side_comm: Option<Box<Comm>>,
+    started: Instant,
+}
+
+// SAFETY: the inner plugin's comm pointer goes to whichever thread NCCL calls connect from.
+unsafe impl Send for PendingConnect {}
+
+static PENDING: Mutex<Option<HashMap<usize, PendingConnect>>> = Mutex::new(None);
+
+fn pending_take(key: usize) -> Option<PendingConnect> {
+    let mut g = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+    let m = g.get_or_insert_with(HashMap::new);
+    // Connects NCCL gave up on are forgotten after a while.
+    m.retain(|_, p| p.started.elapsed() < setup::CONNECT_TIMEOUT * 2);
+    m.remove(&key)
+}
+
+fn pending_put(key: usize, p: PendingConnect) {
+    let mut g = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+    g.get_or_insert_with(HashMap::new).insert(key, p);
+}
+
+/// `connect`: "in progress" (NULL) until the inner plugin's connection and its side channel
+/// (if the handle offers one) are both up.
 pub(crate) fn connect(
     i: &Inner,
     ctx: &Ctx,
@@ -261,21 +396,58 @@ pub(crate) fn connect(
     dh: *mut *mut NetDeviceHandle,
 ) -> NetResult<()> {
     put(sc, std::ptr::null_mut(), "sendComm")?;
-    let mut inner: Vp = std::ptr::null_mut();
-    let mut config = ctx.config;
-    // SAFETY: NCCL's handle and device-handle out-pointer, passed on.
-    check("connect", unsafe {
-        i.table
-            .connect(ctx.inner, &mut config, dev, handle, &mut inner, dh)
-    })?;
-    if !inner.is_null() {
-        let c = WrapComm::new(inner, ConnDirection::Send, dev.max(0) as u32, ctx.comm_id);
-        put(sc, Box::into_raw(c) as Vp, "sendComm")?;
+    let h = handle_buf(handle)?;
+    let key = handle as usize;
+    let udev = dev.max(0) as u32;
+    let mut p = pending_take(key).unwrap_or_else(|| {
+        // First call for this handle: the trailer comes out (always, so that the inner
+        // plugin sees its own handle), and is used if side channels are on here.
+        let theirs = side::take(h).filter(|_| i.side_bind.is_some());
+        PendingConnect {
+            inner: std::ptr::null_mut(),
+            side: theirs.map(|t| {
+                let mut b = Box::new([0u8; HANDLE_SIZE]);
+                t.encode(&mut b);
+                b
+            }),
+            side_comm: None,
+            started: Instant::now(),
+        }
+    });
+    if p.inner.is_null() {
+        let mut config = ctx.config;
+        // SAFETY: NCCL's handle and device-handle out-pointer, passed on.
+        check("connect", unsafe {
+            i.table
+                .connect(ctx.inner, &mut config, dev, handle, &mut p.inner, dh)
+        })?;
     }
-    Ok(())
+    if let Some(b) = p.side.as_mut()
+        && p.side_comm.is_none()
+    {
+        match setup::connect(side_endpoint(udev, ctx.comm_id), b) {
+            Ok(c) => p.side_comm = c,
+            Err(e) => {
+                crate::nlog!(
+                    WARN,
+                    NET,
+                    "side channel: {e}; this connection carries no agreement records"
+                );
+                p.side = None;
+            }
+        }
+    }
+    if p.inner.is_null() || (p.side.is_some() && p.side_comm.is_none()) {
+        pending_put(key, p);
+        return Ok(());
+    }
+    let c = WrapComm::new(p.inner, ConnDirection::Send, udev, ctx.comm_id, p.side_comm);
+    put(sc, Box::into_raw(c) as Vp, "sendComm")
 }
 
-/// `accept`.
+/// `accept`: done once the inner plugin's connection and its side channel (if one was
+/// offered) are both in; a side channel that does not come within the handshake timeout
+/// (`NCCL_BPF_HANDSHAKE_TIMEOUT`) after the inner connection is given up.
 pub(crate) fn accept(
     i: &Inner,
     lc: Vp,
@@ -284,22 +456,63 @@ pub(crate) fn accept(
 ) -> NetResult<()> {
     put(rc, std::ptr::null_mut(), "recvComm")?;
     let l = listen_ref(lc)?;
-    let mut inner: Vp = std::ptr::null_mut();
-    // SAFETY: the inner listen comm and NCCL's device-handle out-pointer.
-    check("accept", unsafe { i.table.accept(l.inner, &mut inner, dh) })?;
-    if !inner.is_null() {
-        let c = WrapComm::new(inner, ConnDirection::Recv, l.dev, l.comm_id);
-        put(rc, Box::into_raw(c) as Vp, "recvComm")?;
+    if l.got_inner.is_null() {
+        // SAFETY: the inner listen comm and NCCL's device-handle out-pointer.
+        check("accept", unsafe {
+            i.table.accept(l.inner, &mut l.got_inner, dh)
+        })?;
     }
-    Ok(())
+    if let Some(s) = l.side.as_mut()
+        && l.got_side.is_none()
+    {
+        match s.accept() {
+            Ok(c) => l.got_side = c,
+            Err(e) => {
+                crate::nlog!(
+                    WARN,
+                    NET,
+                    "side channel: {e}; this connection carries no agreement records"
+                );
+                l.side = None;
+            }
+        }
+    }
+    if l.got_inner.is_null() {
+        return Ok(());
+    }
+    if l.side.is_some() && l.got_side.is_none() {
+        let since = *l.inner_done_at.get_or_insert_with(Instant::now);
+        let wait = crate::plugin::get().map_or(10, |p| p.config.handshake_timeout_s);
+        if since.elapsed().as_secs() < u64::from(wait.max(1)) {
+            return Ok(());
+        }
+        crate::nlog!(
+            WARN,
+            NET,
+            "side channel: the connecting end opened none within {wait} s (side channels off \
+             there, NCCL_BPF_NET_SIDE=0, or no route): this connection carries no agreement \
+             records"
+        );
+        l.side = None;
+    }
+    let inner = std::mem::replace(&mut l.got_inner, std::ptr::null_mut());
+    let c = WrapComm::new(
+        inner,
+        ConnDirection::Recv,
+        l.dev,
+        l.comm_id,
+        l.got_side.take(),
+    );
+    put(rc, Box::into_raw(c) as Vp, "recvComm")
 }
 
-fn listen_ref<'a>(lc: Vp) -> NetResult<&'a WrapListen> {
+fn listen_ref<'a>(lc: Vp) -> NetResult<&'a mut WrapListen> {
     if lc.is_null() {
         return Err(NetError::Misuse("NULL listenComm".into()));
     }
-    // SAFETY: listen comms handed out here are Box<WrapListen>; the magic checks it.
-    let l = unsafe { &*(lc as *const WrapListen) };
+    // SAFETY: listen comms handed out here are Box<WrapListen>, used by one thread at a time
+    // (NCCL's accept); the magic checks it.
+    let l = unsafe { &mut *(lc as *mut WrapListen) };
     if l.magic != LISTEN_MAGIC {
         return Err(NetError::Misuse("not a listen comm of this plugin".into()));
     }
@@ -617,7 +830,11 @@ pub(crate) fn close(i: &Inner, comm: Vp) -> NetResult<()> {
         }
     };
     // SAFETY: NCCL closes each comm we created exactly once; nothing holds it now.
-    drop(unsafe { Box::from_raw(comm as *mut WrapComm) });
+    let mut c = unsafe { Box::from_raw(comm as *mut WrapComm) };
+    if let Some(s) = c.side.take() {
+        s.close();
+    }
+    drop(c);
     check("close", r)
 }
 

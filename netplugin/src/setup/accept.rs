@@ -289,6 +289,18 @@ pub fn listen(
     handle: &mut [u8; HANDLE_SIZE],
 ) -> NetResult<Box<ListenComm>> {
     let secret = Secret::random().map_err(|e| NetError::io("getrandom (listener secret)", e))?;
+    listen_with(endpoint, bind, shape, secret, handle)
+}
+
+/// [`listen`] with the admission secret given (a side channel's comes from the seed its
+/// trailer carries: `inner::side`).
+pub fn listen_with(
+    endpoint: Endpoint,
+    bind: SocketAddr,
+    shape: Shape,
+    secret: Secret,
+    handle: &mut [u8; HANDLE_SIZE],
+) -> NetResult<Box<ListenComm>> {
     let sock = stream_socket(&bind).map_err(|e| NetError::io("socket", e))?;
     sock.bind(&SockAddr::from(bind))
         .map_err(|e| NetError::io("bind", e))?;

@@ -10,7 +10,7 @@
 pub(crate) mod accept;
 mod connect;
 
-pub use accept::{ListenComm, listen};
+pub use accept::{ListenComm, listen, listen_with};
 pub use connect::{CONNECT_TIMEOUT, connect, pending_connects};
 
 use socket2::{Domain, Protocol, Socket, Type};
@@ -25,6 +25,9 @@ pub struct Endpoint {
     pub dev: u32,
     /// The communicator's hash (net v11+), 0 when NCCL gives none.
     pub comm_id: u64,
+    /// A side channel beside an inner plugin's connection (`inner::side`): no connection
+    /// record, no hooks (the wrapped connection has those); it carries control frames only.
+    pub quiet: bool,
 }
 
 /// A random 64-bit number (listener and connection ids, connect keys). Not a secret: ids only
