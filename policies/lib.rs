@@ -2,6 +2,8 @@
 //! (`src`, `safe`, `unsafe`, and the extra builds such as `cpu-v1`). Depending on this crate
 //! (as a dev-dependency) is what makes `cargo test` compile them (see `build.rs`).
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 
 /// The directory of compiled objects.

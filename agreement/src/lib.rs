@@ -1,4 +1,4 @@
-//! Rank agreement (issue 9, `docs/agreement.md`): every rank of a communicator ends an epoch
+//! Rank agreement (issue 9, `docs/design/agreement.md`): every rank of a communicator ends an epoch
 //! every K collectives, makes a [`Record`] of it, and the records travel to every other rank
 //! over the plugin's own connections; once a rank holds all `nranks` records of an epoch it
 //! [`combine`]s them, the same way on every rank, into the values tuner programs see.

@@ -51,12 +51,8 @@ fn open(registry: &Path) -> (Local, String) {
 fn mkfifo(p: &Path) {
     let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
     // SAFETY: a valid path.
-    assert_eq!(
-        unsafe { libc::mkfifo(c.as_ptr(), 0o600) },
-        0,
-        "{}",
-        p.display()
-    );
+    let r = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+    assert_eq!(r, 0, "{}", p.display());
 }
 
 fn exists(p: &Path) -> bool {

@@ -3,7 +3,7 @@
 # (issue 9 item 4), on the GPU machine (shared/docs/gpu-testbed.md): 2 ranks (RANKS), each its
 # own "host" on the one GPU (MPS), all traffic through our net plugin, NCCL_NET_PLUGIN and
 # NCCL_TUNER_PLUGIN both the library.
-# NCCL clamps a tuner's channel count to the communicator's (docs/nccl-collective-facts.md
+# NCCL clamps a tuner's channel count to the communicator's (docs/reference/nccl-collective-facts.md
 # §2.4), so a tuner can only use as many channels as NCCL opened. For each setting (SETTINGS):
 #   default                      nothing set
 #   speed100g / speed400g        NCCL_BPF_SPEED_MBPS=100000 / 400000 (the port speed our plugin

@@ -104,8 +104,8 @@ cd "$(dirname "$0")/../.." || exit 2
 # NVLink multicast off in this script and everything it starts (the machines' hard rule).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 # Every collective gets a communicator of its own, destroyed after it: NCCL 2.28/2.29 unload the
-# net plugin with the last one and cannot load it again (NVIDIA/nccl#1978; README, "Using it
-# with NCCL"). A starting count of 1 keeps it loaded, in every arm alike.
+# net plugin with the last one and cannot load it again (NVIDIA/nccl#1978; docs/guide/using-with-nccl.md).
+# A starting count of 1 keeps it loaded, in every arm alike.
 export NCCL_NET_PLUGIN_REF_COUNT=1
 OUT=${1:-${OUT:-/tmp/ncclbpf-nvlink}}
 W=${WORK:-/tmp/ncclbpf-nvlink-work}

@@ -236,6 +236,26 @@ pub fn human(size: usize) -> String {
     }
 }
 
+/// `64K`, `64KiB`, `1M`, `1MiB` or a number of bytes (not 0).
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let (num, shift) = if let Some(n) = t.strip_suffix("KiB").or_else(|| t.strip_suffix('K')) {
+        (n, 10)
+    } else if let Some(n) = t.strip_suffix("MiB").or_else(|| t.strip_suffix('M')) {
+        (n, 20)
+    } else {
+        (t, 0)
+    };
+    let n: usize = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?}: not a size (bytes, or with K/KiB or M/MiB)"))?;
+    match n.checked_shl(shift) {
+        Some(v) if v > 0 && v >> shift == n => Ok(v),
+        _ => Err(format!("{s:?}: size out of range")),
+    }
+}
+
 /// A subcommand's end: lists the measurements that failed, if any, and fails with their count.
 pub fn failures(errors: &[String]) -> Result<(), String> {
     if errors.is_empty() {

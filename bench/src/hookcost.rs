@@ -13,7 +13,7 @@
 //!   (ns per message), 8 B ping-pong latency, 64 KiB throughput.
 //!
 //! The tuner's path (getCollInfo with and without a policy) has its own benchmark, a C caller:
-//! `scripts/tuner-bench.sh` (`bench/c/tuner_bench.c`), in BENCHMARKS.md "Tuner getCollInfo".
+//! `scripts/tuner-bench.sh` (`bench/c/tuner_bench.c`), in BENCHMARKS.md "Tuner: getCollInfo per call".
 
 use crate::common::{self, cell};
 use crate::loopback::{arm_env, ratio, run_child};
@@ -263,7 +263,7 @@ pub fn run(a: &Args) -> Result<(), String> {
          `on_post` and `on_complete` (counters, then the program) through the plugin crate's \
          `ConnHooks`, best of 7 timings per child; end to end: through the library's C ABI, as `loopback`. \
          getCollInfo (the tuner's path) with and without a policy: `scripts/tuner-bench.sh` \
-         (bench/c/tuner_bench.c), BENCHMARKS.md \"Tuner getCollInfo\"."
+         (bench/c/tuner_bench.c), BENCHMARKS.md \"Tuner: getCollInfo per call\"."
     );
     common::failures(&errors)
 }

@@ -6,17 +6,19 @@
 //! cargo run --release -p ncclbpf-bench -- loopback [--rounds 3] [--quick]
 //! cargo run --release -p ncclbpf-bench -- comms --counts 10,100,1000
 //! cargo run --release -p ncclbpf-bench -- hooks [--rounds 5] [--quick]
+//! cargo run --release -p ncclbpf-bench -- ring [--nranks 4] [--sizes 8,1M,64M] [--rounds 3]
 //! cargo run --release -p ncclbpf-bench -- zerocopy [--sizes 64K,1M] [--streams 4] [--quick]
 //! ```
 //! With no subcommand it runs `loopback` (the options of `loopback` apply). The plugin is
 //! `$NCCLBPF_PLUGIN`, else the harness's default path; `NCCL_BPF_*` settings of the
 //! environment apply to every plugin arm. Measurements run in child processes of this binary
-//! (the hidden subcommands `arm`, `comms-child`, `hook-direct`).
+//! (the hidden subcommands `arm`, `ring-rank`, `comms-child`, `hook-direct`).
 
 mod common;
 mod comms;
 mod hookcost;
 mod loopback;
+mod ring;
 mod transport;
 mod zerocopy;
 
@@ -51,9 +53,15 @@ enum Cmd {
     /// Throughput of plain send against send(MSG_ZEROCOPY) over TCP loopback (64 KiB–16 MiB,
     /// N streams), their ratio, and how often the kernel copied the zero-copy sends anyway.
     Zerocopy(zerocopy::Args),
+    /// The demo's job: a ring all-reduce of N processes through the plugin and over raw TCP on
+    /// the same streams, warm, checked, median of many iterations per size; their ratio.
+    Ring(ring::Args),
     /// (internal) One loopback measurement, in a child process.
     #[command(hide = true)]
     Arm(loopback::ArmArgs),
+    /// (internal) One rank of `ring`, in a child process.
+    #[command(hide = true)]
+    RingRank(ring::RankArgs),
     /// (internal) One row of `comms`, in a child process.
     #[command(hide = true)]
     CommsChild(comms::ChildArgs),
@@ -70,6 +78,8 @@ fn main() -> ExitCode {
         Some(Cmd::Comms(a)) => comms::run(a),
         Some(Cmd::Hooks(a)) => hookcost::run(a),
         Some(Cmd::Zerocopy(a)) => zerocopy::run(a),
+        Some(Cmd::Ring(a)) => ring::run(a),
+        Some(Cmd::RingRank(a)) => ring::rank_main(a),
         Some(Cmd::Arm(a)) => loopback::arm_main(a),
         Some(Cmd::CommsChild(a)) => comms::child_main(a),
         Some(Cmd::HookDirect(a)) => hookcost::direct_main(a),

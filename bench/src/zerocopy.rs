@@ -42,7 +42,7 @@ const QUICK_SIZES: [usize; 2] = [64 << 10, 1 << 20];
 pub struct Args {
     /// Message sizes, comma-separated: bytes, or with a K/KiB or M/MiB suffix. Default
     /// 64K,256K,1M,4M,16M, or 64K,1M with --quick.
-    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+    #[arg(long, value_delimiter = ',', value_parser = crate::common::parse_size)]
     pub sizes: Option<Vec<usize>>,
     /// TCP connections over loopback, each with one sender and one receiver thread.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
@@ -59,26 +59,6 @@ pub struct Args {
     /// A smoke run of about a second: two sizes, 8 MiB per measurement, one round.
     #[arg(long)]
     pub quick: bool,
-}
-
-/// `64K`, `64KiB`, `1M`, `1MiB` or a number of bytes (not 0).
-fn parse_size(s: &str) -> Result<usize, String> {
-    let t = s.trim();
-    let (num, shift) = if let Some(n) = t.strip_suffix("KiB").or_else(|| t.strip_suffix('K')) {
-        (n, 10)
-    } else if let Some(n) = t.strip_suffix("MiB").or_else(|| t.strip_suffix('M')) {
-        (n, 20)
-    } else {
-        (t, 0)
-    };
-    let n: usize = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?}: not a size (bytes, or with K/KiB or M/MiB)"))?;
-    match n.checked_shl(shift) {
-        Some(v) if v > 0 && v >> shift == n => Ok(v),
-        _ => Err(format!("{s:?}: size out of range")),
-    }
 }
 
 /// What a sender's error queue said, in the timed part of one measurement.
@@ -639,7 +619,7 @@ pub fn run(a: &Args) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::common::parse_size;
 
     #[test]
     fn sizes_parse() {

@@ -21,7 +21,7 @@ fn bench(args: &[&str]) -> String {
 
 #[test]
 fn help_of_every_subcommand() {
-    for sub in ["loopback", "comms", "hooks", "zerocopy"] {
+    for sub in ["loopback", "comms", "hooks", "zerocopy", "ring"] {
         assert!(bench(&[sub, "--help"]).contains("Usage:"), "{sub} --help");
     }
     // The old invocation (no subcommand) is loopback.
@@ -90,4 +90,38 @@ fn raw_tcp_over_one_way_connections_measures_a_latency() {
             .unwrap_or_else(|| panic!("{arm}: no latency in\n{t}"));
         assert!(us > 0.0, "{arm}: {us}");
     }
+}
+
+#[test]
+fn ring_runs_both_backends_and_checks_the_result() {
+    // 3 ranks (uneven segments), a size inline and one cut into chunks, one round.
+    let t = bench(&[
+        "ring",
+        "--nranks",
+        "3",
+        "--sizes",
+        "8,12,256K",
+        "--rounds",
+        "1",
+    ]);
+    for want in [
+        "| 8 B | 100 |",
+        "| 12 B | 100 |",
+        "| 256 KiB | 100 |",
+        "plugin speed vs raw TCP",
+    ] {
+        assert!(t.contains(want), "no {want:?} in\n{t}");
+    }
+    // Both backends gave a figure for every size (a failed rank leaves "–").
+    let rows: Vec<&str> = t
+        .lines()
+        .filter(|l| l.starts_with("| ") && l.contains(" | 100 |"))
+        .collect();
+    assert_eq!(rows.len(), 3, "{t}");
+    assert!(
+        rows.iter().all(|r| r.split('|').all(|c| c.trim() != "–")),
+        "{t}"
+    );
+    // net_stats is attached by default and counted the ring's messages.
+    assert!(t.contains("sent ") && t.contains(" messages"), "{t}");
 }

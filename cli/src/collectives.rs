@@ -14,7 +14,7 @@ use shared_maps::MapView;
   ncclbpf collectives --json 12345 | jq '.collectives[] | select(.collective == \"allreduce\")'
 
 The process must have loaded the plugin as its NCCL profiler (NCCL >= 2.28 finds it in the net
-library; docs/profiler.md) and belong to the same user. Times are the GPU's, first channel start
+library; docs/guide/profiler.md) and belong to the same user. Times are the GPU's, first channel start
 to last channel end; p50 and p99 are the bounds of the power-of-two histogram buckets that hold
 them (\"at most\"); bus bandwidth is bus bytes over GPU time, as nccl-tests counts it. Entries
 of communicators that were finalized stay until their room is needed.

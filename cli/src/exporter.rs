@@ -36,7 +36,7 @@ nccl_net_errors_total{kind}, policy runs per net hook, nccl_net_op_duration_seco
 net_stats policy is loaded; per process nccl_net_connections, tuner policy runs, reloads by
 result and every policy map (ncclbpf_map_value{map,key,word}, the first --map-entries non-zero
 entries per map).
-docs/metrics.md lists every family, its labels, and what 10,000 connections cost.
+docs/guide/metrics.md lists every family, its labels, and what 10,000 connections cost.
 
 The listener is loopback unless --listen says otherwise; anyone who can reach it reads the
 metrics (peer addresses, communicator ids, map contents), so bind other addresses only on a

@@ -8,6 +8,8 @@
 //! `#[derive(Subcommand)]` enum of its module, e.g. `Rules { #[command(subcommand)] cmd:
 //! rules::Cmd }`, dispatched by that module's `run`.
 
+#![forbid(unsafe_code)]
+
 mod collectives;
 mod compare;
 mod decisions;

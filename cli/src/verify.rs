@@ -19,7 +19,7 @@ use std::path::PathBuf;
 A rejection names the instruction, the reason, the C source line and the register state
 before the instruction. A program the verifier cannot finish within its budget is rejected
 [too_complex: LIMIT limit], LIMIT one of processed, states, memory, work, time (the budget:
-64 MiB of verifier states, about 2 s at most; docs/verifier.md).
+64 MiB of verifier states, about 2 s at most; docs/design/verifier.md).
 
 ",
     "Exit status:

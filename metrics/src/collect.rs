@@ -4,7 +4,7 @@
 //! memory. Nothing here asks a process anything, so a process stuck inside a collective, or
 //! stopped, is read like any other.
 //!
-//! See `docs/metrics.md` for every family, its labels and the bounds on cardinality.
+//! See `docs/guide/metrics.md` for every family, its labels and the bounds on cardinality.
 
 use crate::expo::{Exposition, Kind, Labels};
 use shared_maps::conn_table::{self, ConnTableView, ProcessConns};
@@ -75,7 +75,7 @@ pub struct Options {
 }
 
 /// Connection ends exported per scrape by default: a whole table of one process (4096) is
-/// far below it; 10,000 ends give about 80,000 samples (see `docs/metrics.md`).
+/// far below it; 10,000 ends give about 80,000 samples (see `docs/guide/metrics.md`).
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 /// Policy map entries exported per map by default.
 pub const DEFAULT_MAP_ENTRIES: usize = 64;

@@ -1,4 +1,4 @@
-//! Prometheus metrics of ncclbpf processes, read from shared memory (`docs/metrics.md`).
+//! Prometheus metrics of ncclbpf processes, read from shared memory (`docs/guide/metrics.md`).
 //!
 //! * [`collect`]: what the metrics say: every process's connection table, tuner decision
 //!   records and policy maps, read-only through the registry, never asking the process;

@@ -63,7 +63,7 @@ typedef long long __s64;
 #define NCCLBPF_AGREED __uint(ncclbpf_scope, NCCLBPF_SCOPE_AGREED)
 #define NCCLBPF_CONFIG __uint(ncclbpf_scope, NCCLBPF_SCOPE_CONFIG)
 
-/* Epochs: the closed loop between what ranks observe and what they decide (docs/agreement.md).
+/* Epochs: the closed loop between what ranks observe and what they decide (docs/design/agreement.md).
  * At the end of each epoch (K collectives of the communicator, NCCL_BPF_AGREEMENT_EPOCH,
  * default 64), each rank's record holds, per source map, the *change* of every u64 word over
  * the epoch (wrapping difference of its contents at the epoch's end and the previous epoch's

@@ -2,7 +2,7 @@
 // knows the low three bits of the buffer's address are 0 and computes the address as
 // `ptr |= i`. The frame pointer is 8-aligned in both engines, so the `or` is an add; the
 // verifier takes it as one when the pointer is a stack pointer at a constant multiple of 8
-// and the scalar is within [0, 7] (docs/verifier.md).
+// and the scalar is within [0, 7] (docs/design/verifier.md).
 #include "ncclbpf.h"
 struct { __uint(type, BPF_MAP_TYPE_ARRAY); __type(key, __u32); __type(value, __u64); __uint(max_entries, 8); } m SEC(".maps");
 SEC("net/isend") int bytes(struct ncclbpf_net_ctx *ctx) {

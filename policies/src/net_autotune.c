@@ -234,7 +234,7 @@ struct {
 } autotune_net_agreed SEC(".maps");
 
 /* GPU time of this rank's collectives, per class, from the profiler (SEC("profiler/coll"):
- * the first channel's start to the last channel's end on the GPU's clock, docs/profiler.md);
+ * the first channel's start to the last channel's end on the GPU's clock, docs/guide/profiler.md);
  * only when NCCL loads the library as its profiler too (NCCL_PROFILER_PLUGIN). */
 struct autotune_gpu {
   __u64 ns;    /* summed */

@@ -12,6 +12,8 @@
 //!
 //! A malformed, truncated or hostile object is an [`ObjectError`], never a panic.
 
+#![forbid(unsafe_code)]
+
 pub mod asm;
 pub mod btf;
 pub mod elf;

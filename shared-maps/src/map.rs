@@ -441,7 +441,7 @@ impl Map {
             return Err(MapError::BadFlags);
         }
         let (ks, vs) = (self.spec.key_size as usize, self.spec.value_size as usize);
-        // SAFETY (each use, a temporary): `key` holds key_size readable bytes (the caller's
+        // SAFETY: (each use, a temporary) `key` holds key_size readable bytes (the caller's
         // contract); the slice is gone before anything is written.
         let key_bytes = || unsafe { std::slice::from_raw_parts(key, ks) };
         let write = |dst: *mut u8| {

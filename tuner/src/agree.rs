@@ -1,4 +1,4 @@
-//! The agreement, tuner side (design: `docs/agreement.md` §3, §5): what a tuner context does
+//! The agreement, tuner side (design: `docs/design/agreement.md` §3, §5): what a tuner context does
 //! at the end of each epoch and before each decision.
 //!
 //! A context of a policy that uses agreed data (an agreed map, or a `tuner/epoch` program)

@@ -46,7 +46,7 @@ impl Decision {
 /// Whether a channel count `n` may be handed to NCCL for a collective NCCL will run with
 /// algorithm `algo` (`None`: not known) on `nnodes` nodes.
 ///
-/// NCCL 2.28-2.30 (`topoGetAlgoInfo` / `scheduleCollTasksToPlan`, docs/nccl-collective-facts.md
+/// NCCL 2.28-2.30 (`topoGetAlgoInfo` / `scheduleCollTasksToPlan`, docs/reference/nccl-collective-facts.md
 /// §2.4) clamps a tuner's count to the communicator's channels for Ring, Tree, PAT and NVLS on
 /// one node, but uses it unchecked as the channel count for CollNet (Direct, Chain) and for
 /// NVLS across nodes, where more than the communicator has is unsafe; the tuner is never told
@@ -103,7 +103,7 @@ pub fn policy_ctx(c: &Collective) -> TunerCtx {
 /// Fills the policy's view of NCCL's cost table (`usable`, `nccl_algo`, `nccl_proto`): which
 /// entries NCCL can use (bit `a * 3 + p`, for the first 32 entries; none unless the table has
 /// 3 protocols) and its own pick, the first smallest usable entry (NCCL's loop). Only the pick
-/// is the same on every rank (docs/nccl-collective-facts.md §2.5): the verifier treats `usable`
+/// is the same on every rank (docs/reference/nccl-collective-facts.md §2.5): the verifier treats `usable`
 /// as rank-local.
 ///
 /// Kept out of line: the common program reads none of these, and the loop inlined into the

@@ -49,7 +49,7 @@
 //!   against a rank forging its history.
 //!
 //! It costs two multiplications and a few xors and shifts per decision, no memory but the
-//! digest itself (with publishing, about 2 ns a call: BENCHMARKS.md "Decision digest").
+//! digest itself (with publishing, about 2 ns a call: docs/design/history.md "Decision digest").
 
 use crate::decide::Decision;
 

@@ -848,11 +848,8 @@ mod tests {
         let e = ExecBuf::new(&code).unwrap();
         let mut ctx = [0u8; 8];
         // SAFETY: the program only calls the probe.
-        assert_eq!(
-            unsafe { e.call(ctx.as_mut_ptr()) },
-            0,
-            "misaligned stack at a helper call"
-        );
+        let r = unsafe { e.call(ctx.as_mut_ptr()) };
+        assert_eq!(r, 0, "misaligned stack at a helper call");
     }
 
     /// Frames save only the callee-saved registers a function names: for every subset of r6–r9
