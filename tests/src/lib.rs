@@ -6,6 +6,8 @@
 //! tested, the `0x1` hint stored in `*request` before `irecv`, `sizes == NULL` in `test`.
 //! Every call goes through the version's own table, so each ABI adapter is exercised.
 
+pub mod anynet;
+pub mod inner_ref;
 pub mod peer;
 
 use ncclnet_headers::net::*;
