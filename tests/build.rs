@@ -14,7 +14,7 @@ fn main() {
     inner_ref_plugins();
 }
 
-/// The reference inner net plugin (csrc/inner_ref.c, docs/reference-inner-plugin.md): one shared
+/// The reference inner net plugin (csrc/inner_ref*.c, docs/reference-inner-plugin.md): one shared
 /// library per ABI version, `libinner-ref-vN.so` exporting only `ncclNetPlugin_vN` and the
 /// `inner_ref_*` check functions. The cc crate makes static archives, so the compiler it finds
 /// is run directly; tests find the libraries through `env!("INNER_REF_DIR")`.
@@ -30,13 +30,19 @@ fn inner_ref_plugins() {
             .arg(format!("-DREF_NET_VERSION={v}"))
             .arg("-o")
             .arg(&lib)
-            .arg("csrc/inner_ref.c")
+            .args(["csrc/inner_ref.c", "csrc/inner_ref_state.c"])
             .arg("-lpthread")
             .status()
             .expect("run the C compiler");
         assert!(status.success(), "building {} failed", lib.display());
     }
     println!("cargo:rustc-env=INNER_REF_DIR={}", out.display());
-    println!("cargo:rerun-if-changed=csrc/inner_ref.c");
-    println!("cargo:rerun-if-changed=csrc/net_abi.h");
+    for f in [
+        "inner_ref.c",
+        "inner_ref_state.c",
+        "inner_ref_int.h",
+        "net_abi.h",
+    ] {
+        println!("cargo:rerun-if-changed=csrc/{f}");
+    }
 }

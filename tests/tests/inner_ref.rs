@@ -624,3 +624,90 @@ fn concurrent_connections_are_thread_safe() {
     assert_eq!(chk.count("isend"), 1200);
     assert_eq!(live_all(&chk), live0);
 }
+
+/// The environment's settings, read when the library loads: checked in a child process of this
+/// test binary, which runs `env_child` with them set (and dumps its log at exit).
+#[test]
+fn environment_settings_apply_at_load() {
+    let dump = std::env::temp_dir().join(format!("inner-ref-env-{}.log", std::process::id()));
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "env_child", "--test-threads=1"])
+        .env("INNER_REF_ENV_CHILD", "1")
+        .env("INNER_REF_NDEV", "2")
+        .env("INNER_REF_CONFIG", "connect_delay=0,maxrecvs=4")
+        .env("INNER_REF_INJECT", "isend_null:1")
+        .env("INNER_REF_LOG_FILE", &dump)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("1 passed"),
+        "the child test did not run:\n{stdout}"
+    );
+    let text = std::fs::read_to_string(&dump).unwrap();
+    let _ = std::fs::remove_file(&dump);
+    assert!(text.starts_with("# inner_ref v7: 0 violation(s)"), "{text}");
+    assert!(text.contains("inject isend_null"), "{text}");
+}
+
+/// The child half of `environment_settings_apply_at_load`; does nothing in a normal run.
+#[test]
+fn env_child() {
+    if std::env::var_os("INNER_REF_ENV_CHILD").is_none() {
+        return;
+    }
+    let chk = RefChecks::open(7).unwrap();
+    let mut net = AnyNet::open(&path(7), 7).unwrap();
+    net.init(1, None).unwrap();
+    assert_eq!(net.devices().unwrap(), 2);
+    assert_eq!(net.props(0).unwrap().max_recvs, 4);
+    let c = conn(&net);
+    assert_eq!(
+        chk.log_ops("connect").len(),
+        1,
+        "connect_delay=0: no 'in progress'"
+    );
+    let (a, b) = (c.send(&net, 0, 8, 0), c.send(&net, 0, 8, 0));
+    assert!(
+        !a.is_null() && b.is_null(),
+        "isend_null:1 fires on the second isend"
+    );
+    c.close(&net);
+}
+
+/// A handle is told apart from a later object in the same slot by its generation
+/// (handles are 0x5EF0 | kind | generation | slot, the slot in the low 16 bits).
+#[test]
+fn stale_handles_are_told_apart_from_reused_slots() {
+    let (_g, chk, net) = setup(9);
+    let mut c = conn(&net);
+    let slot = |o: Obj| o.0 as usize & 0xffff;
+    let (q, r) = (c.send(&net, 0, 8, 0), c.recv(&net, 0, 8, 0));
+    assert!(net.test(q, 1).unwrap().is_some() && net.test(r, 1).unwrap().is_some());
+    // Transfer until a new request, still live, sits in q's slot.
+    let mut live = None;
+    for _ in 0..20_000 {
+        let r2 = c.recv(&net, 0, 8, 0);
+        let s2 = c.send(&net, 0, 8, 0);
+        if slot(r2) == slot(q) || slot(s2) == slot(q) {
+            live = Some((s2, r2));
+            break;
+        }
+        assert!(net.test(s2, 1).unwrap().is_some() && net.test(r2, 1).unwrap().is_some());
+    }
+    let (s2, r2) = live.expect("the request slots never wrapped around");
+    assert_eq!(
+        net.test(q, 1),
+        Err(3),
+        "a done request's handle reached the slot's new owner"
+    );
+    one_violation(&chk, "used after test() reported it done");
+    assert!(net.test(s2, 1).unwrap().is_some() && net.test(r2, 1).unwrap().is_some());
+    c.close(&net);
+    no_violations(&chk);
+}
