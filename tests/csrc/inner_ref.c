@@ -8,7 +8,7 @@
  * what the wrapper did.
  * docs/reference-inner-plugin.md is the user's guide; the rules are here.
  *
- * Transport. listen() writes a 24-byte handle (magic, listener id, connect stage, dev) into
+ * Transport. listen() writes a 32-byte handle (magic, listener id, connect stage, dev, pid) into
  * NCCL's 128-byte buffer. connect() finds the listener in a global table; it answers "in
  * progress" (NULL comm) `connect_delay` times first, counting in the handle's stage field (so
  * a caller must hand back the same handle bytes on retries, as NCCL does). accept() pairs the
@@ -81,6 +81,8 @@
  */
 #define _GNU_SOURCE
 #include "inner_ref_int.h"
+
+#include <unistd.h>
 
 #if V <= 7
 typedef int regmr_size_t;
@@ -302,8 +304,10 @@ typedef struct {
   uint64_t listener;
   uint32_t stage;
   int32_t dev;
+  uint32_t pid; /* the loopback is in-process: a handle from another process is refused */
+  uint32_t pad;
 } wire_handle_t;
-_Static_assert(sizeof(wire_handle_t) == 24, "handle bytes");
+_Static_assert(sizeof(wire_handle_t) == 32, "handle bytes");
 
 static int dev_ok(int dev, const char *op) {
   if (dev >= 0 && dev < ndev_total()) return 1;
@@ -334,7 +338,7 @@ static net_result_t listen_core(void *ctx, int has_ctx, int dev, void *handle, v
   g_listen[s].dev = dev;
   g_listen[s].ctx = (uint64_t)ctx;
   uint64_t h = make_handle(K_LISTEN, s);
-  wire_handle_t w = {HANDLE_MAGIC, h, 0, dev};
+  wire_handle_t w = {HANDLE_MAGIC, h, 0, dev, (uint32_t)getpid(), 0};
   memcpy(handle, &w, sizeof w);
   *lc = (void *)h;
   char b[24], c[24];
@@ -372,6 +376,17 @@ static net_result_t connect_core(void *ctx, int has_ctx, int dev, net_comm_confi
               (unsigned long long)w.magic);
     UNLOCK();
     return NET_ERR_INTERNAL;
+  }
+  if (w.pid != (uint32_t)getpid()) {
+    logf_("connect dev=%d -> refused (a handle of process %u: the loopback is in-process)", dev,
+          w.pid);
+    if (g_logger)
+      g_logger(2 /* WARN */, 0x10 /* NET */, __FILE__, __LINE__,
+               "NET/RefNet : connect to a handle of process %u refused: the reference plugin "
+               "connects only within one process",
+               w.pid);
+    UNLOCK();
+    return NET_ERR_SYSTEM;
   }
   int ls;
   int st = resolve(w.listener, K_LISTEN, &ls);

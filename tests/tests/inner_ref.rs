@@ -711,3 +711,26 @@ fn stale_handles_are_told_apart_from_reused_slots() {
     c.close(&net);
     no_violations(&chk);
 }
+
+/// The loopback is in-process: a handle written by another process is refused, not matched
+/// with whatever local listener has the same id.
+#[test]
+fn handles_of_other_processes_are_refused() {
+    let (_g, chk, net) = setup(12);
+    let (mut h, l) = net.listen(0).unwrap();
+    let pid = u32::from_ne_bytes(h[24..28].try_into().unwrap());
+    assert_eq!(
+        pid,
+        std::process::id(),
+        "the handle carries the listener's process id"
+    );
+    h[24..28].copy_from_slice(&(pid ^ 1).to_ne_bytes());
+    assert_eq!(net.connect_step(0, &mut h), Err(2));
+    assert!(
+        chk.log().contains("refused (a handle of process"),
+        "{}",
+        chk.log()
+    );
+    net.close_listen(l).unwrap();
+    no_violations(&chk);
+}
