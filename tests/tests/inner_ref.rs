@@ -734,3 +734,33 @@ fn handles_of_other_processes_are_refused() {
     net.close_listen(l).unwrap();
     no_violations(&chk);
 }
+
+/// The harness's NCCL-like driver runs over the reference plugin unchanged (v7 to v12), so a
+/// wrapper test that points it at the wrapper in front of this plugin blames only the wrapper.
+#[test]
+fn the_harness_net_drives_it() {
+    for v in ncclbpf_harness::VERSIONS {
+        let _g = serial();
+        let chk = RefChecks::open(v).unwrap();
+        chk.reset();
+        chk.config("allow_null_mhandle", 1); // Net passes NULL mhandles and tag 0
+        let mut net = ncclbpf_harness::Net::open_path(&path(v), Some(v)).unwrap();
+        net.init(0x77).unwrap();
+        assert_eq!(net.devices().unwrap(), 1);
+        assert_eq!(net.props(0).unwrap().max_recvs, 8);
+        let (s, r) = net.connect_pair(0).unwrap();
+        for len in [0, 1, 4096, 100_000] {
+            let data = pattern(len, len as u64);
+            assert_eq!(
+                net.transfer(s, r, &data, len + 64).unwrap(),
+                data,
+                "v{v} {len} bytes"
+            );
+        }
+        net.close_send(s).unwrap();
+        net.close_recv(r).unwrap();
+        net.finalize().unwrap();
+        no_violations(&chk);
+        assert_eq!(chk.count("isend"), 4);
+    }
+}
