@@ -670,6 +670,7 @@ static void check_mh(uint64_t comm, void *mh, void *data, size_t size, const cha
               nm((uint64_t)mh, b), (unsigned long)m->ptr, m->size);
 }
 
+#if V >= 7 /* v6 has no getDeviceMr slot */
 static net_result_t ref_get_device_mr(void *comm, void *mh, void **dptr) {
   LOCK();
   bump("getDeviceMr");
@@ -683,6 +684,7 @@ static net_result_t ref_get_device_mr(void *comm, void *mh, void **dptr) {
   UNLOCK();
   return NET_OK;
 }
+#endif
 
 /* ---------------------------------------------------------------- data path */
 
@@ -1132,8 +1134,4 @@ EXPORT const CAT(CAT(net_v, V), _t) CAT(ncclNetPlugin_v, V) = {
     .setNetAttr = ref_set_net_attr,
 #endif
 };
-#if V < 7
-/* v6 has no getDeviceMr slot; keep the function for symmetry of the checks. */
-__attribute__((unused)) static void *unused_dev_mr = (void *)ref_get_device_mr;
-#endif
 
