@@ -6,7 +6,9 @@
 //! tested, the `0x1` hint stored in `*request` before `irecv`, `sizes == NULL` in `test`.
 //! Every call goes through the version's own table, so each ABI adapter is exercised.
 
+pub mod anynet;
 pub mod child;
+pub mod inner_ref;
 pub mod peer;
 
 use ncclnet_headers::net::*;
@@ -142,7 +144,15 @@ static ENV: Once = Once::new();
 /// Opens the library (`dlopen(RTLD_NOW | RTLD_LOCAL)`, as NCCL does; the handle stays open)
 /// and finds the first of `versions` exported as `<prefix><version>`, as NCCL's loader does.
 pub fn newest_symbol(prefix: &str, versions: &[u32]) -> Result<(u32, *mut c_void), String> {
-    let path = plugin_path();
+    newest_symbol_in(&plugin_path(), prefix, versions)
+}
+
+/// [`newest_symbol`] in the library at `path`.
+pub fn newest_symbol_in(
+    path: &std::path::Path,
+    prefix: &str,
+    versions: &[u32],
+) -> Result<(u32, *mut c_void), String> {
     let cpath = CString::new(path.to_string_lossy().as_bytes()).map_err(|e| e.to_string())?;
     // SAFETY: dlopen with a valid C string; the handle is kept for the process's life.
     let lib = unsafe { libc::dlopen(cpath.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
@@ -167,6 +177,12 @@ pub fn newest_symbol(prefix: &str, versions: &[u32]) -> Result<(u32, *mut c_void
 impl Net {
     /// Loads the library; picks `version` or the newest exported one, as NCCL does.
     pub fn open(version: Option<u32>) -> Result<Net, String> {
+        Net::open_path(&plugin_path(), version)
+    }
+
+    /// [`open`](Self::open) for the library at `path` (e.g. the reference inner plugin,
+    /// [`inner_ref::path`]).
+    pub fn open_path(path: &std::path::Path, version: Option<u32>) -> Result<Net, String> {
         ENV.call_once(|| {
             if std::env::var_os("NCCL_SOCKET_IFNAME").is_none() {
                 // SAFETY: runs once, before the plugin (which reads the environment) is loaded.
@@ -174,7 +190,7 @@ impl Net {
             }
         });
         let versions: Vec<u32> = version.map_or(VERSIONS.to_vec(), |v| vec![v]);
-        let (v, p) = newest_symbol("ncclNetPlugin_v", &versions)?;
+        let (v, p) = newest_symbol_in(path, "ncclNetPlugin_v", &versions)?;
         // SAFETY: the symbol is the data table of that version, alive while the library is.
         let table = unsafe {
             match v {
