@@ -111,7 +111,12 @@ pub fn init() -> NetResult<&'static Plugin> {
         crate::nlog!(INFO, INIT, "{}", inner.describe());
         if config.side {
             match devices::discover(config.speed_mbps) {
-                Ok(d) => inner.side_bind = d.first().map(Device::bind_addr),
+                Ok(d) => {
+                    inner.side_devices = d
+                        .iter()
+                        .map(|d| (d.pci_path.clone(), d.bind_addr()))
+                        .collect()
+                }
                 Err(e) => crate::nlog!(
                     WARN,
                     INIT,

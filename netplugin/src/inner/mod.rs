@@ -45,8 +45,9 @@ pub struct Inner {
     /// The context of a v11+ plugin for NCCL releases that give none (they call our v7 to v10
     /// tables): made by the first `init`.
     default_ctx: OnceLock<Ctx>,
-    /// Where side channels listen ([`side`]); `None`: no side channels.
-    pub side_bind: Option<std::net::SocketAddr>,
+    /// Where side channels may listen ([`side`]): the interfaces `NCCL_SOCKET_IFNAME` selects,
+    /// with their PCI paths; empty: no side channels.
+    pub side_devices: Vec<(Option<std::ffi::CString>, std::net::SocketAddr)>,
 }
 
 /// What a communicator's calls carry to the inner plugin: its context (v11+; NULL before)
@@ -94,7 +95,7 @@ impl Inner {
             ncclbpf: o.ncclbpf,
             process_init: Mutex::new(false),
             default_ctx: OnceLock::new(),
-            side_bind: None,
+            side_devices: Vec::new(),
         })
     }
 
@@ -188,6 +189,40 @@ impl Inner {
                 code: r,
             })
         }
+    }
+
+    /// Whether connections get side channels here.
+    pub fn sides(&self) -> bool {
+        !self.side_devices.is_empty()
+    }
+
+    /// Where the side channel of a connection on the inner plugin's device `dev` listens: the
+    /// interface of the same NIC (same PCI path: a RoCE or TCP NIC's own network device);
+    /// with another copy of ncclbpf, the same device index (the same interface there); else
+    /// the first interface, as NCCL's IB transport picks one for its own handshake.
+    pub fn side_bind_for(&self, dev: std::ffi::c_int) -> Option<std::net::SocketAddr> {
+        let (_, first) = self.side_devices.first()?;
+        // SAFETY: as NCCL calls getProperties (the inner plugin is initialised).
+        let props = unsafe { self.table.properties(dev) }.ok();
+        if let Some(p) = props.filter(|p| !p.pci_path.is_null()) {
+            // SAFETY: a plugin's pciPath is a NUL-terminated string it owns.
+            let path = unsafe { CStr::from_ptr(p.pci_path) };
+            if let Some((_, a)) = self
+                .side_devices
+                .iter()
+                .find(|(pp, _)| pp.as_deref() == Some(path))
+            {
+                return Some(*a);
+            }
+        }
+        if self.ncclbpf
+            && let Some((_, a)) = usize::try_from(dev)
+                .ok()
+                .and_then(|d| self.side_devices.get(d))
+        {
+            return Some(*a);
+        }
+        Some(*first)
     }
 
     /// One line for NCCL's log: who carries the data.

@@ -263,6 +263,15 @@ fn handle_buf<'a>(handle: Vp) -> NetResult<&'a mut [u8; HANDLE_SIZE]> {
     Ok(unsafe { &mut *(handle as *mut [u8; HANDLE_SIZE]) })
 }
 
+/// Seconds a side channel may lag its inner connection: `NCCL_BPF_HANDSHAKE_TIMEOUT`.
+fn side_wait_s() -> u64 {
+    u64::from(
+        crate::plugin::get()
+            .map_or(10, |p| p.config.handshake_timeout_s)
+            .max(1),
+    )
+}
+
 fn side_endpoint(dev: u32, comm_id: u64) -> Endpoint {
     Endpoint {
         dev,
@@ -329,7 +338,8 @@ fn side_listen(
 pub(crate) fn listen(i: &Inner, ctx: &Ctx, dev: c_int, handle: Vp, lc: *mut Vp) -> NetResult<()> {
     put(lc, std::ptr::null_mut(), "listenComm")?;
     let h = handle_buf(handle)?;
-    if i.side_bind.is_some() {
+    let bind = i.side_bind_for(dev);
+    if bind.is_some() {
         side::prepare(h);
     }
     let mut inner: Vp = std::ptr::null_mut();
@@ -339,9 +349,7 @@ pub(crate) fn listen(i: &Inner, ctx: &Ctx, dev: c_int, handle: Vp, lc: *mut Vp) 
     })?;
     if !inner.is_null() {
         let dev = dev.max(0) as u32;
-        let side = i
-            .side_bind
-            .and_then(|bind| side_listen(i, bind, h, dev, ctx.comm_id));
+        let side = bind.and_then(|bind| side_listen(i, bind, h, dev, ctx.comm_id));
         let l = Box::new(WrapListen {
             magic: LISTEN_MAGIC,
             inner,
@@ -365,6 +373,7 @@ struct PendingConnect {
     side: Option<Box<[u8; HANDLE_SIZE]>>,
     side_comm: Option<Box<Comm>>,
     started: Instant,
+    inner_done_at: Option<Instant>,
 }
 
 // SAFETY: the inner plugin's comm pointer goes to whichever thread NCCL calls connect from.
@@ -402,7 +411,7 @@ pub(crate) fn connect(
     let mut p = pending_take(key).unwrap_or_else(|| {
         // First call for this handle: the trailer comes out (always, so that the inner
         // plugin sees its own handle), and is used if side channels are on here.
-        let theirs = side::take(h).filter(|_| i.side_bind.is_some());
+        let theirs = side::take(h).filter(|_| i.sides());
         PendingConnect {
             inner: std::ptr::null_mut(),
             side: theirs.map(|t| {
@@ -412,6 +421,7 @@ pub(crate) fn connect(
             }),
             side_comm: None,
             started: Instant::now(),
+            inner_done_at: None,
         }
     });
     if p.inner.is_null() {
@@ -435,6 +445,21 @@ pub(crate) fn connect(
                 );
                 p.side = None;
             }
+        }
+    }
+    if !p.inner.is_null() && p.side.is_some() && p.side_comm.is_none() {
+        // The inner connection is up: the side channel gets the handshake timeout, no more
+        // (the listening end gives up on it as soon).
+        let since = *p.inner_done_at.get_or_insert_with(Instant::now);
+        let wait = side_wait_s();
+        if since.elapsed().as_secs() >= wait {
+            crate::nlog!(
+                WARN,
+                NET,
+                "side channel: not connected {wait} s after the inner connection: this \
+                 connection carries no agreement records"
+            );
+            p.side = None;
         }
     }
     if p.inner.is_null() || (p.side.is_some() && p.side_comm.is_none()) {
@@ -482,8 +507,8 @@ pub(crate) fn accept(
     }
     if l.side.is_some() && l.got_side.is_none() {
         let since = *l.inner_done_at.get_or_insert_with(Instant::now);
-        let wait = crate::plugin::get().map_or(10, |p| p.config.handshake_timeout_s);
-        if since.elapsed().as_secs() < u64::from(wait.max(1)) {
+        let wait = side_wait_s();
+        if since.elapsed().as_secs() < wait {
             return Ok(());
         }
         crate::nlog!(
