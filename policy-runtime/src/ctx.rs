@@ -172,6 +172,11 @@ pub struct ProfilerCtx {
     pub is_send: u32,
     /// 1 when `duration_ns` was measured (0: the GPU times were missing).
     pub timed: u32,
+    /// Collectives and p2p: the caller's per-call profiler tag (NCCL 2.31+, profiler v7; 0:
+    /// untagged or an older NCCL).
+    pub user_tag: u64,
+    /// Collectives: 1 for a symmetric-memory kernel (profiler v7; `algo` and `proto` are -1).
+    pub symmetric: u32,
 }
 
 /// A context a program can run on.
