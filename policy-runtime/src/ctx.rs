@@ -387,6 +387,8 @@ mod tests {
             offset_of!(ProfilerCtx, state),
             offset_of!(ProfilerCtx, is_send),
             offset_of!(ProfilerCtx, timed),
+            offset_of!(ProfilerCtx, user_tag),
+            offset_of!(ProfilerCtx, symmetric),
         ];
         assert_eq!(o.len(), PROFILER_FIELDS.len());
         for (o, f) in o.iter().zip(PROFILER_FIELDS) {
