@@ -177,6 +177,8 @@ pub struct ProfilerCtx {
     pub user_tag: u64,
     /// Collectives: 1 for a symmetric-memory kernel (profiler v7; `algo` and `proto` are -1).
     pub symmetric: u32,
+    /// 0 (keeps the struct without padding).
+    pub reserved: u32,
 }
 
 /// A context a program can run on.
@@ -389,6 +391,7 @@ mod tests {
             offset_of!(ProfilerCtx, timed),
             offset_of!(ProfilerCtx, user_tag),
             offset_of!(ProfilerCtx, symmetric),
+            offset_of!(ProfilerCtx, reserved),
         ];
         assert_eq!(o.len(), PROFILER_FIELDS.len());
         for (o, f) in o.iter().zip(PROFILER_FIELDS) {

@@ -307,6 +307,7 @@ pub const PROFILER_FIELDS: &[Field] = &[
     f("timed", 84, 4, R),
     f("user_tag", 88, 8, R),
     f("symmetric", 96, 4, R),
+    f("reserved", 100, 4, R),
 ];
 
 /// Size of `struct ncclbpf_profiler_ctx`.
