@@ -51,9 +51,9 @@
 # device kernels once per (collective, operation, type, algorithm, protocol) and nvcc dominates;
 # with one gencode on 16 cores about 4-6 minutes for 2.27/2.28, 5-8 minutes for 2.29-2.31 (more
 # kernels: symmetric memory, copy-engine collectives, GIN), so one release per device call, and
-# the whole matrix about 30 minutes of builds plus about 1 minute per release to run. Risks: a
-# release older than CUDA 13 support (NCCL added it in 2.27.7) fails to build with nvcc 13.0;
-# the build's tail is in the logs.
+# the whole matrix about 30 minutes of builds plus about 1 minute per release to run. Risk: nvcc
+# 13.0 against an older release's code (2.27.7's makefiles already select CUDA 13 gencodes, and
+# NVCC_GENCODE overrides them); a failed build's tail is printed and kept in the logs.
 #
 # TAGS: the releases, newest last; NEWEST (optional): one more git ref packed as "newest" (a 2.32
 # tag once a mirror has one; the mirror this was written against ends at v2.30.7-1). Knobs:
