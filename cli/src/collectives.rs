@@ -17,7 +17,9 @@ The process must have loaded the plugin as its NCCL profiler (NCCL >= 2.28 finds
 library; docs/guide/profiler.md) and belong to the same user. Times are the GPU's, first channel start
 to last channel end; p50 and p99 are the bounds of the power-of-two histogram buckets that hold
 them (\"at most\"); bus bandwidth is bus bytes over GPU time, as nccl-tests counts it. Entries
-of communicators that were finalized stay until their room is needed.
+of communicators that were finalized stay until their room is needed. With NCCL 2.31+ a
+collective the application tagged (a per-call profiler tag) has rows of its own, with a tag
+column: the first 16 distinct tags of a process each, every later one as \"other\".
 
 Exit status:
   0  the figures were read (also when there are none yet)
@@ -26,7 +28,7 @@ pub struct Args {
     /// Process id of a process that loaded the plugin.
     pub pid: u32,
     /// Print one JSON document: {pid, counters: {name: value}, collectives: [{comm, rank,
-    /// collective, size_bytes, algorithm, protocol, count, mean_ns, min_ns, max_ns,
+    /// collective, user_tag (null when untagged), size_bytes, algorithm, protocol, count, mean_ns, min_ns, max_ns,
     /// p50_le_ns, p99_le_ns, bus_bandwidth_bytes_per_second, bytes, bus_bytes, untimed}]}.
     #[arg(long)]
     pub json: bool,
@@ -67,6 +69,7 @@ pub fn run(out: &mut Out, a: &Args) -> Outcome {
             x.comm,
             x.rank,
             x.collective,
+            &x.user_tag,
             x.size_bytes,
             x.algorithm,
             x.protocol,
@@ -75,6 +78,7 @@ pub fn run(out: &mut Out, a: &Args) -> Outcome {
                 y.comm,
                 y.rank,
                 y.collective,
+                &y.user_tag,
                 y.size_bytes,
                 y.algorithm,
                 y.protocol,
@@ -92,6 +96,7 @@ pub fn run(out: &mut Out, a: &Args) -> Outcome {
                     "comm": format!("{:#018x}", e.comm),
                     "rank": e.rank,
                     "collective": e.collective,
+                    "user_tag": e.user_tag,
                     "size_bytes": e.size_bytes,
                     "algorithm": e.algorithm,
                     "protocol": e.protocol,
@@ -142,12 +147,22 @@ pub fn run(out: &mut Out, a: &Args) -> Outcome {
     if rows.is_empty() {
         return Ok(Verdict::Good);
     }
+    // The tag column only when some collective was tagged (NCCL 2.31+).
+    let tagged = rows.iter().any(|e| e.user_tag.is_some());
+    let tag = |t: &Option<String>| {
+        if tagged {
+            format!(" {:<20}", t.as_deref().unwrap_or("-"))
+        } else {
+            String::new()
+        }
+    };
     outln!(
         out,
-        "{:<18} {:>4}  {:<13} {:>8}  {:<9} {:<6} {:>9} {:>10} {:>9} {:>9} {:>10} {:>11} {:>8}",
+        "{:<18} {:>4}  {:<13}{} {:>8}  {:<9} {:<6} {:>9} {:>10} {:>9} {:>9} {:>10} {:>11} {:>8}",
         "comm",
         "rank",
         "collective",
+        tag(&Some("user tag".into())),
         "size ≤",
         "algorithm",
         "proto",
@@ -162,10 +177,11 @@ pub fn run(out: &mut Out, a: &Args) -> Outcome {
     for e in &rows {
         outln!(
             out,
-            "{:<18} {:>4}  {:<13} {:>8}  {:<9} {:<6} {:>9} {:>10} {:>9} {:>9} {:>10} {:>11} {:>8}",
+            "{:<18} {:>4}  {:<13}{} {:>8}  {:<9} {:<6} {:>9} {:>10} {:>9} {:>9} {:>10} {:>11} {:>8}",
             format!("{:#018x}", e.comm),
             e.rank,
             e.collective,
+            tag(&e.user_tag),
             size_text(e.size_bytes),
             e.algorithm,
             e.protocol,

@@ -736,6 +736,7 @@ fn collectives_of_a_profiled_process() {
             proto: 2,
             nchannels: 1,
             root_or_peer: 0,
+            ..Op::default()
         };
         let c = t.start(
             ctx,
@@ -811,5 +812,69 @@ fn collectives_of_a_profiled_process() {
         )
     );
     assert_eq!(v["counters"]["ops_timed"], Value::from(3));
+    assert_eq!(c["user_tag"], Value::Null, "untagged");
+    // A collective with a user tag (NCCL 2.31+): a row of its own, and a tag column.
+    let op = Op {
+        seq: 2,
+        func: 4,
+        count: 1 << 18,
+        type_size: 4,
+        algo: 1,
+        proto: 2,
+        nchannels: 1,
+        user_tag: 31337,
+        ..Op::default()
+    };
+    let c = t.start(
+        ctx,
+        &Descr {
+            kind: Kind::Coll(op),
+            parent: Handle(0),
+            rank: 1,
+        },
+    );
+    t.stop(c);
+    let k = t.start(
+        ctx,
+        &Descr {
+            kind: Kind::KernelCh {
+                channel: 0,
+                start: 10,
+            },
+            parent: c,
+            rank: 1,
+        },
+    );
+    t.record(
+        k,
+        StateUpdate {
+            state: 22,
+            arg: 10 + 50_000,
+        },
+    );
+    t.stop(k);
+    let (code, out, err) = run(&["collectives", &pid]);
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .filter(|l| l.starts_with("0x000000000000c011"))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    assert!(out.contains("user tag"), "{out}");
+    assert!(
+        rows.iter().any(|r| r[3] == "31337" && r[8] == "1"),
+        "the tagged row, one collective: {out}"
+    );
+    assert!(rows.iter().any(|r| r[3] == "-" && r[8] == "3"), "{out}");
+    let v = json(&["collectives", "--json", &pid]);
+    let tagged: Vec<&Value> = v["collectives"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["comm"] == "0x000000000000c011" && c["user_tag"] == "31337")
+        .collect();
+    assert_eq!(tagged.len(), 1);
+    assert_eq!(tagged[0]["count"], Value::from(1));
     t.finalize(ctx);
 }

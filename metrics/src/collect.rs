@@ -1113,6 +1113,7 @@ mod tests {
                         proto: 2,
                         nchannels: 1,
                         root_or_peer: 0,
+                        ..Op::default()
                     }),
                     parent: Handle(0),
                     rank: 2,
@@ -1175,6 +1176,71 @@ mod tests {
         assert_eq!(one(crate::profiled::EVENTS, &["outcome=\"orphaned\""]), 0.0);
         assert_eq!(one(crate::profiled::OPEN, &["what=\"events\""]), 0.0);
         assert_eq!(one(crate::profiled::OPEN, &["what=\"contexts\""]), 1.0);
+        t.finalize(ctx);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A collective with a user tag (profiler v7, NCCL 2.31+) is a series of its own with a
+    /// `user_tag` label; an untagged one has none.
+    #[test]
+    fn a_tagged_collective_has_a_user_tag_label() {
+        use ncclbpf_profiler::event::{Descr, Kind as EvKind, Op, StateUpdate};
+        use ncclbpf_profiler::handles::Handle;
+        use ncclbpf_profiler::tracker::Tracker;
+        let dir = scratch("profiler-tag");
+        let r: &'static Registry = Box::leak(Box::new(Registry::new(dir.clone())));
+        let t = Tracker::new(0x46, Box::leak(Box::default()), Some(r));
+        let ctx = t.init(0x7a9, "tp", 1, 2, 0).unwrap();
+        for tag in [0u64, 7, 7] {
+            let op = Op {
+                func: 4,
+                count: 256,
+                type_size: 4,
+                algo: 1,
+                proto: 2,
+                nchannels: 1,
+                user_tag: tag,
+                ..Op::default()
+            };
+            let c = t.start(
+                ctx,
+                &Descr {
+                    kind: EvKind::Coll(op),
+                    parent: Handle(0),
+                    rank: 0,
+                },
+            );
+            t.stop(c);
+            let k = t.start(
+                ctx,
+                &Descr {
+                    kind: EvKind::KernelCh {
+                        channel: 0,
+                        start: 100,
+                    },
+                    parent: c,
+                    rank: 0,
+                },
+            );
+            t.record(
+                k,
+                StateUpdate {
+                    state: 22,
+                    arg: 2_100,
+                },
+            );
+            t.stop(k);
+        }
+        let text = render(&dir, None, &Options::default());
+        promtool(&text);
+        let count = format!("{}_count", crate::profiled::DURATION);
+        let comm = "comm=\"0x00000000000007a9\"";
+        let all = sample(&text, &count, &[comm]);
+        assert_eq!(all.len(), 2, "{text}");
+        let tagged = sample(&text, &count, &[comm, "user_tag=\"7\""]);
+        assert!(tagged.len() == 1 && tagged[0].ends_with(" 2"), "{text}");
+        let untagged: Vec<_> = all.iter().filter(|l| !l.contains("user_tag")).collect();
+        assert!(untagged.len() == 1 && untagged[0].ends_with(" 1"), "{text}");
         t.finalize(ctx);
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -61,7 +61,14 @@ pub const FAMILIES: [(&str, Kind, &str); 9] = [
 ];
 
 const FORMAT: u64 = 1;
+/// `ncclbpf_collectives` format 1: 36 words; format 2 adds word 36, the entry's user tag,
+/// and the tag slot in the key's bucket word (bits 16 and up).
 const WORDS: usize = 36;
+const FORMAT_TAGGED: u64 = 2;
+const WORDS_TAGGED: usize = 37;
+const TAG_SHIFT: u32 = 16;
+/// The slot every user tag past the process's bound shares (`profiler/src/stats.rs`).
+const TAG_OTHER: u32 = 17;
 const HIST_AT: usize = 10;
 const HIST: usize = 26;
 const SIZE_BUCKETS: u32 = 41;
@@ -148,6 +155,9 @@ pub struct Entry {
     /// The rank in the communicator.
     pub rank: u32,
     pub collective: &'static str,
+    /// The caller's per-call profiler tag (NCCL 2.31+), in decimal; "other" for the tags past
+    /// the process's bound; `None` when untagged.
+    pub user_tag: Option<String>,
     /// Upper bound of the power-of-two size bucket, bytes.
     pub size_bytes: u64,
     pub algorithm: &'static str,
@@ -192,7 +202,12 @@ impl Entry {
 /// another format or shape is skipped.
 pub fn entries(v: &MapView, limit: usize) -> Vec<Entry> {
     let s = &v.spec;
-    if s.kind != MapType::Hash || s.key_size != 16 || s.value_size as usize != WORDS * 8 {
+    let (format, nwords) = match s.value_size as usize {
+        n if n == WORDS * 8 => (FORMAT, WORDS),
+        n if n == WORDS_TAGGED * 8 => (FORMAT_TAGGED, WORDS_TAGGED),
+        _ => return vec![],
+    };
+    if s.kind != MapType::Hash || s.key_size != 16 {
         return vec![];
     }
     let mut out = vec![];
@@ -200,10 +215,16 @@ pub fn entries(v: &MapView, limit: usize) -> Vec<Entry> {
         let Some(w) = vals.first().map(|x| words(x)) else {
             continue;
         };
-        if w.len() != WORDS || w[0] != FORMAT || k.len() != 16 {
+        if w.len() != nwords || w[0] != format || k.len() != 16 {
             continue;
         }
         let b = u32::from_le_bytes(k[12..].try_into().expect("4 bytes"));
+        let user_tag = match (format, b >> TAG_SHIFT) {
+            (FORMAT, _) | (_, 0) => None,
+            (_, TAG_OTHER) => Some("other".to_string()),
+            _ => Some(w[WORDS].to_string()),
+        };
+        let b = b & ((1 << TAG_SHIFT) - 1);
         let (p, a) = ((b % 4) as usize, ((b / 4) % 8) as usize);
         let size = (b / 32) % SIZE_BUCKETS;
         let func = ((b / 32) / SIZE_BUCKETS).min(15) as usize;
@@ -211,6 +232,7 @@ pub fn entries(v: &MapView, limit: usize) -> Vec<Entry> {
             comm: u64::from_le_bytes(k[..8].try_into().expect("8 bytes")),
             rank: u32::from_le_bytes(k[8..12].try_into().expect("4 bytes")),
             collective: FUNCS[func],
+            user_tag,
             size_bytes: 1u64 << size,
             algorithm: ALGOS[a],
             protocol: PROTOS[p],
@@ -241,6 +263,9 @@ pub fn collective_metrics(e: &mut Exposition, base: &Labels, v: &MapView, limit:
             ("algorithm", x.algorithm.to_string()),
             ("protocol", x.protocol.to_string()),
         ]);
+        if let Some(t) = &x.user_tag {
+            l.push(("user_tag", t.clone()));
+        }
         if x.untimed > 0 {
             e.add(UNTIMED, Kind::Counter, "", l.clone(), x.untimed);
         }

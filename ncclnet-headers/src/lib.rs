@@ -3,7 +3,7 @@
 //! * [`common`]: `ncclResult_t`, the logger, the profiler callback, shared constants.
 //! * [`net`]: `ncclNet_v7` … `ncclNet_v12` function tables and their property structs.
 //! * [`tuner`]: `ncclTuner_v2` … `ncclTuner_v6` function tables and their constants;
-//! * [`profiler`]: `ncclProfiler_v4` … `v6` tables, event descriptors and state arguments;
+//! * [`profiler`]: `ncclProfiler_v4` … `v7` tables, event descriptors and state arguments;
 //! * [`env`]: `ncclEnvPlugin_v1` and `v2` tables;
 //! * [`log`]: calling the (variadic) logger NCCL hands to plugins, safely.
 //!

@@ -1,6 +1,6 @@
-//! The profiler plugin ABI: `ncclProfiler_v4` (NCCL 2.27), `ncclProfiler_v5` (2.28) and
-//! `ncclProfiler_v6` (2.29, 2.30), from NCCL's `src/include/plugin/nccl_profiler.h` and
-//! `profiler/profiler_v4.h` … `v6.h`.
+//! The profiler plugin ABI: `ncclProfiler_v4` (NCCL 2.27), `ncclProfiler_v5` (2.28),
+//! `ncclProfiler_v6` (2.29, 2.30) and `ncclProfiler_v7` (2.31+), from NCCL's
+//! `src/include/plugin/nccl_profiler.h` and `profiler/profiler_v4.h` … `v7.h`.
 //!
 //! Every version is a table of six slots (48 bytes): name, init, startEvent, stopEvent,
 //! recordEventState, finalize. `stopEvent` and `recordEventState` get only the event handle,
@@ -11,6 +11,14 @@
 //! same (112 bytes; v6 adds three copy-engine members that fit in v5's union); in v4 `type` is a
 //! `uint8_t` and `coll`/`p2p` lack `parentGroup` (104 bytes). Union members are separate
 //! structs here, read only for the type the header names.
+//!
+//! v7 keeps v6's header and table and grows the union to 112 bytes (descriptor 136): a
+//! per-call `userTag` (`u64`, 0 = untagged) at the end of `collApi`, `p2pApi`, `coll`, `p2p`
+//! and `ceColl`; `coll` also gains `kernelVariant` and `isSymColl` (symmetric-memory
+//! kernels); and a `kernelPhase` member for the new KernelPhase event (bit 15), whose stop
+//! state (31) carries its GPU end time in the same 8-byte state-argument union as KernelCh.
+//! The v7 layouts are pinned to NVIDIA/nccl commit 88980683 (`makefiles/version.mk` 2.31.2),
+//! `src/include/plugin/profiler/profiler_v7.h` and `nccl_profiler.h`.
 
 use crate::common::{DebugLogger, NcclResult};
 use std::ffi::{c_char, c_int, c_void};
@@ -36,6 +44,9 @@ pub mod event {
     pub const CE_BATCH: u64 = 1 << 14;
     /// Every bit NCCL 2.30 defines.
     pub const ALL: u64 = (1 << 15) - 1;
+    /// v7: a kernel's barrier phase on one channel (initial sync, compute, final sync), a child
+    /// of a KernelCh event. NCCL turns KernelCh on with it.
+    pub const KERNEL_PHASE: u64 = 1 << 15;
 }
 
 /// `ncclProfilerEventState_t` values the plugin looks at (an `int` on the wire).
@@ -57,6 +68,8 @@ pub mod state {
     pub const GROUP_END_API_START: i32 = 24;
     pub const CE_COLL_START: i32 = 25;
     pub const CE_BATCH_COMPLETE: i32 = 30;
+    /// v7: recorded before a KernelPhase event stops; `args.kernelCh.pTimer` is the phase's end.
+    pub const KERNEL_PHASE_STOP: i32 = 31;
 }
 
 /// `NCCL_PROFILER_NET_TYPE_*`: the type half of a net plugin event's `pluginId`
@@ -224,6 +237,102 @@ pub struct CeCollBatchDescr {
     pub use_intra_sync: bool,
 }
 
+/// v7 `collApi`: v6's and the user tag.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CollApiDescrV7 {
+    pub func: *const c_char,
+    pub count: usize,
+    pub datatype: *const c_char,
+    pub root: c_int,
+    pub stream: *mut c_void,
+    pub graph_captured: bool,
+    /// The caller's per-call profiler tag (`ncclConfig`'s collective config); 0 when untagged.
+    pub user_tag: u64,
+}
+
+/// v7 `p2pApi`: v6's and the user tag.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct P2pApiDescrV7 {
+    pub func: *const c_char,
+    pub count: usize,
+    pub datatype: *const c_char,
+    pub stream: *mut c_void,
+    pub graph_captured: bool,
+    pub user_tag: u64,
+}
+
+/// v7 `coll`: v6's, the kernel variant and symmetric flag, and the user tag.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CollDescrV7 {
+    pub seq_number: u64,
+    pub func: *const c_char,
+    pub send_buff: *const c_void,
+    pub recv_buff: *mut c_void,
+    pub count: usize,
+    pub root: c_int,
+    pub datatype: *const c_char,
+    pub n_channels: u8,
+    pub n_warps: u8,
+    /// For a symmetric-memory collective NCCL puts the variant's suffix here (not one of
+    /// `ncclAlgoToString`'s names) and an empty protocol.
+    pub algo: *const c_char,
+    pub proto: *const c_char,
+    pub parent_group: *mut c_void,
+    /// The symmetric kernel's name (e.g. "AGxLL_R"); NULL for the others.
+    pub kernel_variant: *const c_char,
+    pub is_sym_coll: bool,
+    pub user_tag: u64,
+}
+
+/// v7 `p2p`: v6's and the user tag.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct P2pDescrV7 {
+    pub func: *const c_char,
+    pub buff: *mut c_void,
+    pub datatype: *const c_char,
+    pub count: usize,
+    pub peer: c_int,
+    pub n_channels: u8,
+    pub parent_group: *mut c_void,
+    pub user_tag: u64,
+}
+
+/// v7 `ceColl`: v6's and the user tag.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CeCollDescrV7 {
+    pub seq_number: u64,
+    pub func: *const c_char,
+    pub send_buff: *const c_void,
+    pub recv_buff: *mut c_void,
+    pub count: usize,
+    pub root: c_int,
+    pub datatype: *const c_char,
+    pub sync_strategy: *const c_char,
+    pub intra_batch_sync: bool,
+    pub batch_size: u32,
+    pub num_batches: u32,
+    pub ce_seq_num: u32,
+    pub stream: *mut c_void,
+    pub user_tag: u64,
+}
+
+/// v7 `kernelPhase`: one barrier phase of a kernel on one channel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct KernelPhaseDescr {
+    pub channel_id: u8,
+    /// 0 initial sync, 1 compute, 2 final sync.
+    pub phase_id: u8,
+    pub phase_name: *const c_char,
+    /// GPU globaltimer at the phase's start (ns).
+    pub p_timer: u64,
+}
+
 // ------------------------------------------------------------------ descriptors
 
 /// The union of `ncclProfilerEventDescr_v6_t` (v5's is the same without the `ce_*` members).
@@ -261,6 +370,36 @@ pub type EventDescrV5 = EventDescr;
 /// `ncclProfilerEventDescr_v6_t`.
 pub type EventDescrV6 = EventDescr;
 
+/// The union of `ncclProfilerEventDescr_v7_t`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union DescrUnionV7 {
+    pub group_api: GroupApiDescr,
+    pub coll_api: CollApiDescrV7,
+    pub p2p_api: P2pApiDescrV7,
+    pub kernel_launch: KernelLaunchDescr,
+    pub coll: CollDescrV7,
+    pub p2p: P2pDescrV7,
+    pub proxy_op: ProxyOpDescr,
+    pub proxy_step: ProxyStepDescr,
+    pub kernel_ch: KernelChDescr,
+    pub net_plugin: NetPluginDescr,
+    pub ce_coll: CeCollDescrV7,
+    pub ce_coll_sync: CeCollSyncDescr,
+    pub ce_coll_batch: CeCollBatchDescr,
+    pub kernel_phase: KernelPhaseDescr,
+}
+
+/// `ncclProfilerEventDescr_v7_t`: v6's header over a larger union.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct EventDescrV7 {
+    pub type_: u64,
+    pub parent_obj: *mut c_void,
+    pub rank: c_int,
+    pub u: DescrUnionV7,
+}
+
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub union DescrUnionV4 {
@@ -282,7 +421,8 @@ pub struct EventDescrV4 {
     pub u: DescrUnionV4,
 }
 
-/// `ncclProfilerEventStateArgs_v4_t` … `_v6_t` (the same 8-byte union).
+/// `ncclProfilerEventStateArgs_v4_t` … `_v7_t` (the same 8-byte union; v7's KernelPhase stop
+/// uses `kernelCh.pTimer`).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub union StateArgs {
@@ -336,6 +476,13 @@ pub type StartEventFn = Option<
         e_descr: *mut EventDescr,
     ) -> NcclResult,
 >;
+pub type StartEventV7Fn = Option<
+    unsafe extern "C" fn(
+        context: *mut c_void,
+        e_handle: *mut *mut c_void,
+        e_descr: *mut EventDescrV7,
+    ) -> NcclResult,
+>;
 pub type StopEventFn = Option<unsafe extern "C" fn(e_handle: *mut c_void) -> NcclResult>;
 pub type RecordEventStateFn = Option<
     unsafe extern "C" fn(
@@ -373,6 +520,18 @@ pub struct ProfilerV5 {
 
 /// `ncclProfiler_v6_t`.
 pub type ProfilerV6 = ProfilerV5;
+
+/// `ncclProfiler_v7_t` (NCCL 2.31+): v6's slots over the v7 descriptor.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ProfilerV7 {
+    pub name: *const c_char,
+    pub init: ProfilerInitV5Fn,
+    pub start_event: StartEventV7Fn,
+    pub stop_event: StopEventFn,
+    pub record_event_state: RecordEventStateFn,
+    pub finalize: ProfilerFinalizeFn,
+}
 
 #[cfg(test)]
 mod tests {
@@ -432,6 +591,47 @@ mod tests {
         assert_eq!(size_of::<CeCollBatchDescr>(), 24);
         assert_eq!(size_of::<DescrUnion>(), 88);
         assert_eq!(size_of::<DescrUnionV4>(), 80);
+    }
+
+    /// Numbers from compiling NVIDIA/nccl commit 88980683 (2.31.2)
+    /// `src/include/plugin/profiler/profiler_v7.h` with g++ (`sizeof`/`offsetof`, LP64).
+    /// Offsets in the union are the compiled descriptor offsets minus the 24-byte header.
+    #[test]
+    fn v7_layout() {
+        assert_eq!(size_of::<ProfilerV7>(), 48);
+        assert_eq!(offset_of!(ProfilerV7, start_event), 16);
+        assert_eq!(offset_of!(ProfilerV7, finalize), 40);
+        assert_eq!(size_of::<EventDescrV7>(), 136);
+        assert_eq!(offset_of!(EventDescrV7, parent_obj), 8);
+        assert_eq!(offset_of!(EventDescrV7, rank), 16);
+        assert_eq!(offset_of!(EventDescrV7, u), 24);
+        assert_eq!(size_of::<DescrUnionV7>(), 112);
+        assert_eq!(size_of::<CollApiDescrV7>(), 56);
+        assert_eq!(offset_of!(CollApiDescrV7, graph_captured), 64 - 24);
+        assert_eq!(offset_of!(CollApiDescrV7, user_tag), 72 - 24);
+        assert_eq!(size_of::<P2pApiDescrV7>(), 48);
+        assert_eq!(offset_of!(P2pApiDescrV7, graph_captured), 56 - 24);
+        assert_eq!(offset_of!(P2pApiDescrV7, user_tag), 64 - 24);
+        assert_eq!(size_of::<CollDescrV7>(), 112);
+        assert_eq!(offset_of!(CollDescrV7, parent_group), 104 - 24);
+        assert_eq!(offset_of!(CollDescrV7, kernel_variant), 112 - 24);
+        assert_eq!(offset_of!(CollDescrV7, is_sym_coll), 120 - 24);
+        assert_eq!(offset_of!(CollDescrV7, user_tag), 128 - 24);
+        assert_eq!(size_of::<P2pDescrV7>(), 56);
+        assert_eq!(offset_of!(P2pDescrV7, parent_group), 64 - 24);
+        assert_eq!(offset_of!(P2pDescrV7, user_tag), 72 - 24);
+        assert_eq!(size_of::<CeCollDescrV7>(), 96);
+        assert_eq!(offset_of!(CeCollDescrV7, stream), 104 - 24);
+        assert_eq!(offset_of!(CeCollDescrV7, user_tag), 112 - 24);
+        assert_eq!(size_of::<KernelPhaseDescr>(), 24);
+        assert_eq!(offset_of!(KernelPhaseDescr, phase_id), 25 - 24);
+        assert_eq!(offset_of!(KernelPhaseDescr, phase_name), 32 - 24);
+        assert_eq!(offset_of!(KernelPhaseDescr, p_timer), 40 - 24);
+        // The fields v7 kept from v6 stay where they were: an adapter may read them alike.
+        assert_eq!(offset_of!(CollDescrV7, algo), offset_of!(CollDescr, algo));
+        assert_eq!(offset_of!(P2pDescrV7, peer), offset_of!(P2pDescr, peer));
+        assert_eq!(event::KERNEL_PHASE, 1 << 15);
+        assert_eq!(state::KERNEL_PHASE_STOP, 31);
     }
 
     #[test]

@@ -1,5 +1,15 @@
-//! `ncclProfiler_v4` (NCCL 2.27), `ncclProfiler_v5` (2.28) and `ncclProfiler_v6` (2.29, 2.30):
-//! NCCL's profiler ABI, one table per version over [`ncclbpf_profiler::tracker`].
+//! `ncclProfiler_v4` (NCCL 2.27), `ncclProfiler_v5` (2.28), `ncclProfiler_v6` (2.29, 2.30) and
+//! `ncclProfiler_v7` (2.31+): NCCL's profiler ABI, one table per version over
+//! [`ncclbpf_profiler::tracker`].
+//!
+//! v7 adds the caller's per-call user tag and the symmetric-kernel flag to collectives and
+//! p2p operations; both reach the per-collective figures (the tag as a bounded label) and the
+//! `profiler/coll` and `profiler/p2p` programs. v7's KernelPhase event (a kernel's barrier
+//! phases per channel) is ignored on purpose: the default mask never asks for it, and when a
+//! user's `NCCL_PROFILE_EVENT_MASK` does, it is counted as ignored and given no handle. Three
+//! phase events per channel per collective would triple the channel events NCCL writes from
+//! the GPU for a split this profiler does not report; the collective's GPU time already spans
+//! them.
 //!
 //! NCCL ≥ 2.28 finds the profiler in the net library when `NCCL_PROFILER_PLUGIN` names none;
 //! `NCCL_PROFILER_PLUGIN=none` switches it off, and so does `NCCL_BPF_PROFILER=0` (no events).
@@ -87,6 +97,8 @@ unsafe fn coll_op(
         proto: named!(proto_of, proto),
         nchannels: n_channels,
         root_or_peer: root,
+        user_tag: 0,
+        sym: false,
     }
 }
 
@@ -108,6 +120,8 @@ unsafe fn p2p_op(
         proto: -1,
         nchannels: n_channels,
         root_or_peer: peer,
+        user_tag: 0,
+        sym: false,
     }
 }
 
@@ -199,6 +213,28 @@ macro_rules! copy_descr {
 /// `d` is a descriptor valid for the call, as NCCL passes it.
 unsafe fn descr_v5(d: &EventDescr) -> Descr {
     copy_descr!(d)
+}
+
+/// A v7 descriptor, copied: v6's fields where they were, plus the user tag and the symmetric
+/// flag of a collective or p2p operation. A KernelPhase event (v7) falls to `Kind::Other`:
+/// counted as ignored, no handle (see the module's documentation).
+///
+/// # Safety
+/// As [`descr_v5`].
+unsafe fn descr_v7(d: &EventDescrV7) -> Descr {
+    let mut out = copy_descr!(d);
+    match &mut out.kind {
+        Kind::Coll(op) => {
+            // SAFETY: NCCL filled `coll`, the member its type names (read above as well).
+            let c = unsafe { d.u.coll };
+            op.user_tag = c.user_tag;
+            op.sym = c.is_sym_coll;
+        }
+        // SAFETY: as above, `p2p`.
+        Kind::P2p(op) => op.user_tag = unsafe { d.u.p2p.user_tag },
+        _ => {}
+    }
+    out
 }
 
 /// A v4 descriptor, copied.
@@ -349,6 +385,19 @@ unsafe extern "C" fn start_event_v5(
     })
 }
 
+unsafe extern "C" fn start_event_v7(
+    context: Vp,
+    e_handle: *mut Vp,
+    e_descr: *mut EventDescrV7,
+) -> NcclResult {
+    guard("startEvent", || {
+        start_common(context, e_handle, || {
+            // SAFETY: NCCL's descriptor, valid for the call, when non-NULL.
+            unsafe { e_descr.as_ref().map(|d| descr_v7(d)) }
+        })
+    })
+}
+
 unsafe extern "C" fn stop_event(e_handle: Vp) -> NcclResult {
     guard("stopEvent", || {
         tracker::global().stop(Handle::from_ptr(e_handle));
@@ -424,6 +473,17 @@ const TABLE_V5: ProfilerV5 = ProfilerV5 {
     record_event_state: Some(record_event_state),
     finalize: Some(finalize),
 };
+
+/// v7: v6's slots over the larger v7 descriptor.
+#[unsafe(no_mangle)]
+pub static ncclProfiler_v7: Export<ProfilerV7> = Export(ProfilerV7 {
+    name: NAME,
+    init: Some(init_v5),
+    start_event: Some(start_event_v7),
+    stop_event: Some(stop_event),
+    record_event_state: Some(record_event_state),
+    finalize: Some(finalize),
+});
 
 #[unsafe(no_mangle)]
 pub static ncclProfiler_v6: Export<ProfilerV6> = Export(TABLE_V5);

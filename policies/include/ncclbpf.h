@@ -289,6 +289,9 @@ struct ncclbpf_profiler_ctx {
   __s32 state;       /* the last state NCCL recorded for the event (-1: none) */
   __u32 is_send;
   __u32 timed;       /* 1 when duration_ns was measured */
+  __u64 user_tag;    /* coll/p2p: the caller's per-call profiler tag (NCCL 2.31+; 0: none) */
+  __u32 symmetric;   /* coll: 1 for a symmetric-memory kernel (algo and proto are -1) */
+  __u32 reserved;
 };
 
 #define NCCLBPF_PROF_COLL 1

@@ -172,6 +172,13 @@ pub struct ProfilerCtx {
     pub is_send: u32,
     /// 1 when `duration_ns` was measured (0: the GPU times were missing).
     pub timed: u32,
+    /// Collectives and p2p: the caller's per-call profiler tag (NCCL 2.31+, profiler v7; 0:
+    /// untagged or an older NCCL).
+    pub user_tag: u64,
+    /// Collectives: 1 for a symmetric-memory kernel (profiler v7; `algo` and `proto` are -1).
+    pub symmetric: u32,
+    /// 0 (keeps the struct without padding).
+    pub reserved: u32,
 }
 
 /// A context a program can run on.
@@ -382,6 +389,9 @@ mod tests {
             offset_of!(ProfilerCtx, state),
             offset_of!(ProfilerCtx, is_send),
             offset_of!(ProfilerCtx, timed),
+            offset_of!(ProfilerCtx, user_tag),
+            offset_of!(ProfilerCtx, symmetric),
+            offset_of!(ProfilerCtx, reserved),
         ];
         assert_eq!(o.len(), PROFILER_FIELDS.len());
         for (o, f) in o.iter().zip(PROFILER_FIELDS) {

@@ -305,10 +305,13 @@ pub const PROFILER_FIELDS: &[Field] = &[
     f("state", 76, 4, R),
     f("is_send", 80, 4, R),
     f("timed", 84, 4, R),
+    f("user_tag", 88, 8, R),
+    f("symmetric", 96, 4, R),
+    f("reserved", 100, 4, R),
 ];
 
 /// Size of `struct ncclbpf_profiler_ctx`.
-pub const PROFILER_CTX_SIZE: u32 = 88;
+pub const PROFILER_CTX_SIZE: u32 = 104;
 
 /// The profiler's hooks, one per event type it follows.
 pub const PROFILER_SECTIONS: [&str; 6] = [

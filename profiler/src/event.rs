@@ -102,6 +102,12 @@ pub struct Op {
     pub proto: i8,
     pub nchannels: u8,
     pub root_or_peer: i32,
+    /// The caller's per-call profiler tag (profiler v7, NCCL 2.31+; 0: untagged or an older
+    /// NCCL).
+    pub user_tag: u64,
+    /// A symmetric-memory collective (profiler v7): NCCL names a kernel variant instead of an
+    /// algorithm and protocol, so `algo` and `proto` are -1.
+    pub sym: bool,
 }
 
 /// What an event describes.
@@ -127,8 +133,8 @@ pub enum Kind {
     NetPlugin {
         id: i64,
     },
-    /// A type we count but do not follow (group, API, proxy control, copy-engine events, and
-    /// types newer than this plugin): its bit.
+    /// A type we count but do not follow (group, API, proxy control, copy-engine events, v7's
+    /// kernel phases, and types newer than this plugin): its bit.
     Other(u64),
 }
 
@@ -183,6 +189,7 @@ pub fn bit_name(bit: u64) -> &'static str {
         event::CE_COLL => "ce_coll",
         event::CE_SYNC => "ce_sync",
         event::CE_BATCH => "ce_batch",
+        event::KERNEL_PHASE => "kernel_phase",
         _ => "other",
     }
 }

@@ -6,10 +6,11 @@
 //!
 //! A hash map created by the plugin, listed in the registry like every map. Key, 16 bytes: the
 //! communicator id (`u64`), the rank (`u32`) and the bucket (`u32`) =
-//! `((func × 41 + size) × 8 + algo + 1) × 4 + proto + 1`, all little-endian: `func` NCCL's
-//! `ncclFunc_t` (15 any other), `size` the [size bucket](crate::collective::size_bucket) of the
-//! operation's bytes, `algo` and `proto` NCCL's numbers (-1 unknown). Value: [`WORDS`]
-//! little-endian `u64`:
+//! `tag << 16 | ((func × 41 + size) × 8 + algo + 1) × 4 + proto + 1`, all little-endian: `func`
+//! NCCL's `ncclFunc_t` (15 any other), `size` the [size bucket](crate::collective::size_bucket)
+//! of the operation's bytes, `algo` and `proto` NCCL's numbers (-1 unknown), `tag` the user
+//! tag's slot ([`tag_slot`]: 0 untagged, 1 … [`MAX_TAGS`] the first distinct tags the process
+//! saw, [`TAG_OTHER`] every later one). Value: [`WORDS`] little-endian `u64`:
 //!
 //! | word | content |
 //! |---|---|
@@ -23,6 +24,13 @@
 //! | 8 | ranks of the communicator |
 //! | 9 | flags: 1 the communicator was finalized |
 //! | 10 + i | timed operations whose time is at most [`bound_ns`]`(i)`, not cumulative; the last, i = [`HIST`] − 1, above every bound |
+//! | 36 | the user tag of the entry's slot (0 untagged, `u64::MAX` for [`TAG_OTHER`]) |
+//!
+//! User tags (profiler v7, NCCL 2.31+: a per-call `u64` the application sets in its
+//! collective config) are a label of unbounded cardinality; each process gives its own
+//! entries to the first [`MAX_TAGS`] distinct tags only, and counts every later tag under
+//! one "other" slot, so a tag per step or per layer cannot fill the map. Format 1 (36 words,
+//! no tag) was this map before the user tag.
 //!
 //! Every word is written with relaxed atomic adds (or min/max), so several threads of NCCL may
 //! complete operations of one communicator at once; a reader sees each word as it is.
@@ -36,11 +44,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub const MAP_NAME: &str = "ncclbpf_collectives";
-pub const FORMAT: u64 = 1;
+pub const FORMAT: u64 = 2;
 /// Histogram buckets: bounds 1 µs × 2^i for i = 0 … 24 (1 µs … 16.8 s), and one above.
 pub const HIST: usize = 26;
 pub const HIST_AT: usize = 10;
-pub const WORDS: usize = HIST_AT + HIST;
+/// The word holding the entry's user tag.
+pub const TAG_AT: usize = HIST_AT + HIST;
+pub const WORDS: usize = TAG_AT + 1;
 pub const VALUE_SIZE: u32 = (WORDS * 8) as u32;
 pub const KEY_SIZE: u32 = 16;
 pub const MAX_ENTRIES: u32 = 8192;
@@ -69,7 +79,63 @@ pub fn spec() -> MapSpec {
     }
 }
 
-/// The bucket word of the key.
+/// Distinct user tags with entries of their own, per process.
+pub const MAX_TAGS: usize = 16;
+/// The slot of every tag past the first [`MAX_TAGS`].
+pub const TAG_OTHER: u32 = MAX_TAGS as u32 + 1;
+/// Where the tag slot sits in the bucket word.
+pub const TAG_SHIFT: u32 = 16;
+
+/// The first [`MAX_TAGS`] distinct user tags, in the order first seen; 0 marks a free slot.
+pub struct Tags([AtomicU64; MAX_TAGS]);
+
+impl Tags {
+    pub const fn new() -> Tags {
+        Tags([const { AtomicU64::new(0) }; MAX_TAGS])
+    }
+
+    /// The slot of `tag`: 0 for 0 (untagged), 1 … [`MAX_TAGS`] for the first distinct tags,
+    /// [`TAG_OTHER`] once every slot is taken by another. Lock-free: concurrent callers with
+    /// the same new tag end in the same slot.
+    pub fn slot(&self, tag: u64) -> u32 {
+        if tag == 0 {
+            return 0;
+        }
+        for (i, s) in self.0.iter().enumerate() {
+            match s.compare_exchange(0, tag, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return i as u32 + 1,
+                Err(t) if t == tag => return i as u32 + 1,
+                Err(_) => {}
+            }
+        }
+        TAG_OTHER
+    }
+}
+
+impl Default for Tags {
+    fn default() -> Tags {
+        Tags::new()
+    }
+}
+
+static TAGS: Tags = Tags::new();
+
+/// The process's slot for `tag` ([`Tags::slot`]).
+pub fn tag_slot(tag: u64) -> u32 {
+    TAGS.slot(tag)
+}
+
+/// `bucket` with a tag slot.
+pub fn with_tag(bucket: u32, slot: u32) -> u32 {
+    (bucket & ((1 << TAG_SHIFT) - 1)) | (slot.min(TAG_OTHER) << TAG_SHIFT)
+}
+
+/// The tag slot of a bucket word.
+pub fn tag_of(bucket: u32) -> u32 {
+    bucket >> TAG_SHIFT
+}
+
+/// The bucket word of the key (untagged; [`with_tag`] adds the slot).
 pub fn bucket(func: u8, size: u32, algo: i8, proto: i8) -> u32 {
     let f = u32::from(func.min(15));
     let a = (i32::from(algo) + 1).clamp(0, 7) as u32;
@@ -79,6 +145,7 @@ pub fn bucket(func: u8, size: u32, algo: i8, proto: i8) -> u32 {
 
 /// The parts of a bucket word: func, size bucket, algo, proto.
 pub fn unbucket(b: u32) -> (u8, u32, i8, i8) {
+    let b = b & ((1 << TAG_SHIFT) - 1);
     let p = (b % 4) as i8 - 1;
     let a = ((b / 4) % 8) as i8 - 1;
     let rest = b / 32;
@@ -97,11 +164,16 @@ pub fn key(comm_id: u64, rank: u32, bucket: u32) -> [u8; 16] {
 
 type Value = [AtomicU64; WORDS];
 
-fn fresh(nranks: u32) -> [u8; VALUE_SIZE as usize] {
+fn fresh(nranks: u32, bucket: u32, tag: u64) -> [u8; VALUE_SIZE as usize] {
     let mut w = [0u64; WORDS];
     w[0] = FORMAT;
     w[5] = u64::MAX;
     w[8] = nranks.into();
+    w[TAG_AT] = match tag_of(bucket) {
+        0 => 0,
+        TAG_OTHER => u64::MAX,
+        _ => tag,
+    };
     let mut out = [0u8; VALUE_SIZE as usize];
     for (c, v) in out.chunks_exact_mut(8).zip(w) {
         c.copy_from_slice(&v.to_le_bytes());
@@ -112,7 +184,10 @@ fn fresh(nranks: u32) -> [u8; VALUE_SIZE as usize] {
 /// One completed operation, as [`Stats::add`] counts it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sample {
+    /// With its tag slot ([`with_tag`]).
     pub bucket: u32,
+    /// The operation's user tag (0: none), written in a new entry.
+    pub user_tag: u64,
     pub duration_ns: Option<u64>,
     pub bytes: u64,
     pub bus_bytes: u64,
@@ -162,7 +237,7 @@ impl Stats {
         )
     }
 
-    fn entry(&self, bucket: u32) -> Option<NonNull<Value>> {
+    fn entry(&self, bucket: u32, tag: u64) -> Option<NonNull<Value>> {
         let map = self.map.as_ref()?;
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(p) = entries.get(&bucket) {
@@ -170,7 +245,7 @@ impl Stats {
         }
         let k = key(self.comm_id, self.rank, bucket);
         for _ in 0..4 {
-            match map.update(&k, &fresh(self.nranks), BPF_NOEXIST) {
+            match map.update(&k, &fresh(self.nranks, bucket, tag), BPF_NOEXIST) {
                 Ok(()) | Err(MapError::Exists) => break,
                 Err(MapError::Full) => {
                     let finished = map.entries().into_iter().find(|(_, v)| {
@@ -205,7 +280,7 @@ impl Stats {
 
     /// Counts one operation; false when it has no entry (the map could not be made or is full).
     pub fn add(&self, s: &Sample) -> bool {
-        let Some(p) = self.entry(s.bucket) else {
+        let Some(p) = self.entry(s.bucket, s.user_tag) else {
             return false;
         };
         // SAFETY: see `entries`: the value lives while the map does and we hold it.
@@ -272,6 +347,51 @@ mod tests {
     }
 
     #[test]
+    fn tag_slots_are_bounded_and_stable() {
+        let t = Tags::new();
+        assert_eq!(t.slot(0), 0, "untagged");
+        assert_eq!(t.slot(77), 1);
+        assert_eq!(t.slot(u64::MAX), 2);
+        assert_eq!(t.slot(77), 1, "a tag keeps its slot");
+        for tag in 100..100 + MAX_TAGS as u64 {
+            t.slot(tag);
+        }
+        assert_eq!(t.slot(100), 3);
+        assert_eq!(t.slot(5), TAG_OTHER, "past the bound: other");
+        assert_eq!(t.slot(6), TAG_OTHER);
+        assert_eq!(t.slot(u64::MAX), 2);
+        // The slot rides above the bucket's own bits and leaves them readable.
+        let b = bucket(4, 40, 6, 2);
+        assert!(b < 1 << TAG_SHIFT);
+        let tb = with_tag(b, TAG_OTHER);
+        assert_eq!(tag_of(tb), TAG_OTHER);
+        assert_eq!(unbucket(tb), unbucket(b));
+        assert_eq!(with_tag(b, 1000), with_tag(b, TAG_OTHER), "slot clamped");
+    }
+
+    #[test]
+    fn a_tagged_entry_holds_its_tag() {
+        let dir = std::env::temp_dir().join(format!("ncclbpf-prof-tags-{}", std::process::id()));
+        let reg = Registry::new(dir.clone());
+        let (s, _) = Stats::new(Some(&reg), 0xabd, 0, 2);
+        let b = bucket(4, 10, 1, 2);
+        for (slot, tag) in [(0, 0u64), (3, 4242), (TAG_OTHER, 99)] {
+            assert!(s.add(&Sample {
+                bucket: with_tag(b, slot),
+                user_tag: tag,
+                duration_ns: Some(1_000),
+                bytes: 1,
+                bus_bytes: 1
+            }));
+        }
+        assert_eq!(s.words(b).unwrap()[TAG_AT], 0);
+        assert_eq!(s.words(with_tag(b, 3)).unwrap()[TAG_AT], 4242);
+        assert_eq!(s.words(with_tag(b, TAG_OTHER)).unwrap()[TAG_AT], u64::MAX);
+        assert_eq!(s.buckets().len(), 3, "one entry per slot");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
     fn histogram_bounds() {
         assert_eq!(hist_bucket(0), 0);
         assert_eq!(hist_bucket(1000), 0);
@@ -290,18 +410,21 @@ mod tests {
         let b = bucket(4, 22, 1, 2);
         assert!(s.add(&Sample {
             bucket: b,
+            user_tag: 0,
             duration_ns: Some(5_000),
             bytes: 4 << 20,
             bus_bytes: 6 << 20
         }));
         assert!(s.add(&Sample {
             bucket: b,
+            user_tag: 0,
             duration_ns: Some(3_000),
             bytes: 4 << 20,
             bus_bytes: 6 << 20
         }));
         assert!(s.add(&Sample {
             bucket: b,
+            user_tag: 0,
             duration_ns: None,
             bytes: 0,
             bus_bytes: 0

@@ -714,7 +714,11 @@ impl Tracker {
         let duration = p.duration_ns();
         let bytes = collective::op_bytes(op, ctx.nranks);
         let sample = Sample {
-            bucket: stats::bucket(op.func, collective::size_bucket(bytes), op.algo, op.proto),
+            bucket: stats::with_tag(
+                stats::bucket(op.func, collective::size_bucket(bytes), op.algo, op.proto),
+                stats::tag_slot(op.user_tag),
+            ),
+            user_tag: op.user_tag,
             duration_ns: duration,
             bytes,
             bus_bytes: collective::bus_bytes(op, ctx.nranks),
@@ -748,6 +752,8 @@ impl Tracker {
         pc.start_ns = p.first;
         pc.duration_ns = duration.unwrap_or(0);
         pc.timed = duration.is_some().into();
+        pc.user_tag = op.user_tag;
+        pc.symmetric = op.sym.into();
         self.run(&mut pc);
     }
 

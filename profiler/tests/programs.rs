@@ -52,6 +52,7 @@ fn coll_timer_counts_what_the_gpu_took() {
             proto: 2,
             nchannels: 1,
             root_or_peer: 0,
+            ..Op::default()
         };
         let c = t.start(
             ctx,

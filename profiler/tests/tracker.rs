@@ -43,6 +43,7 @@ fn all_reduce(seq: u64, count: u64, nch: u8) -> Descr {
             proto: 2,
             nchannels: nch,
             root_or_peer: 0,
+            ..Op::default()
         }),
         parent: Handle(0),
         rank: 0,

@@ -1,5 +1,5 @@
 //! The profiler through its ABI, as NCCL calls it and as a careless caller would: the built
-//! library opened with dlopen, `ncclProfiler_v4` … `v6` looked up by name, every call through
+//! library opened with dlopen, `ncclProfiler_v4` … `v7` looked up by name, every call through
 //! the exported tables.
 
 use ncclbpf_harness::{logger, newest_symbol};
@@ -136,9 +136,9 @@ fn channel_end(t: &ProfilerV5, h: *mut c_void, stop: u64) {
 
 #[test]
 fn every_version_is_a_complete_table_named_bpf() {
-    for v in [4, 5, 6] {
+    for v in [4, 5, 6, 7] {
         let (_, p) = newest_symbol("ncclProfiler_v", &[v]).unwrap();
-        // SAFETY: the v4 and v5/v6 tables share the first slot (name) and have six slots.
+        // SAFETY: the v4, v5/v6 and v7 tables share the first slot (name) and have six slots.
         let slots = unsafe { std::slice::from_raw_parts(p as *const *const c_void, 6) };
         assert!(slots.iter().all(|s| !s.is_null()), "v{v}: a NULL slot");
         // SAFETY: slot 0 is the name, a NUL-terminated constant.
@@ -249,6 +249,150 @@ fn the_v4_table_reads_v4_descriptors() {
     }
     let after = counters();
     assert_eq!(after[EVENTS_FOLLOWED] - before[EVENTS_FOLLOWED], 1);
+}
+
+const EVENTS_IGNORED: usize = 4;
+
+/// NCCL 2.31+'s table: a tagged collective gets entries of its own, with its tag, and a
+/// KernelPhase event is ignored (no handle, counted).
+#[test]
+fn the_v7_table_reads_user_tags_and_ignores_kernel_phases() {
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    let (v, p) = newest_symbol("ncclProfiler_v", &[7]).expect("ncclProfiler_v7");
+    assert_eq!(v, 7);
+    // SAFETY: the exported static has ProfilerV7's layout for the process.
+    let t = unsafe { &*(p as *const ProfilerV7) };
+    let comm = 0x5eed_0007u64;
+    let mut ctx = std::ptr::null_mut();
+    // SAFETY: v7's init is v5's, as NCCL 2.31 calls it.
+    let r = unsafe {
+        (t.init.unwrap())(
+            &mut ctx,
+            comm,
+            NCCL_MASK.as_ptr(),
+            c"v7".as_ptr(),
+            2,
+            2,
+            0,
+            logger(),
+        )
+    };
+    assert_eq!(r, NcclResult::SUCCESS);
+    assert_eq!(
+        NCCL_MASK.load(Ordering::Relaxed) as u64 & event::KERNEL_PHASE,
+        0,
+        "kernel phases are not asked for"
+    );
+    let start7 = |d: &mut EventDescrV7| {
+        let mut h = std::ptr::null_mut();
+        // SAFETY: as NCCL calls it.
+        let r = unsafe { (t.start_event.unwrap())(ctx, &mut h, d) };
+        assert_eq!(r, NcclResult::SUCCESS);
+        h
+    };
+    let stop = |h| {
+        // SAFETY: as NCCL calls it.
+        assert_eq!(unsafe { (t.stop_event.unwrap())(h) }, NcclResult::SUCCESS)
+    };
+    let before = counters();
+    for (seq, tag) in [(1u64, 0u64), (2, 0xfeed_beef)] {
+        // SAFETY: all-zero is valid; then the coll member, as NCCL 2.31 fills it.
+        let mut d: EventDescrV7 = unsafe { std::mem::zeroed() };
+        d.type_ = event::COLL;
+        d.u.coll = CollDescrV7 {
+            seq_number: seq,
+            func: c"AllReduce".as_ptr(),
+            send_buff: std::ptr::null(),
+            recv_buff: std::ptr::null_mut(),
+            count: 1 << 18,
+            root: 0,
+            datatype: c"ncclFloat32".as_ptr(),
+            n_channels: 1,
+            n_warps: 8,
+            algo: c"RING".as_ptr(),
+            proto: c"SIMPLE".as_ptr(),
+            parent_group: std::ptr::null_mut(),
+            kernel_variant: std::ptr::null(),
+            is_sym_coll: false,
+            user_tag: tag,
+        };
+        let c = start7(&mut d);
+        assert!(!c.is_null());
+        stop(c);
+        // SAFETY: as above, the kernelCh member.
+        let mut k: EventDescrV7 = unsafe { std::mem::zeroed() };
+        k.type_ = event::KERNEL_CH;
+        k.parent_obj = c;
+        k.u.kernel_ch = KernelChDescr {
+            channel_id: 0,
+            p_timer: 5_000,
+        };
+        let kh = start7(&mut k);
+        // A phase under the channel, as NCCL sends it when the mask has bit 15.
+        // SAFETY: as above, the kernelPhase member.
+        let mut ph: EventDescrV7 = unsafe { std::mem::zeroed() };
+        ph.type_ = event::KERNEL_PHASE;
+        ph.parent_obj = kh;
+        ph.u.kernel_phase = KernelPhaseDescr {
+            channel_id: 0,
+            phase_id: 1,
+            phase_name: c"compute".as_ptr(),
+            p_timer: 5_100,
+        };
+        assert!(start7(&mut ph).is_null(), "no handle for a kernel phase");
+        let mut a = StateArgs {
+            p_timer: 5_000 + 1_000 * seq,
+        };
+        // SAFETY: as NCCL calls it (ncclProfilerStopKernelChEvent).
+        unsafe {
+            (t.record_event_state.unwrap())(kh, state::KERNEL_CH_STOP, &mut a);
+        }
+        stop(kh);
+    }
+    let after = counters();
+    assert_eq!(after[OPS_TIMED] - before[OPS_TIMED], 2);
+    assert_eq!(after[EVENTS_IGNORED] - before[EVENTS_IGNORED], 2);
+    let views = MapView::open_all(std::process::id()).unwrap();
+    let v = views
+        .iter()
+        .find(|v| v.name == "ncclbpf_collectives")
+        .expect("published");
+    let mut mine: Vec<(u32, Vec<u64>)> = v
+        .entries()
+        .into_iter()
+        .filter(|(k, _)| k[..8] == comm.to_le_bytes())
+        .map(|(k, x)| {
+            (
+                u32::from_le_bytes(k[12..16].try_into().unwrap()),
+                x[0].chunks_exact(8)
+                    .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+                    .collect(),
+            )
+        })
+        .collect();
+    mine.sort();
+    assert_eq!(mine.len(), 2, "untagged and tagged apart: {mine:?}");
+    assert_eq!(mine[0].0 >> 16, 0, "untagged: slot 0");
+    assert_ne!(mine[1].0 >> 16, 0, "tagged: a slot");
+    assert_eq!(
+        mine[0].0 & 0xffff,
+        mine[1].0 & 0xffff,
+        "same bucket otherwise"
+    );
+    assert_eq!(mine[0].1[0], 2, "format 2");
+    assert_eq!(mine[0].1[36], 0);
+    assert_eq!(mine[1].1[36], 0xfeed_beef, "the entry holds its tag");
+    assert_eq!(&mine[1].1[1..3], &[1, 2_000], "timed from its channel");
+    // What `ncclbpf collectives` and the metrics read.
+    let rows = ncclbpf_metrics::profiled::entries(v, usize::MAX);
+    let tags: Vec<_> = rows
+        .iter()
+        .filter(|e| e.comm == comm)
+        .map(|e| e.user_tag.clone())
+        .collect();
+    assert!(tags.contains(&None) && tags.contains(&Some(0xfeed_beefu64.to_string())));
+    // SAFETY: as NCCL calls it.
+    assert_eq!(unsafe { (t.finalize.unwrap())(ctx) }, NcclResult::SUCCESS);
 }
 
 #[test]

@@ -41,8 +41,8 @@ static INIT_CTX: EbpfCtxDescriptor = ctx(32 + 1152);
 /// `sizeof(struct ncclbpf_tuner_epoch_ctx)`: a 48-byte header, `state[32]` and the two net
 /// busy times.
 static EPOCH_CTX: EbpfCtxDescriptor = ctx(48 + 32 * 8 + 16);
-/// `sizeof(struct ncclbpf_profiler_ctx)`: 88 bytes.
-static PROFILER_CTX: EbpfCtxDescriptor = ctx(88);
+/// `sizeof(struct ncclbpf_profiler_ctx)`: 104 bytes.
+static PROFILER_CTX: EbpfCtxDescriptor = ctx(104);
 
 /// The hooks ncclbpf.h names, with the helpers each may call (tuner hooks: map helpers only;
 /// net hooks: also clocks and CPU ids) and their context.
