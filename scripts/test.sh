@@ -41,7 +41,7 @@ for io in epoll threads; do
   echo "== harness with NCCL_BPF_IO=$io"
   NCCL_BPF_IO=$io NCCLBPF_PLUGIN=$lib cargo test --release -p ncclbpf-harness
 done
-# The interposer (docs/interposer.md): the whole harness again with another copy of the library
+# The interposer (docs/guide/interposer.md): the whole harness again with another copy of the library
 # as the inner plugin that carries the traffic (a file of its own, so nothing is shared).
 echo "== harness over an inner plugin (NCCL_BPF_NET_INNER: a copy of the library)"
 inner_dir=$(mktemp -d)

@@ -14,7 +14,7 @@ fn main() {
     inner_ref_plugins();
 }
 
-/// The reference inner net plugin (csrc/inner_ref*.c, docs/reference-inner-plugin.md): one shared
+/// The reference inner net plugin (csrc/inner_ref*.c, docs/reference/reference-inner-plugin.md): one shared
 /// library per ABI version, `libinner-ref-vN.so` exporting only `ncclNetPlugin_vN` and the
 /// `inner_ref_*` check functions. The cc crate makes static archives, so the compiler it finds
 /// is run directly; tests find the libraries through `env!("INNER_REF_DIR")`.

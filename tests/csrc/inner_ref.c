@@ -6,7 +6,7 @@
  * inner_ref_* functions below. Tests load it directly (dlopen) or behind the wrapper
  * (NCCL_BPF_NET_INNER); a test that dlopens the same path gets the same instance, so it can read
  * what the wrapper did.
- * docs/reference-inner-plugin.md is the user's guide; the rules are here.
+ * docs/reference/reference-inner-plugin.md is the user's guide; the rules are here.
  *
  * Transport. listen() writes a 32-byte handle (magic, listener id, connect stage, dev, pid) into
  * NCCL's 128-byte buffer. connect() finds the listener in a global table; it answers "in

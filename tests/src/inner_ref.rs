@@ -1,5 +1,5 @@
 //! The reference inner net plugin's check and injection API (tests/csrc/inner_ref.c,
-//! docs/reference-inner-plugin.md), for tests that load it directly or behind the wrapper.
+//! docs/reference/reference-inner-plugin.md), for tests that load it directly or behind the wrapper.
 //!
 //! `dlopen` of a path that is already loaded returns the same instance, so [`RefChecks::open`]
 //! reads the state of the very copy the wrapper loaded with `NCCL_BPF_NET_INNER` (same path).

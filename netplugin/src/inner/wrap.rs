@@ -288,7 +288,7 @@ fn no_room(i: &Inner) {
             INFO,
             NET,
             "the handles of inner net plugin '{}' leave no room for a side channel (see \
-             docs/interposer.md): its connections carry no agreement records (the agreement \
+             docs/guide/interposer.md): its connections carry no agreement records (the agreement \
              runs on the node-local relay only) and each end has its own connection id",
             i.name
         )
