@@ -99,6 +99,40 @@ pub struct Opened {
     pub path: String,
     /// Whether it is another copy of ncclbpf (now told to be a plain backend).
     pub ncclbpf: bool,
+    /// The GIN and RMA tables it exports (`ncclGinPlugin_vN`, `ncclRmaPlugin_vN`), which the
+    /// wrapper does not re-export (see [`gin_rma_hint`]).
+    pub extras: Vec<String>,
+}
+
+/// GIN and RMA symbols looked for in an inner plugin (NCCL 2.28 to 2.31 know these).
+const EXTRA_SYMBOLS: [&str; 10] = [
+    "ncclGinPlugin_v11",
+    "ncclGinPlugin_v12",
+    "ncclGinPlugin_v13",
+    "ncclGinPlugin_v14",
+    "ncclGinPlugin_v15",
+    "ncclRmaPlugin_v13",
+    "ncclRmaPlugin_v14",
+    "ncclRmaPlugin_v15",
+    "ncclRmaPlugin_v16",
+    "ncclRmaPlugin_v17",
+];
+
+/// What to tell the user when the inner plugin `path` exports GIN or RMA tables: NCCL 2.29+
+/// looks for them first in the library `NCCL_GIN_PLUGIN` names (RMA: `NCCL_RMA_PLUGIN`, then
+/// the GIN library), and only then in the net plugin's, so naming the inner plugin there keeps
+/// them; NCCL 2.28 looks for GIN v11 in the net plugin's library only, where the wrapper has
+/// none (they carry no traffic the wrapper could observe, so it does not re-export them).
+pub fn gin_rma_hint(path: &str, extras: &[String]) -> Option<String> {
+    if extras.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "inner net plugin {path} also exports {}: NCCL finds them with \
+         NCCL_GIN_PLUGIN={path} (NCCL 2.29 and later; RMA follows GIN); NCCL 2.28 looks for GIN \
+         in the net plugin's library only, where ncclbpf has none",
+        extras.join(", ")
+    ))
 }
 
 fn dlerror_text() -> String {
@@ -189,10 +223,16 @@ pub fn open(value: &str) -> Result<Opened, LoadError> {
         let f: extern "C" fn() = unsafe { std::mem::transmute(backend_only) };
         f();
     }
+    let extras = EXTRA_SYMBOLS
+        .iter()
+        .filter(|s| !sym(handle, s).is_null())
+        .map(|s| s.to_string())
+        .collect();
     Ok(Opened {
         table,
         path,
         ncclbpf: !backend_only.is_null(),
+        extras,
     })
 }
 
@@ -214,6 +254,14 @@ mod tests {
             ["/opt/x/libnccl-net.so"]
         );
         assert_eq!(candidates("libnccl-net-x.so"), ["libnccl-net-x.so"]);
+    }
+
+    #[test]
+    fn gin_and_rma_tables_of_the_inner_plugin_get_a_hint() {
+        assert_eq!(gin_rma_hint("/x/libnccl-net.so", &[]), None);
+        let h = gin_rma_hint("/x/libnccl-net.so", &["ncclGinPlugin_v14".into()]).unwrap();
+        assert!(h.contains("NCCL_GIN_PLUGIN=/x/libnccl-net.so"), "{h}");
+        assert!(h.contains("ncclGinPlugin_v14"), "{h}");
     }
 
     #[test]

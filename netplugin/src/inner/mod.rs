@@ -79,6 +79,9 @@ impl Inner {
     /// Opens the plugin `value` names (see [`load`]).
     pub fn open(value: &str) -> NetResult<Inner> {
         let o = load::open(value).map_err(|e| NetError::Backend(e.to_string()))?;
+        if let Some(h) = load::gin_rma_hint(&o.path, &o.extras) {
+            crate::nlog!(INFO, INIT, "{h}");
+        }
         let name = {
             let p = o.table.name();
             if p.is_null() {
