@@ -7,15 +7,17 @@
 //! cargo run --release -p ncclbpf-bench -- comms --counts 10,100,1000
 //! cargo run --release -p ncclbpf-bench -- hooks [--rounds 5] [--quick]
 //! cargo run --release -p ncclbpf-bench -- zerocopy [--sizes 64K,1M] [--streams 4] [--quick]
+//! cargo run --release -p ncclbpf-bench -- interposer [--rounds 5] [--quick]
 //! ```
 //! With no subcommand it runs `loopback` (the options of `loopback` apply). The plugin is
 //! `$NCCLBPF_PLUGIN`, else the harness's default path; `NCCL_BPF_*` settings of the
 //! environment apply to every plugin arm. Measurements run in child processes of this binary
-//! (the hidden subcommands `arm`, `comms-child`, `hook-direct`).
+//! (the hidden subcommands `arm`, `comms-child`, `hook-direct`, `interposer-child`).
 
 mod common;
 mod comms;
 mod hookcost;
+mod interposer;
 mod loopback;
 mod transport;
 mod zerocopy;
@@ -51,6 +53,12 @@ enum Cmd {
     /// Throughput of plain send against send(MSG_ZEROCOPY) over TCP loopback (64 KiB–16 MiB,
     /// N streams), their ratio, and how often the kernel copied the zero-copy sends anyway.
     Zerocopy(zerocopy::Args),
+    /// The interposer's own cost per request (NCCL_BPF_NET_INNER over a plugin that completes
+    /// every request at once) against that plugin loaded directly; no policy and conn_counter.
+    Interposer(interposer::Args),
+    /// (internal) One arm of `interposer`, in a child process.
+    #[command(hide = true)]
+    InterposerChild(interposer::ChildArgs),
     /// (internal) One loopback measurement, in a child process.
     #[command(hide = true)]
     Arm(loopback::ArmArgs),
@@ -70,6 +78,8 @@ fn main() -> ExitCode {
         Some(Cmd::Comms(a)) => comms::run(a),
         Some(Cmd::Hooks(a)) => hookcost::run(a),
         Some(Cmd::Zerocopy(a)) => zerocopy::run(a),
+        Some(Cmd::Interposer(a)) => interposer::run(a),
+        Some(Cmd::InterposerChild(a)) => interposer::child_main(a),
         Some(Cmd::Arm(a)) => loopback::arm_main(a),
         Some(Cmd::CommsChild(a)) => comms::child_main(a),
         Some(Cmd::HookDirect(a)) => hookcost::direct_main(a),
