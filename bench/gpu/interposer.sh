@@ -29,7 +29,8 @@
 # docs/interposer-handles.md and shared/docs/gpu-testbed.md).
 # Device call: run(command="bench/gpu/interposer.sh", carry=["build/interposer"]); $OUT gets
 # summary.md, results.txt, checks/*, logs.tar.gz.
-# Knobs: ROUNDS2 (3), ROUNDS4 (2), SIZES, BUDGET (500), ARMS (all eight).
+# Knobs: ROUNDS2 (3), ROUNDS4 (2), SIZES, BUDGET (500), ARMS (all eight), FS_ENV (settings of
+# both fastsocket arms, default NCCL_FLOW_PLACEMENT_ENABLE=0; FS_ENV= for fastsocket's defaults).
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-${1:-/tmp/ncclbpf-interposer}}
@@ -50,6 +51,10 @@ ROUNDS2=${ROUNDS2:-3}
 ROUNDS4=${ROUNDS4:-2}
 BUDGET=${BUDGET:-500}
 ARMS=${ARMS:-socket bpf bpf_cc copy copy_cc fs wfs wfs_cc}
+# fastsocket's flow placement (its default) returns from connect before the connection is up
+# and, on a CPU machine, a send right after it failed inside fastsocket ("Socket operation on
+# non-socket"); off, connect completes in the call. The same for both fastsocket arms.
+FS_ENV=${FS_ENV-NCCL_FLOW_PLACEMENT_ENABLE=0}
 export SIZES=${SIZES:-8,65536,1048576,16777216,268435456}
 REG=${NCCL_BPF_SHM_DIR:-/dev/shm/ncclbpf-$(id -u)}
 t_start=$(date +%s)
@@ -63,7 +68,7 @@ start_mps
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu /'
   "$CLI" --version
   echo "fastsocket $(sha256sum "$FS" | cut -c1-16) exports: $(nm -D --defined-only "$FS" 2>/dev/null | grep -o 'ncclNetPlugin_v[0-9]*' | tr '\n' ' ')"
-  echo "ROUNDS2=$ROUNDS2 ROUNDS4=$ROUNDS4 BUDGET=$BUDGET SIZES=$SIZES"
+  echo "ROUNDS2=$ROUNDS2 ROUNDS4=$ROUNDS4 BUDGET=$BUDGET SIZES=$SIZES FS_ENV=$FS_ENV"
   echo "ARMS=$ARMS"
 } | tee "$OUT/versions.txt"
 
@@ -75,9 +80,9 @@ arm_env() {
     bpf_cc) printf '%s\n' NCCL_NET_PLUGIN=$LIB NCCL_NET=BPF NCCL_BPF_POLICY=$CC ;;
     copy) printf '%s\n' NCCL_NET_PLUGIN=$LIB NCCL_NET=BPF NCCL_BPF_NET_INNER=$COPY ;;
     copy_cc) printf '%s\n' NCCL_NET_PLUGIN=$LIB NCCL_NET=BPF NCCL_BPF_NET_INNER=$COPY NCCL_BPF_POLICY=$CC ;;
-    fs) printf '%s\n' NCCL_NET_PLUGIN=$FS NCCL_NET=FastSocket ;;
-    wfs) printf '%s\n' NCCL_NET_PLUGIN=$LIB NCCL_NET=BPF NCCL_BPF_NET_INNER=$FS ;;
-    wfs_cc) printf '%s\n' NCCL_NET_PLUGIN=$LIB NCCL_NET=BPF NCCL_BPF_NET_INNER=$FS NCCL_BPF_POLICY=$CC ;;
+    fs) printf '%s\n' NCCL_NET_PLUGIN=$FS NCCL_NET=FastSocket $FS_ENV ;;
+    wfs) printf '%s\n' NCCL_NET_PLUGIN=$LIB NCCL_NET=BPF NCCL_BPF_NET_INNER=$FS $FS_ENV ;;
+    wfs_cc) printf '%s\n' NCCL_NET_PLUGIN=$LIB NCCL_NET=BPF NCCL_BPF_NET_INNER=$FS NCCL_BPF_POLICY=$CC $FS_ENV ;;
   esac
 }
 
@@ -93,7 +98,7 @@ job() {
       NCCL_HOSTID=host$r NCCL_SOCKET_IFNAME=lo NCCL_NVLS_ENABLE=0 \
       NCCL_TUNER_PLUGIN=none NCCL_PROFILER_PLUGIN=none \
       NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET PYTHONUNBUFFERED=1 \
-      timeout -k 5 150 python3 bench/gpu/interposer_job.py "$arm" >"$OUT/$label-r$r.log" 2>&1 &
+      timeout -k 5 ${JOB_TIMEOUT:-90} python3 bench/gpu/interposer_job.py "$arm" >"$OUT/$label-r$r.log" 2>&1 &
     pids+=($!)
   done
   wait_ranks "$label" "${pids[@]}"
@@ -110,6 +115,10 @@ sweep() {
   fi
   r0=$(date +%s)
   for arm in $(round_order "$rnd" $ARMS); do
+    if [ "$(elapsed)" -gt "$BUDGET" ]; then # a forced round whose jobs hung
+      echo "SKIP arm=$arm ranks=$n round=$rnd (t=$(elapsed) s, past the budget)" | tee -a "$OUT/results.txt"
+      continue
+    fi
     t0=$(date +%s)
     job "sweep-$arm-n$n-$rnd" "$arm" "$n" ROUND=$rnd
     rc=$?
@@ -133,6 +142,10 @@ EOF
 
 # check ARM: the phase-1 byte check and the every-kind check through one wrapper arm.
 check() {
+  if [ "$(elapsed)" -gt "$BUDGET" ]; then
+    echo "SKIP check arm=$1 (t=$(elapsed) s, past the budget)" | tee -a "$OUT/results.txt"
+    return
+  fi
   local arm=$1 n=2 d=$OUT/checks/$1 r pid addr
   mkdir -p "$d"
   rm -f "$d/go"
@@ -146,7 +159,7 @@ check() {
       NCCL_HOSTID=host$r NCCL_SOCKET_IFNAME=lo NCCL_NVLS_ENABLE=0 \
       NCCL_TUNER_PLUGIN=none NCCL_PROFILER_PLUGIN=none \
       NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET PYTHONUNBUFFERED=1 \
-      timeout -k 5 150 python3 bench/gpu/interposer_job.py "check-$arm" >"$d/rank$r.log" 2>&1 &
+      timeout -k 5 120 python3 bench/gpu/interposer_job.py "check-$arm" >"$d/rank$r.log" 2>&1 &
     pids+=($!)
   done
   local end=$(($(date +%s) + 90)) all
@@ -184,13 +197,13 @@ check copy
 check wfs
 rounds=$((ROUNDS2 > ROUNDS4 ? ROUNDS2 : ROUNDS4))
 for rnd in $(seq 1 "$rounds"); do
-  if [ "$rnd" -le "$ROUNDS4" ]; then
-    echo "# round $rnd, 4 ranks (t=$(elapsed) s)"
-    sweep "$rnd" 4
-  fi
   if [ "$rnd" -ge 2 ] && [ "$rnd" -le "$ROUNDS2" ]; then
     echo "# round $rnd, 2 ranks (t=$(elapsed) s)"
     sweep "$rnd" 2
+  fi
+  if [ "$rnd" -le "$ROUNDS4" ]; then
+    echo "# round $rnd, 4 ranks (t=$(elapsed) s)"
+    sweep "$rnd" 4
   fi
 done
 echo "# report (t=$(elapsed) s)"
