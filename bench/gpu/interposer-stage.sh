@@ -3,7 +3,7 @@
 # by git; the device call carries it): our library, the cli, conn_counter.o, and fastsocket.
 # Fastsocket is built outside the repository (never committed); FASTSOCKET names the built
 # library (default /work/fastsocket-build/libnccl-net-fastsocket.so; how to build it:
-# shared/docs/gpu-testbed.md and docs/interposer-handles.md).
+# bench/results/cpu-2026-12-07-harness-over-fastsocket.md).
 # Usage: bench/gpu/interposer-stage.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -25,8 +25,8 @@
 #
 # Files it needs, staged on a build machine by bench/gpu/interposer-stage.sh into
 # build/interposer/ (ignored by git; carry it): libnccl-net-bpf.so, ncclbpf (the cli),
-# conn_counter.o, libnccl-net-fastsocket.so (built outside the repository, see
-# docs/interposer-handles.md and shared/docs/gpu-testbed.md).
+# conn_counter.o, libnccl-net-fastsocket.so (built outside the repository: the command is in
+# bench/results/cpu-2026-12-07-harness-over-fastsocket.md).
 # Device call: run(command="bench/gpu/interposer.sh", carry=["build/interposer"]); $OUT gets
 # summary.md, results.txt, checks/*, logs.tar.gz.
 # Knobs: ROUNDS2 (3), ROUNDS4 (2), SIZES, BUDGET (500), ARMS (all eight), FS_ENV (settings of

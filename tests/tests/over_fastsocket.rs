@@ -1,6 +1,7 @@
 //! The wrapper over a real third-party plugin, Google's nccl-fastsocket (ncclNet v6, host
-//! memory, TCP), run by hand: fastsocket is built outside the repository
-//! (docs/interposer-handles.md says how) and never in CI. Every test is ignored; run them with
+//! memory, TCP), run by hand: fastsocket is built outside the repository (the command is in
+//! bench/results/cpu-2026-12-07-harness-over-fastsocket.md) and never in CI. Every test is
+//! ignored; run them with
 //!
 //! ```text
 //! NCCL_BPF_NET_INNER=/abs/libnccl-net-fastsocket.so \
