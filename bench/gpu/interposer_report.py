@@ -95,6 +95,22 @@ def status_conns(path):
     return rows
 
 
+def carriers(L, out):
+    """Per arm, from rank 0's log of its first 2-rank job: NCCL's channel lines and the line
+    naming the inner plugin."""
+    L.append("\n## Who carried the data (rank 0, first 2-rank job of each arm)\n")
+    L.append("| arm | NCCL's channels | inner plugin named by ncclbpf |")
+    L.append("|---|---|---|")
+    for arm in ["socket", "bpf", "bpf_cc", "copy", "copy_cc", "fs", "wfs", "wfs_cc"]:
+        t = read(f"{out}/sweep-{arm}-n2-1-r0.log")
+        if not t:
+            continue
+        via = sorted(set(re.findall(r"via (NET/[^\s]+)", t)))
+        inner = re.findall(r"traffic carried by inner net plugin '([^']*)' \((ncclNetPlugin_v\d+)", t)
+        L.append(f"| {arm} | {', '.join(via) or 'none logged'} | "
+                 f"{' '.join(sorted(set(f'{a} ({b})' for a, b in inner))) or '–'} |")
+
+
 def checks(L, out):
     for arm in ("copy", "wfs"):
         d = f"{out}/checks/{arm}"
@@ -152,6 +168,7 @@ def main():
         L.append(f"- `{l}`")
     for ranks in (2, 4):
         table(L, res, ranks)
+    carriers(L, out)
     checks(L, out)
     text = "\n".join(L) + "\n"
     open(f"{out}/summary.md", "w").write(text)
