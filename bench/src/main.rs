@@ -8,15 +8,17 @@
 //! cargo run --release -p ncclbpf-bench -- hooks [--rounds 5] [--quick]
 //! cargo run --release -p ncclbpf-bench -- ring [--nranks 4] [--sizes 8,1M,64M] [--rounds 3]
 //! cargo run --release -p ncclbpf-bench -- zerocopy [--sizes 64K,1M] [--streams 4] [--quick]
+//! cargo run --release -p ncclbpf-bench -- interposer [--rounds 5] [--quick]
 //! ```
 //! With no subcommand it runs `loopback` (the options of `loopback` apply). The plugin is
 //! `$NCCLBPF_PLUGIN`, else the harness's default path; `NCCL_BPF_*` settings of the
 //! environment apply to every plugin arm. Measurements run in child processes of this binary
-//! (the hidden subcommands `arm`, `ring-rank`, `comms-child`, `hook-direct`).
+//! (the hidden subcommands `arm`, `ring-rank`, `comms-child`, `hook-direct`, `interposer-child`).
 
 mod common;
 mod comms;
 mod hookcost;
+mod interposer;
 mod loopback;
 mod ring;
 mod transport;
@@ -56,6 +58,12 @@ enum Cmd {
     /// The demo's job: a ring all-reduce of N processes through the plugin and over raw TCP on
     /// the same streams, warm, checked, median of many iterations per size; their ratio.
     Ring(ring::Args),
+    /// The interposer's own cost per request (NCCL_BPF_NET_INNER over a plugin that completes
+    /// every request at once) against that plugin loaded directly; no policy and conn_counter.
+    Interposer(interposer::Args),
+    /// (internal) One arm of `interposer`, in a child process.
+    #[command(hide = true)]
+    InterposerChild(interposer::ChildArgs),
     /// (internal) One loopback measurement, in a child process.
     #[command(hide = true)]
     Arm(loopback::ArmArgs),
@@ -80,6 +88,8 @@ fn main() -> ExitCode {
         Some(Cmd::Zerocopy(a)) => zerocopy::run(a),
         Some(Cmd::Ring(a)) => ring::run(a),
         Some(Cmd::RingRank(a)) => ring::rank_main(a),
+        Some(Cmd::Interposer(a)) => interposer::run(a),
+        Some(Cmd::InterposerChild(a)) => interposer::child_main(a),
         Some(Cmd::Arm(a)) => loopback::arm_main(a),
         Some(Cmd::CommsChild(a)) => comms::child_main(a),
         Some(Cmd::HookDirect(a)) => hookcost::direct_main(a),
