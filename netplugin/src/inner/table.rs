@@ -2,7 +2,8 @@
 //! in the newest shape.
 //!
 //! Each call translates what differs between versions, as NCCL's own adapters do: `int` sizes
-//! (v6 to v8; larger than 1 GiB is refused, as NCCL does), no device handles (v6), the
+//! (v6 to v8; larger than 1 GiB is refused, as NCCL does), NCCL's 0x1 receive hint (v9+ only:
+//! stripped for v6 to v8, as NCCL does), no device handles (v6), the
 //! communicator config in `connect` (v10), the profiler handles (v10+), one context per
 //! communicator (v11+), 4 or 8 devices in a virtual device (v9 to v11, v12). Return codes are
 //! the inner plugin's own: the wrapper passes them to NCCL unchanged.
@@ -494,6 +495,13 @@ impl Table {
         unsafe {
             macro_rules! int {
                 ($p:expr) => {{
+                    // NCCL's optional-completion hint (`*req == 0x1`) is for v9+ plugins: its
+                    // own adapters for v6 to v8 reset it to NULL first (such a plugin may
+                    // leave `*req` alone on "try again", and 0x1 would then be tested as a
+                    // request).
+                    if !req.is_null() && *req as usize == NET_OPTIONAL_RECV_COMPLETION {
+                        *req = std::ptr::null_mut();
+                    }
                     let count = n.clamp(0, MAX_RECVS as c_int) as usize;
                     let mut ints = [0 as c_int; MAX_RECVS];
                     if !sizes.is_null() {
