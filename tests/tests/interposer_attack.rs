@@ -164,7 +164,6 @@ fn vprops_fit_the_version_nccl_reads() {
 }
 
 #[test]
-#[ignore = "finding: vProps ndevs > 4 reach a v9-v11 NCCL (fixed in the next commit)"]
 fn a_v12_virtual_device_of_6_nics_fits_a_v11_nccl() {
     run(
         "a_v12_virtual_device_of_6_nics_fits_a_v11_nccl",

@@ -79,6 +79,32 @@ fn int_size(size: usize) -> Option<c_int> {
     (size <= MAX_INT_SIZE).then_some(size as c_int)
 }
 
+/// A virtual device as NCCL's v9 to v11 tables carry it (4 devices) from the v12 layout (8).
+/// `ndevs` never says more than the 4-entry array holds: NCCL reads `ndevs` entries, and past
+/// the array it would read `maxP2pBytes` as device indexes. A v12 inner plugin's virtual device
+/// of more than 4 NICs is reported as its first 4 (said once in NCCL's log); a negative count
+/// as 0.
+pub fn v_props_v11(p: &NetVDevicePropsV12) -> NetVDevicePropsV11 {
+    let n = p.ndevs.clamp(0, NET_MAX_DEVS_PER_NIC_V11 as c_int);
+    if n < p.ndevs {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            crate::nlog!(
+                WARN,
+                NET,
+                "a virtual device of {} NICs is reported to this NCCL (net v9-v11, at most {}) \
+                 as its first {}",
+                p.ndevs,
+                NET_MAX_DEVS_PER_NIC_V11,
+                NET_MAX_DEVS_PER_NIC_V11
+            )
+        });
+    }
+    let mut devs = [0; NET_MAX_DEVS_PER_NIC_V11];
+    devs[..n as usize].copy_from_slice(&p.devs[..n as usize]);
+    NetVDevicePropsV11 { ndevs: n, devs }
+}
+
 impl Table {
     pub fn version(&self) -> u32 {
         match self {
