@@ -260,7 +260,6 @@ fn closing_a_half_accepted_listener_closes_the_inner_connection() {
 }
 
 #[test]
-#[ignore = "finding: closeListen leaks a half-accepted inner connection (fixed in a later commit)"]
 fn closing_a_listener_mid_accept_leaks_nothing() {
     run(
         "closing_a_listener_mid_accept_leaks_nothing",

@@ -869,6 +869,16 @@ pub(crate) fn close_listen(i: &Inner, lc: Vp) -> NetResult<()> {
         return Ok(());
     }
     let l = listen_ref(lc)?;
+    // An accept NCCL gave up on halfway (the inner plugin's connection in, its side channel
+    // not yet): nobody else will ever close that connection.
+    let half = std::mem::replace(&mut l.got_inner, std::ptr::null_mut());
+    if !half.is_null() {
+        // SAFETY: the inner plugin's recv comm from its accept, never handed to NCCL.
+        let _ = unsafe { i.table.close_recv(half) };
+    }
+    if let Some(s) = l.got_side.take() {
+        s.close();
+    }
     // SAFETY: the inner listen comm, closed once.
     let r = unsafe { i.table.close_listen(l.inner) };
     // SAFETY: NCCL closes each listen comm we created exactly once.
