@@ -214,7 +214,6 @@ fn a_reused_handle_buffer_is_a_new_connection() {
 }
 
 #[test]
-#[ignore = "finding: a connect is keyed by the buffer address only (fixed in a later commit)"]
 fn a_reused_handle_buffer_connects_to_its_own_listener() {
     run(
         "a_reused_handle_buffer_connects_to_its_own_listener",

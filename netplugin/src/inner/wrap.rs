@@ -366,7 +366,9 @@ pub(crate) fn listen(i: &Inner, ctx: &Ctx, dev: c_int, handle: Vp, lc: *mut Vp) 
 }
 
 /// A connect in progress: the inner plugin's connection and the side channel's, each done or
-/// not yet. Keyed by NCCL's handle buffer, which NCCL passes again on every retry.
+/// not yet. Keyed by NCCL's handle buffer, which NCCL passes again on every retry, and told
+/// apart from another connection whose handle NCCL later puts at the same address (the first
+/// connect given up: a communicator aborted) by what the buffer holds.
 struct PendingConnect {
     inner: Vp,
     /// The side channel's handle (our socket transport's format), while it is to be made.
@@ -374,19 +376,55 @@ struct PendingConnect {
     side_comm: Option<Box<Comm>>,
     started: Instant,
     inner_done_at: Option<Instant>,
+    /// The handle buffer as the last call left it (the inner plugin may keep its connect
+    /// state there): a retry passes exactly these bytes again.
+    left: [u8; HANDLE_SIZE],
 }
 
 // SAFETY: the inner plugin's comm pointer goes to whichever thread NCCL calls connect from.
 unsafe impl Send for PendingConnect {}
 
+impl PendingConnect {
+    /// A connect NCCL gave up on: what it made is closed (nobody else ever will).
+    fn abandon(self, i: &Inner) {
+        if !self.inner.is_null() {
+            // SAFETY: the inner plugin's send comm from its connect, never handed to NCCL.
+            let _ = unsafe { i.table.close_send(self.inner) };
+        }
+        if let Some(s) = self.side_comm {
+            s.close();
+        }
+    }
+}
+
 static PENDING: Mutex<Option<HashMap<usize, PendingConnect>>> = Mutex::new(None);
 
-fn pending_take(key: usize) -> Option<PendingConnect> {
-    let mut g = PENDING.lock().unwrap_or_else(|e| e.into_inner());
-    let m = g.get_or_insert_with(HashMap::new);
-    // Connects NCCL gave up on are forgotten after a while.
-    m.retain(|_, p| p.started.elapsed() < setup::CONNECT_TIMEOUT * 2);
-    m.remove(&key)
+/// The connect in progress on the buffer `h` at `key`, if this call is its retry.
+fn pending_take(i: &Inner, key: usize, h: &[u8; HANDLE_SIZE]) -> Option<PendingConnect> {
+    let (mine, stale) = {
+        let mut g = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+        let m = g.get_or_insert_with(HashMap::new);
+        // Connects NCCL gave up on are forgotten after a while.
+        let old: Vec<usize> = m
+            .iter()
+            .filter(|(_, p)| p.started.elapsed() >= setup::CONNECT_TIMEOUT * 2)
+            .map(|(k, _)| *k)
+            .collect();
+        let stale: Vec<PendingConnect> = old.iter().filter_map(|k| m.remove(k)).collect();
+        (m.remove(&key), stale)
+    };
+    for p in stale {
+        p.abandon(i);
+    }
+    match mine {
+        Some(p) if p.left == *h => Some(p),
+        Some(p) => {
+            // Another connection's handle at the address of one NCCL gave up on.
+            p.abandon(i);
+            None
+        }
+        None => None,
+    }
 }
 
 fn pending_put(key: usize, p: PendingConnect) {
@@ -408,7 +446,7 @@ pub(crate) fn connect(
     let h = handle_buf(handle)?;
     let key = handle as usize;
     let udev = dev.max(0) as u32;
-    let mut p = pending_take(key).unwrap_or_else(|| {
+    let mut p = pending_take(i, key, h).unwrap_or_else(|| {
         // First call for this handle: the trailer comes out (always, so that the inner
         // plugin sees its own handle), and is used if side channels are on here.
         let theirs = side::take(h).filter(|_| i.sides());
@@ -422,6 +460,7 @@ pub(crate) fn connect(
             side_comm: None,
             started: Instant::now(),
             inner_done_at: None,
+            left: [0; HANDLE_SIZE],
         }
     });
     if p.inner.is_null() {
@@ -463,6 +502,7 @@ pub(crate) fn connect(
         }
     }
     if p.inner.is_null() || (p.side.is_some() && p.side_comm.is_none()) {
+        p.left = *handle_buf(handle)?;
         pending_put(key, p);
         return Ok(());
     }
