@@ -267,3 +267,66 @@ fn closing_a_listener_mid_accept_leaks_nothing() {
         closing_a_half_accepted_listener_closes_the_inner_connection,
     );
 }
+
+// ------------------------------------------------------------------ irecvConsumed
+
+/// NCCL calls `irecvConsumed` for every receive once the GPU has consumed its data, which may be
+/// well after `test` reported it done. The request must still name that receive then, even if
+/// the connection posted 64 more in between: the wrapper must never hand the inner plugin
+/// another receive's request (the reference plugin reports an `irecvConsumed` of a receive not
+/// yet done).
+fn consumed_names_its_own_receive() {
+    let chk = RefChecks::open(inner_version()).unwrap();
+    let mut net = AnyNet::open(&plugin_path(), 12).unwrap();
+    net.init(0xc0, None).unwrap();
+    let (s, r) = pair(&net);
+    let out = pattern(LEN, 11);
+    let mut inb = vec![0u8; LEN];
+    let round = |consume: bool| {
+        let mut inb = vec![0u8; LEN];
+        // SAFETY: both buffers outlive the requests (waited for below).
+        let rq = unsafe { net.irecv(r, &[buf(&mut inb)], false, true) }.unwrap();
+        // SAFETY: as above.
+        let sq = unsafe { net.isend(s, out.as_ptr(), LEN, 0, NULL, NULL) }.unwrap();
+        wait(&net, sq, 1);
+        wait(&net, rq, 1);
+        if consume {
+            net.irecv_consumed(r, 1, rq).unwrap();
+        }
+        rq
+    };
+    // A: done, not yet consumed (the GPU is slow).
+    let a = round(false);
+    // 63 more receives, each consumed at once.
+    for _ in 0..63 {
+        round(true);
+    }
+    // B: posted, not done.
+    // SAFETY: `inb` outlives the request (completed below).
+    let b = unsafe { net.irecv(r, &[buf(&mut inb)], false, true) }.unwrap();
+    assert!(!b.is_null());
+    // Now A is consumed.
+    net.irecv_consumed(r, 1, a).unwrap();
+    assert_eq!(chk.violations(), 0, "{}", chk.violation_text());
+    // SAFETY: as above.
+    let sq = unsafe { net.isend(s, out.as_ptr(), LEN, 0, NULL, NULL) }.unwrap();
+    wait(&net, sq, 1);
+    wait(&net, b, 1);
+    net.irecv_consumed(r, 1, b).unwrap();
+    assert!(inb == out);
+    assert_eq!(chk.violations(), 0, "{}", chk.violation_text());
+    assert_eq!(chk.count("irecvConsumed"), 65);
+    net.close_send(s).unwrap();
+    net.close_recv(r).unwrap();
+    net.finalize().unwrap();
+}
+
+#[test]
+fn irecv_consumed_reaches_its_own_receive_64_posts_later() {
+    run(
+        "irecv_consumed_reaches_its_own_receive_64_posts_later",
+        11,
+        &[("INNER_REF_CONFIG", "allow_null_mhandle=1")],
+        consumed_names_its_own_receive,
+    );
+}

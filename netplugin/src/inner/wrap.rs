@@ -60,6 +60,9 @@ enum Kind {
     Send,
     Recv,
     Flush,
+    /// A receive `test` reported done, whose request NCCL will still name in `irecvConsumed`
+    /// (an inner plugin with that slot): reused only when no slot is free.
+    Consumable,
 }
 
 struct ReqState {
@@ -203,16 +206,21 @@ impl WrapComm {
         unsafe { &mut *self.st.get() }
     }
 
-    /// A free slot, marked taken by `kind`, or `None` when every slot is in use.
+    /// A free slot, or `None` when every slot is in use. A completed receive that awaits its
+    /// `irecvConsumed` is taken only when no slot is free (the oldest first), so that NCCL's
+    /// late `irecvConsumed` still finds its own request, and a caller that never sends one
+    /// cannot run out of slots.
     fn take(&self, t: &Turn<'_>) -> Option<usize> {
         let st = self.state(t);
-        for k in 0..SLOTS {
-            let i = (st.next + k) % SLOTS;
-            // SAFETY: slots are reached only under the turn `t`.
-            let r = unsafe { &*self.reqs[i].st.get() };
-            if r.kind == Kind::Free {
-                st.next = (i + 1) % SLOTS;
-                return Some(i);
+        for want in [Kind::Free, Kind::Consumable] {
+            for k in 0..SLOTS {
+                let i = (st.next + k) % SLOTS;
+                // SAFETY: slots are reached only under the turn `t`.
+                let r = unsafe { &*self.reqs[i].st.get() };
+                if r.kind == want {
+                    st.next = (i + 1) % SLOTS;
+                    return Some(i);
+                }
             }
         }
         if !st.full_warned {
@@ -808,7 +816,7 @@ pub(crate) fn test(i: &Inner, request: Vp, done: *mut c_int, sizes: *mut c_int) 
     let (_, c, idx) = req_ref(request)?;
     let t = c.turn();
     let s = c.slot(&t, idx);
-    if s.kind == Kind::Free {
+    if matches!(s.kind, Kind::Free | Kind::Consumable) {
         return Err(NetError::Misuse(
             "test() on a request that already completed".into(),
         ));
@@ -849,7 +857,11 @@ pub(crate) fn test(i: &Inner, request: Vp, done: *mut c_int, sizes: *mut c_int) 
         bytes += *g as usize;
     }
     let (kind, posted) = (s.kind, s.posted);
-    s.kind = Kind::Free;
+    s.kind = if kind == Kind::Recv && i.table.has_irecv_consumed() {
+        Kind::Consumable
+    } else {
+        Kind::Free
+    };
     if kind != Kind::Flush {
         c.state(&t).hooks.on_complete(bytes, posted);
     }
@@ -870,10 +882,19 @@ pub(crate) fn irecv_consumed(i: &Inner, comm: Vp, n: c_int, request: Vp) -> NetR
         ));
     }
     let t = c.turn();
-    let inner = c.slot(&t, idx).inner;
+    let s = c.slot(&t, idx);
+    if s.kind != Kind::Consumable {
+        // Not a completed receive any more: its slot went to a later request (more than
+        // 64 requests since); that request is not the inner plugin's to consume.
+        return Err(NetError::Misuse(
+            "irecvConsumed of a request that is not a completed receive (its slot was reused)"
+                .into(),
+        ));
+    }
+    s.kind = Kind::Free;
     // SAFETY: the inner comm and the inner request this slot carried.
     check("irecvConsumed", unsafe {
-        i.table.irecv_consumed(c.inner, n, inner)
+        i.table.irecv_consumed(c.inner, n, s.inner)
     })
 }
 
