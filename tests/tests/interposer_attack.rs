@@ -330,3 +330,53 @@ fn irecv_consumed_reaches_its_own_receive_64_posts_later() {
         consumed_names_its_own_receive,
     );
 }
+
+// ------------------------------------------------------------------ int sizes of regMr
+
+/// `regMr` of a v6/v7 plugin takes an `int` size: NCCL's own adapters refuse 2 GiB and more
+/// (`size >= 1 << 31`), not the 1 GiB bound of a message (`maxP2pBytes`). A user buffer of
+/// 1.5 GiB (ncclCommRegister) registers with the plugin loaded directly, and must through the
+/// wrapper too; 2 GiB must not (it would wrap negative). v8 (`size_t`) is the control.
+fn reg_mr_takes_what_an_int_holds() {
+    let v = inner_version();
+    let chk = RefChecks::open(v).unwrap();
+    let mut net = AnyNet::open(&plugin_path(), 12).unwrap();
+    net.init(0xd0, None).unwrap();
+    let (s, r) = pair(&net);
+    let len = 3usize << 29; // 1.5 GiB, reserved, never touched
+    // SAFETY: an anonymous reservation, unmapped below; nothing reads or writes it.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len + (1 << 29),
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(base, libc::MAP_FAILED);
+    let p = base as *const u8;
+    // SAFETY: the reference plugin only records the range.
+    let mh = unsafe { net.reg_mr(s, p, len, 1) }.expect("1.5 GiB registers over an int size");
+    net.dereg_mr(s, mh).unwrap();
+    // SAFETY: as above.
+    let mh = unsafe { net.reg_mr(s, p, (1 << 31) - 1, 1) }.expect("the largest int");
+    net.dereg_mr(s, mh).unwrap();
+    if v <= 7 {
+        // SAFETY: as above.
+        assert!(unsafe { net.reg_mr(s, p, 1 << 31, 1) }.is_err(), "2 GiB");
+    }
+    // SAFETY: the reservation made above.
+    unsafe { libc::munmap(base, len + (1 << 29)) };
+    net.close_send(s).unwrap();
+    net.close_recv(r).unwrap();
+    net.finalize().unwrap();
+    assert_eq!(chk.violations(), 0, "{}", chk.violation_text());
+}
+
+per_inner_version!(reg_mr_takes_what_an_int_holds:
+    reg_mr_of_1_5_gib_over_inner_v6 = 6,
+    reg_mr_of_1_5_gib_over_inner_v7 = 7,
+    reg_mr_of_1_5_gib_over_inner_v8 = 8
+);
