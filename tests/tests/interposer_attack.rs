@@ -380,3 +380,110 @@ per_inner_version!(reg_mr_takes_what_an_int_holds:
     reg_mr_of_1_5_gib_over_inner_v7 = 7,
     reg_mr_of_1_5_gib_over_inner_v8 = 8
 );
+
+// ------------------------------------------------------------------ init retried
+
+/// The inner plugin's `init` fails once (NCCL then moves on, or retries with the next
+/// communicator): a later `init` must reach the inner plugin again and work, a v6-v10 plugin
+/// must then be initialised no more (one success per process), and every v11+ context made
+/// must be finalised once.
+fn init_is_retried_after_a_failure() {
+    let v = inner_version();
+    let chk = RefChecks::open(v).unwrap();
+    chk.inject("init_fail", 0);
+    for ov in [12, 9] {
+        let mut net = AnyNet::open(&plugin_path(), ov).unwrap();
+        if ov == 12 {
+            assert!(net.init(0xe0, None).is_err(), "the injected failure");
+        }
+        net.init(0xe1, None).unwrap();
+        let has = |i: usize| net.raw(i) != 0;
+        assert_eq!(
+            has(ncclbpf_harness::anynet::slot::IRECV_CONSUMED),
+            v >= 7,
+            "v{ov}: optional slots filled after the retry"
+        );
+        let (s, r) = pair(&net);
+        let out = pattern(LEN, 13);
+        let mut inb = vec![0u8; LEN];
+        // SAFETY: buffers outlive the requests.
+        let rq = unsafe { net.irecv(r, &[buf(&mut inb)], false, true) }.unwrap();
+        // SAFETY: as above.
+        let sq = unsafe { net.isend(s, out.as_ptr(), LEN, 0, NULL, NULL) }.unwrap();
+        wait(&net, sq, 1);
+        wait(&net, rq, 1);
+        assert!(inb == out);
+        net.close_send(s).unwrap();
+        net.close_recv(r).unwrap();
+        net.finalize().unwrap();
+    }
+    assert_eq!(chk.violations(), 0, "{}", chk.violation_text());
+    if v <= 10 {
+        assert_eq!(chk.count("init"), 2, "one failure, one success");
+    } else {
+        // The failure, the v12 communicator's, and the one context for the v9 table (never
+        // finalised: that NCCL has no finalize).
+        assert_eq!(chk.count("init"), 3);
+        assert_eq!(chk.count("finalize"), 1);
+        assert_eq!(chk.live("ctx"), 1);
+    }
+}
+
+per_inner_version!(init_is_retried_after_a_failure:
+    init_retried_over_inner_v8 = 8,
+    init_retried_over_inner_v11 = 11
+);
+
+// ------------------------------------------------------------------ forged trailers
+
+/// A handle whose side-channel trailer is forged or corrupt (wrong family byte, port 0, an
+/// address nobody listens on): the connection is made without a side channel, never a crash,
+/// and the inner plugin's connect sees its own handle (the reference plugin refuses another).
+fn forged_trailers_cost_only_the_side_channel() {
+    let chk = RefChecks::open(inner_version()).unwrap();
+    let mut net = AnyNet::open(&plugin_path(), 12).unwrap();
+    net.init(0xf0, None).unwrap();
+    type Forge = fn(&mut [u8; 128]);
+    let forgeries: [(&str, Forge); 3] = [
+        ("family 9", |h| h[118] = 9),
+        ("port 0", |h| {
+            h[116] = 0;
+            h[117] = 0
+        }),
+        ("address 0.0.0.0", |h| h[88..92].fill(0)),
+    ];
+    for (what, forge) in forgeries {
+        let (h, l) = net.listen(0).unwrap();
+        let mut hc = h;
+        forge(&mut hc);
+        let (s, r) = finish(&net, &mut hc, l, Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("{what}: no connection"));
+        let out = pattern(LEN, 17);
+        let mut inb = vec![0u8; LEN];
+        // SAFETY: buffers outlive the requests.
+        let rq = unsafe { net.irecv(r, &[buf(&mut inb)], false, true) }.unwrap();
+        // SAFETY: as above.
+        let sq = unsafe { net.isend(s, out.as_ptr(), LEN, 0, NULL, NULL) }.unwrap();
+        wait(&net, sq, 1);
+        wait(&net, rq, 1);
+        assert!(inb == out, "{what}");
+        net.close_send(s).unwrap();
+        net.close_recv(r).unwrap();
+        net.close_listen(l).unwrap();
+    }
+    net.finalize().unwrap();
+    assert_eq!(chk.violations(), 0, "{}", chk.violation_text());
+}
+
+#[test]
+fn forged_side_channel_trailers_cost_only_the_side_channel() {
+    run(
+        "forged_side_channel_trailers_cost_only_the_side_channel",
+        11,
+        &[
+            ("INNER_REF_CONFIG", "allow_null_mhandle=1"),
+            ("NCCL_BPF_HANDSHAKE_TIMEOUT", "1"),
+        ],
+        forged_trailers_cost_only_the_side_channel,
+    );
+}
