@@ -487,3 +487,66 @@ fn forged_side_channel_trailers_cost_only_the_side_channel() {
         forged_trailers_cost_only_the_side_channel,
     );
 }
+
+// ------------------------------------------------------------------ side channel dies
+
+/// The side channel's peer dies mid-job (here: every TCP stream of the process, which over the
+/// in-process reference plugin are only the side channels, is shut down under the wrapper):
+/// the wrapped connection keeps carrying data, and closing it does not hang.
+fn a_dead_side_channel_leaves_the_connection_working() {
+    let chk = RefChecks::open(inner_version()).unwrap();
+    let mut net = AnyNet::open(&plugin_path(), 12).unwrap();
+    net.init(0x100, None).unwrap();
+    let (s, r) = pair(&net);
+    let mut killed = 0;
+    for e in std::fs::read_dir("/proc/self/fd").unwrap() {
+        let Ok(fd) = e.unwrap().file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        // SAFETY: a zeroed sockaddr_storage and its length are valid out-values.
+        let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        // SAFETY: getpeername on any descriptor only fills `ss`.
+        let connected = unsafe { libc::getpeername(fd, (&raw mut ss).cast(), &mut len) } == 0;
+        let inet =
+            i32::from(ss.ss_family) == libc::AF_INET || i32::from(ss.ss_family) == libc::AF_INET6;
+        if connected && inet {
+            // SAFETY: shuts down a connected TCP stream; the descriptor stays its owner's.
+            unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+            killed += 1;
+        }
+    }
+    assert!(killed >= 2, "both ends of the side channel ({killed})");
+    let out = pattern(LEN, 19);
+    for round in 0..20 {
+        let mut inb = vec![0u8; LEN];
+        // SAFETY: buffers outlive the requests.
+        let rq = unsafe { net.irecv(r, &[buf(&mut inb)], false, true) }.unwrap();
+        // SAFETY: as above.
+        let sq = unsafe { net.isend(s, out.as_ptr(), LEN, 0, NULL, NULL) }.unwrap();
+        wait(&net, sq, 1);
+        wait(&net, rq, 1);
+        assert!(inb == out, "round {round}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let t = Instant::now();
+    net.close_send(s).unwrap();
+    net.close_recv(r).unwrap();
+    net.finalize().unwrap();
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "close took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(chk.violations(), 0, "{}", chk.violation_text());
+}
+
+#[test]
+fn a_dead_side_channel_costs_nothing_but_itself() {
+    run(
+        "a_dead_side_channel_costs_nothing_but_itself",
+        11,
+        &[("INNER_REF_CONFIG", "allow_null_mhandle=1")],
+        a_dead_side_channel_leaves_the_connection_working,
+    );
+}
