@@ -550,3 +550,95 @@ fn a_dead_side_channel_costs_nothing_but_itself() {
         a_dead_side_channel_leaves_the_connection_working,
     );
 }
+
+// ------------------------------------------------------------------ two connects, one listener
+
+/// Two connections accepted on one listen comm (NCCL's net transport listens once per
+/// connection; a plugin user that accepts several, such as an out-of-band bootstrap over the
+/// net plugin, does not). The side channels arrive in their own order: connection X's inner
+/// connection first, Y's side channel first. The accepted connection must get the side channel
+/// of its own peer, else `ncclbpf status` pairs the wrong ends and the agreement's records
+/// reach another connection's peer: over one process, each connection id must have moved as
+/// many bytes out as in.
+fn two_connects_on_one_listener_pair_their_own_side_channels() {
+    let mut net = AnyNet::open(&plugin_path(), 12).unwrap();
+    net.init(0x110, None).unwrap();
+    let (h, l) = net.listen(0).unwrap();
+    let (mut hx, mut hy) = (h, h);
+    // X: the inner connection is up at once (connect_delay=0); its side channel is left
+    // mid-handshake (X is not polled again until Y is through).
+    assert!(net.connect_step(0, &mut hx).unwrap().is_none());
+    assert!(net.connect_step(0, &mut hy).unwrap().is_none());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (mut sy, mut r1) = (None, None);
+    while sy.is_none() || r1.is_none() {
+        if sy.is_none() {
+            sy = net.connect_step(0, &mut hy).unwrap();
+        }
+        if r1.is_none() {
+            r1 = net.accept_step(l).unwrap();
+        }
+        assert!(Instant::now() < deadline, "Y and the first accept");
+    }
+    let (mut sx, mut r2) = (None, None);
+    while sx.is_none() || r2.is_none() {
+        if sx.is_none() {
+            sx = net.connect_step(0, &mut hx).unwrap();
+        }
+        if r2.is_none() {
+            r2 = net.accept_step(l).unwrap();
+        }
+        assert!(Instant::now() < deadline, "X and the second accept");
+    }
+    net.close_listen(l).unwrap();
+    let (sx, sy, r1, r2) = (sx.unwrap(), sy.unwrap(), r1.unwrap(), r2.unwrap());
+    let out = pattern(LEN, 23);
+    let mut a = vec![0u8; LEN];
+    let mut b = vec![0u8; LEN];
+    // SAFETY: buffers outlive the requests.
+    let q1 = unsafe { net.irecv(r1, &[buf(&mut a)], false, true) }.unwrap();
+    // SAFETY: as above.
+    let q2 = unsafe { net.irecv(r2, &[buf(&mut b)], false, true) }.unwrap();
+    // Different sizes, so that the two connections' counts differ.
+    // SAFETY: as above.
+    let qx = unsafe { net.isend(sx, out.as_ptr(), LEN, 0, NULL, NULL) }.unwrap();
+    // SAFETY: as above.
+    let qy = unsafe { net.isend(sy, out.as_ptr(), LEN / 2, 0, NULL, NULL) }.unwrap();
+    for q in [qx, qy, q1, q2] {
+        wait(&net, q, 1);
+    }
+    let stats = ncclbpf_harness::read_conn_stats(std::process::id()).unwrap();
+    for c in &stats {
+        assert_eq!(
+            c.send_bytes, c.recv_bytes,
+            "connection {:#x}: its two ends are not one connection: {stats:?}",
+            c.conn_id
+        );
+    }
+    for c in [sx, sy] {
+        net.close_send(c).unwrap();
+    }
+    for c in [r1, r2] {
+        net.close_recv(c).unwrap();
+    }
+    net.finalize().unwrap();
+}
+
+#[test]
+#[ignore = "open finding, too big to fix here: a listen comm has one side listener, and the \
+            wrapper cannot tell which inner connection a side channel belongs to when several \
+            connect to one listener (docs/guide/interposer.md, Limits)"]
+fn two_connects_on_one_listener_each_get_their_own_side_channel() {
+    let policy = ncclbpf_harness::shipped_policy("net_stats").expect("policies built");
+    let policy = policy.to_string_lossy().into_owned();
+    let policy: &'static str = Box::leak(policy.into_boxed_str());
+    run(
+        "two_connects_on_one_listener_each_get_their_own_side_channel",
+        11,
+        &[
+            ("INNER_REF_CONFIG", "allow_null_mhandle=1,connect_delay=0"),
+            ("NCCL_BPF_POLICY", policy),
+        ],
+        two_connects_on_one_listener_pair_their_own_side_channels,
+    );
+}
