@@ -45,7 +45,11 @@ done
 # as the inner plugin that carries the traffic (a file of its own, so nothing is shared).
 echo "== harness over an inner plugin (NCCL_BPF_NET_INNER: a copy of the library)"
 inner_dir=$(mktemp -d)
+# Readable by all: the helper-thread tests (helpers.rs) run harness-nproc as another user, whose
+# wrapper must open the copy too (mktemp's 0700 made their init fail).
+chmod 755 "$inner_dir"
 cp "$lib" "$inner_dir/libnccl-net-copy.so"
+chmod 755 "$inner_dir/libnccl-net-copy.so"
 NCCL_BPF_NET_INNER=$inner_dir/libnccl-net-copy.so NCCLBPF_PLUGIN=$lib cargo test --release -p ncclbpf-harness
 rm -rf "$inner_dir"
 echo "== all checks passed"

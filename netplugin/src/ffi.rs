@@ -183,12 +183,7 @@ fn props_v12(dev: c_int) -> NetResult<NetPropertiesV12> {
 }
 
 fn v_props_v11(p: &NetPropertiesV12) -> NetVDevicePropsV11 {
-    let mut devs = [0; NET_MAX_DEVS_PER_NIC_V11];
-    devs.copy_from_slice(&p.v_props.devs[..NET_MAX_DEVS_PER_NIC_V11]);
-    NetVDevicePropsV11 {
-        ndevs: p.v_props.ndevs,
-        devs,
-    }
+    inner::table::v_props_v11(&p.v_props)
 }
 
 /// Which device and communicator a connection serves (the communicator is known from v11).

@@ -33,11 +33,18 @@ pub fn in_child(
     let dir = scratch(name);
     let (out, err) = (dir.join("stdout"), dir.join("stderr"));
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_VAR, name)
-        .env("NCCLBPF_PLUGIN", crate::plugin_path())
-        .stdout(Stdio::from(std::fs::File::create(&out).unwrap()))
-        .stderr(Stdio::from(std::fs::File::create(&err).unwrap()));
+    // `--include-ignored`: an ignored test run by hand (`-- --ignored`) runs in its child too.
+    cmd.args([
+        name,
+        "--exact",
+        "--include-ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(CHILD_VAR, name)
+    .env("NCCLBPF_PLUGIN", crate::plugin_path())
+    .stdout(Stdio::from(std::fs::File::create(&out).unwrap()))
+    .stderr(Stdio::from(std::fs::File::create(&err).unwrap()));
     for k in cleared {
         cmd.env_remove(k);
     }

@@ -2,10 +2,11 @@
 //! in the newest shape.
 //!
 //! Each call translates what differs between versions, as NCCL's own adapters do: `int` sizes
-//! (v6 to v8; larger than 1 GiB is refused, as NCCL does), no device handles (v6), the
-//! communicator config in `connect` (v10), the profiler handles (v10+), one context per
-//! communicator (v11+), 4 or 8 devices in a virtual device (v9 to v11, v12). Return codes are
-//! the inner plugin's own: the wrapper passes them to NCCL unchanged.
+//! (v6 to v8: a message over 1 GiB and a v6/v7 registration of 2 GiB or more are refused, as
+//! NCCL does), NCCL's 0x1 receive hint (v9+ only: reset to NULL for v6 to v8, as NCCL does), no
+//! device handles (v6), the communicator config in `connect` (v10), the profiler handles
+//! (v10+), one context per communicator (v11+), 4 or 8 devices in a virtual device (v9 to v11,
+//! v12). Return codes are the inner plugin's own: the wrapper passes them to NCCL unchanged.
 //!
 //! The table is read through its pointer at every call, never copied: a plugin may fill some
 //! slots in its `init`, as this library does.
@@ -76,6 +77,39 @@ const MISSING: NcclResult = NcclResult::INTERNAL_ERROR;
 
 fn int_size(size: usize) -> Option<c_int> {
     (size <= MAX_INT_SIZE).then_some(size as c_int)
+}
+
+/// A registration's size for a plugin whose `regMr` takes an `int` (v6, v7): whatever the
+/// `int` holds, as NCCL's own adapters allow (`size < 2^31`); the 1 GiB bound is a message's
+/// (`maxP2pBytes`), not a buffer's (ncclCommRegister registers whole user buffers).
+fn reg_int_size(size: usize) -> Option<c_int> {
+    c_int::try_from(size).ok()
+}
+
+/// A virtual device as NCCL's v9 to v11 tables carry it (4 devices) from the v12 layout (8).
+/// `ndevs` never says more than the 4-entry array holds: NCCL reads `ndevs` entries, and past
+/// the array it would read `maxP2pBytes` as device indexes. A v12 inner plugin's virtual device
+/// of more than 4 NICs is reported as its first 4 (said once in NCCL's log); a negative count
+/// as 0.
+pub fn v_props_v11(p: &NetVDevicePropsV12) -> NetVDevicePropsV11 {
+    let n = p.ndevs.clamp(0, NET_MAX_DEVS_PER_NIC_V11 as c_int);
+    if n < p.ndevs {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            crate::nlog!(
+                WARN,
+                NET,
+                "a virtual device of {} NICs is reported to this NCCL (net v9-v11, at most {}) \
+                 as its first {}",
+                p.ndevs,
+                NET_MAX_DEVS_PER_NIC_V11,
+                NET_MAX_DEVS_PER_NIC_V11
+            )
+        });
+    }
+    let mut devs = [0; NET_MAX_DEVS_PER_NIC_V11];
+    devs[..n as usize].copy_from_slice(&p.devs[..n as usize]);
+    NetVDevicePropsV11 { ndevs: n, devs }
 }
 
 impl Table {
@@ -383,11 +417,11 @@ impl Table {
         // SAFETY: the caller's contract.
         unsafe {
             match *self {
-                Table::V6(p) => match int_size(size) {
+                Table::V6(p) => match reg_int_size(size) {
                     Some(s) => (*p).reg_mr.map_or(MISSING, |f| f(comm, data, s, ty, mh)),
                     None => NcclResult::INTERNAL_ERROR,
                 },
-                Table::V7(p) => match int_size(size) {
+                Table::V7(p) => match reg_int_size(size) {
                     Some(s) => (*p).reg_mr.map_or(MISSING, |f| f(comm, data, s, ty, mh)),
                     None => NcclResult::INTERNAL_ERROR,
                 },
@@ -494,6 +528,13 @@ impl Table {
         unsafe {
             macro_rules! int {
                 ($p:expr) => {{
+                    // NCCL's optional-completion hint (`*req == 0x1`) is for v9+ plugins: its
+                    // own adapters for v6 to v8 reset it to NULL first (such a plugin may
+                    // leave `*req` alone on "try again", and 0x1 would then be tested as a
+                    // request).
+                    if !req.is_null() && *req as usize == NET_OPTIONAL_RECV_COMPLETION {
+                        *req = std::ptr::null_mut();
+                    }
                     let count = n.clamp(0, MAX_RECVS as c_int) as usize;
                     let mut ints = [0 as c_int; MAX_RECVS];
                     if !sizes.is_null() {

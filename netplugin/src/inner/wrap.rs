@@ -60,6 +60,9 @@ enum Kind {
     Send,
     Recv,
     Flush,
+    /// A receive `test` reported done, whose request NCCL will still name in `irecvConsumed`
+    /// (an inner plugin with that slot): reused only when no slot is free.
+    Consumable,
 }
 
 struct ReqState {
@@ -203,16 +206,21 @@ impl WrapComm {
         unsafe { &mut *self.st.get() }
     }
 
-    /// A free slot, marked taken by `kind`, or `None` when every slot is in use.
+    /// A free slot, or `None` when every slot is in use. A completed receive that awaits its
+    /// `irecvConsumed` is taken only when no slot is free (the oldest first), so that NCCL's
+    /// late `irecvConsumed` still finds its own request, and a caller that never sends one
+    /// cannot run out of slots.
     fn take(&self, t: &Turn<'_>) -> Option<usize> {
         let st = self.state(t);
-        for k in 0..SLOTS {
-            let i = (st.next + k) % SLOTS;
-            // SAFETY: slots are reached only under the turn `t`.
-            let r = unsafe { &*self.reqs[i].st.get() };
-            if r.kind == Kind::Free {
-                st.next = (i + 1) % SLOTS;
-                return Some(i);
+        for want in [Kind::Free, Kind::Consumable] {
+            for k in 0..SLOTS {
+                let i = (st.next + k) % SLOTS;
+                // SAFETY: slots are reached only under the turn `t`.
+                let r = unsafe { &*self.reqs[i].st.get() };
+                if r.kind == want {
+                    st.next = (i + 1) % SLOTS;
+                    return Some(i);
+                }
             }
         }
         if !st.full_warned {
@@ -366,7 +374,9 @@ pub(crate) fn listen(i: &Inner, ctx: &Ctx, dev: c_int, handle: Vp, lc: *mut Vp) 
 }
 
 /// A connect in progress: the inner plugin's connection and the side channel's, each done or
-/// not yet. Keyed by NCCL's handle buffer, which NCCL passes again on every retry.
+/// not yet. Keyed by NCCL's handle buffer, which NCCL passes again on every retry, and told
+/// apart from another connection whose handle NCCL later puts at the same address (the first
+/// connect given up: a communicator aborted) by what the buffer holds.
 struct PendingConnect {
     inner: Vp,
     /// The side channel's handle (our socket transport's format), while it is to be made.
@@ -374,19 +384,55 @@ struct PendingConnect {
     side_comm: Option<Box<Comm>>,
     started: Instant,
     inner_done_at: Option<Instant>,
+    /// The handle buffer as the last call left it (the inner plugin may keep its connect
+    /// state there): a retry passes exactly these bytes again.
+    left: [u8; HANDLE_SIZE],
 }
 
 // SAFETY: the inner plugin's comm pointer goes to whichever thread NCCL calls connect from.
 unsafe impl Send for PendingConnect {}
 
+impl PendingConnect {
+    /// A connect NCCL gave up on: what it made is closed (nobody else ever will).
+    fn abandon(self, i: &Inner) {
+        if !self.inner.is_null() {
+            // SAFETY: the inner plugin's send comm from its connect, never handed to NCCL.
+            let _ = unsafe { i.table.close_send(self.inner) };
+        }
+        if let Some(s) = self.side_comm {
+            s.close();
+        }
+    }
+}
+
 static PENDING: Mutex<Option<HashMap<usize, PendingConnect>>> = Mutex::new(None);
 
-fn pending_take(key: usize) -> Option<PendingConnect> {
-    let mut g = PENDING.lock().unwrap_or_else(|e| e.into_inner());
-    let m = g.get_or_insert_with(HashMap::new);
-    // Connects NCCL gave up on are forgotten after a while.
-    m.retain(|_, p| p.started.elapsed() < setup::CONNECT_TIMEOUT * 2);
-    m.remove(&key)
+/// The connect in progress on the buffer `h` at `key`, if this call is its retry.
+fn pending_take(i: &Inner, key: usize, h: &[u8; HANDLE_SIZE]) -> Option<PendingConnect> {
+    let (mine, stale) = {
+        let mut g = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+        let m = g.get_or_insert_with(HashMap::new);
+        // Connects NCCL gave up on are forgotten after a while.
+        let old: Vec<usize> = m
+            .iter()
+            .filter(|(_, p)| p.started.elapsed() >= setup::CONNECT_TIMEOUT * 2)
+            .map(|(k, _)| *k)
+            .collect();
+        let stale: Vec<PendingConnect> = old.iter().filter_map(|k| m.remove(k)).collect();
+        (m.remove(&key), stale)
+    };
+    for p in stale {
+        p.abandon(i);
+    }
+    match mine {
+        Some(p) if p.left == *h => Some(p),
+        Some(p) => {
+            // Another connection's handle at the address of one NCCL gave up on.
+            p.abandon(i);
+            None
+        }
+        None => None,
+    }
 }
 
 fn pending_put(key: usize, p: PendingConnect) {
@@ -408,7 +454,7 @@ pub(crate) fn connect(
     let h = handle_buf(handle)?;
     let key = handle as usize;
     let udev = dev.max(0) as u32;
-    let mut p = pending_take(key).unwrap_or_else(|| {
+    let mut p = pending_take(i, key, h).unwrap_or_else(|| {
         // First call for this handle: the trailer comes out (always, so that the inner
         // plugin sees its own handle), and is used if side channels are on here.
         let theirs = side::take(h).filter(|_| i.sides());
@@ -422,6 +468,7 @@ pub(crate) fn connect(
             side_comm: None,
             started: Instant::now(),
             inner_done_at: None,
+            left: [0; HANDLE_SIZE],
         }
     });
     if p.inner.is_null() {
@@ -463,6 +510,7 @@ pub(crate) fn connect(
         }
     }
     if p.inner.is_null() || (p.side.is_some() && p.side_comm.is_none()) {
+        p.left = *handle_buf(handle)?;
         pending_put(key, p);
         return Ok(());
     }
@@ -768,7 +816,7 @@ pub(crate) fn test(i: &Inner, request: Vp, done: *mut c_int, sizes: *mut c_int) 
     let (_, c, idx) = req_ref(request)?;
     let t = c.turn();
     let s = c.slot(&t, idx);
-    if s.kind == Kind::Free {
+    if matches!(s.kind, Kind::Free | Kind::Consumable) {
         return Err(NetError::Misuse(
             "test() on a request that already completed".into(),
         ));
@@ -809,7 +857,11 @@ pub(crate) fn test(i: &Inner, request: Vp, done: *mut c_int, sizes: *mut c_int) 
         bytes += *g as usize;
     }
     let (kind, posted) = (s.kind, s.posted);
-    s.kind = Kind::Free;
+    s.kind = if kind == Kind::Recv && i.table.has_irecv_consumed() {
+        Kind::Consumable
+    } else {
+        Kind::Free
+    };
     if kind != Kind::Flush {
         c.state(&t).hooks.on_complete(bytes, posted);
     }
@@ -830,10 +882,19 @@ pub(crate) fn irecv_consumed(i: &Inner, comm: Vp, n: c_int, request: Vp) -> NetR
         ));
     }
     let t = c.turn();
-    let inner = c.slot(&t, idx).inner;
+    let s = c.slot(&t, idx);
+    if s.kind != Kind::Consumable {
+        // Not a completed receive any more: its slot went to a later request (more than
+        // 64 requests since); that request is not the inner plugin's to consume.
+        return Err(NetError::Misuse(
+            "irecvConsumed of a request that is not a completed receive (its slot was reused)"
+                .into(),
+        ));
+    }
+    s.kind = Kind::Free;
     // SAFETY: the inner comm and the inner request this slot carried.
     check("irecvConsumed", unsafe {
-        i.table.irecv_consumed(c.inner, n, inner)
+        i.table.irecv_consumed(c.inner, n, s.inner)
     })
 }
 
@@ -869,6 +930,16 @@ pub(crate) fn close_listen(i: &Inner, lc: Vp) -> NetResult<()> {
         return Ok(());
     }
     let l = listen_ref(lc)?;
+    // An accept NCCL gave up on halfway (the inner plugin's connection in, its side channel
+    // not yet): nobody else will ever close that connection.
+    let half = std::mem::replace(&mut l.got_inner, std::ptr::null_mut());
+    if !half.is_null() {
+        // SAFETY: the inner plugin's recv comm from its accept, never handed to NCCL.
+        let _ = unsafe { i.table.close_recv(half) };
+    }
+    if let Some(s) = l.got_side.take() {
+        s.close();
+    }
     // SAFETY: the inner listen comm, closed once.
     let r = unsafe { i.table.close_listen(l.inner) };
     // SAFETY: NCCL closes each listen comm we created exactly once.
