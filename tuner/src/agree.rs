@@ -396,7 +396,7 @@ pub struct Agreement {
     started: Instant,
     /// The communicator's net busy clock (shared with the net plugin's connections of it), and
     /// its reading at the last epoch's end.
-    busy: Option<Arc<crate::net_busy::BusyClock>>,
+    busy: Option<Arc<ncclbpf_agreement::net_busy::BusyClock>>,
     busy_last: u64,
     bytes: u64,
     /// Epochs whose record was posted.
@@ -455,7 +455,7 @@ impl Agreement {
         out: Option<Arc<Sequence>>,
     ) -> Result<Agreement, String> {
         let layout = Layout::of(prog)?;
-        let busy = crate::net_busy::clock(comm_id);
+        let busy = ncclbpf_agreement::net_busy::clock(comm_id);
         let mut progs = vec![prog];
         progs.extend(epoch_prog);
         let config_base = config_digest(&progs, &params);
