@@ -269,3 +269,39 @@ fn a_tuner_only_process_takes_config_updates() {
     assert_eq!(log.matches(&line).count(), 1, "{line}:\n{log}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A tuner-only process on a communicator over two nodes: records cannot cross nodes without
+/// our net plugin, so a policy that decides from agreed data (epoch_state.o) has no opinion
+/// from the start (NCCL's choices, the same on every rank), says why once, and never waits for
+/// records that cannot come (before, each rank waited `NCCL_BPF_AGREEMENT_TIMEOUT` for the other
+/// node's records, then failed the collective).
+#[test]
+fn across_nodes_without_our_net_a_policy_needing_agreement_has_no_opinion() {
+    let dir = scratch("tuner-only-nodes");
+    let shm = dir.join("shm");
+    let obj = shipped("safe/epoch_state.o");
+    let comm = 0x7003u64;
+    let t = TunerOnly::start(
+        &shm,
+        comm,
+        "100",
+        "4",
+        &[
+            ("NCCL_BPF_POLICY", obj.as_str()),
+            ("NCCL_BPF_AGREEMENT_TIMEOUT", "1"),
+        ],
+    );
+    // Past the first epochs the agreement would have applied (K = 64, D = 2).
+    eventually("the tuner decides past the first agreement", || {
+        t.seq(comm) > 600
+    });
+    let log = t.stop();
+    let why = "records cross nodes only over our net plugin's connections";
+    assert_eq!(log.matches(why).count(), 1, "{log}");
+    assert!(
+        log.contains("has no opinion, like every rank of it"),
+        "{log}"
+    );
+    assert!(!log.contains("agreement on ("), "no agreement ran:\n{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

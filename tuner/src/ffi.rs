@@ -374,7 +374,7 @@ impl TunerContext {
         let sequence = Arc::new(sequence);
         let mut shown = None;
         let policy = slot.map(|s| {
-            let a = setting.agreement_for(comm_id, nranks, &s.current(), Some(&sequence));
+            let a = setting.agreement_for(comm_id, nranks, nnodes, &s.current(), Some(&sequence));
             if let Ok(Some(a)) = &a {
                 shown = Some(a.shown());
             }
