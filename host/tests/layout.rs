@@ -46,7 +46,11 @@ fn dep_line(line: &str) -> Option<(String, Option<String>)> {
     let (key, value) = line.split_once('=')?;
     let name = key.trim().trim_end_matches(".workspace").trim().to_string();
     let path = value.split_once("path").and_then(|(_, rest)| {
-        let rest = rest.trim_start().strip_prefix('=')?.trim_start().strip_prefix('"')?;
+        let rest = rest
+            .trim_start()
+            .strip_prefix('=')?
+            .trim_start()
+            .strip_prefix('"')?;
         Some(rest[..rest.find('"')?].to_string())
     });
     Some((name, path))
@@ -132,11 +136,21 @@ fn no_plugin_crate_depends_on_another() {
 fn the_reader_sees_what_cargo_sees() {
     // The plugin library links all four; the net plugin reaches the host and the agreement.
     let r = reaches("plugin");
-    for p in ["ncclbpf-netplugin", "ncclbpf-tuner", "ncclbpf-profiler", "ncclbpf-env"] {
+    for p in [
+        "ncclbpf-netplugin",
+        "ncclbpf-tuner",
+        "ncclbpf-profiler",
+        "ncclbpf-env",
+    ] {
         assert!(r.contains(p), "{r:?}");
     }
     let r = reaches("netplugin");
-    for p in ["ncclbpf-host", "ncclbpf-agreement", "shared-maps", "ncclbpf-policies"] {
+    for p in [
+        "ncclbpf-host",
+        "ncclbpf-agreement",
+        "shared-maps",
+        "ncclbpf-policies",
+    ] {
         assert!(r.contains(p), "{r:?}");
     }
 }
