@@ -8,6 +8,9 @@
 //! * [`combine`]: the deterministic combination, and the checks that every rank runs the same
 //!   configuration and made the same decisions;
 //! * [`local`]: records between the processes of one node, through files in the registry;
+//! * [`net_busy`]: per communicator, the time its net connections had a request in flight (the
+//!   net plugin keeps it, the tuner's agreement posts it per epoch: both read it here, so
+//!   neither plugin crate depends on the other);
 //! * this module: the process's exchange, between the tuner (which posts its records and waits
 //!   for the others') and the net plugin (which carries them: [`set_net`], [`deliver`]), and the
 //!   thread that moves them while a tuner context runs the agreement.
@@ -21,6 +24,7 @@
 pub mod board;
 pub mod combine;
 pub mod local;
+pub mod net_busy;
 pub mod record;
 
 pub use board::Insert;

@@ -52,7 +52,7 @@ pub struct Record {
     /// The maker's wall time for the epoch.
     pub duration_ns: u64,
     /// The time the maker's net connections of the communicator had a request in flight
-    /// during the epoch (`ncclbpf_tuner::net_busy`); 0 where it has none (net v7–v10, or a
+    /// during the epoch (`ncclbpf_agreement::net_busy`); 0 where it has none (net v7–v10, or a
     /// communicator without net connections in this process).
     pub net_busy_ns: u64,
     /// The digest of the origins the maker combines this communicator's epochs with (fixed by

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The crates whose sources make up the library NCCL loads, and the `ncclbpf` command.
-const CRATES: [&str; 13] = [
+const CRATES: [&str; 14] = [
     "ncclnet-headers",
     "shared-maps",
     "netplugin",
@@ -20,6 +20,7 @@ const CRATES: [&str; 13] = [
     "policy-runtime",
     "policy-verifier",
     "cli",
+    "host",
 ];
 
 fn root() -> PathBuf {

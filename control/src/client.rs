@@ -38,7 +38,7 @@ impl fmt::Display for ClientError {
             ClientError::NoSocket { pid, path } => write!(
                 f,
                 "process {pid} has no control socket ({} does not exist: not an ncclbpf process, \
-                 one that has not initialised the net plugin yet, one started with \
+                 one where NCCL has not initialised our net plugin, tuner or profiler yet, one started with \
                  NCCL_BPF_CONTROL=0, or one with another NCCL_BPF_SHM_DIR or user)",
                 path.display()
             ),

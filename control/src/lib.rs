@@ -1,7 +1,8 @@
 //! The control socket of a process that runs ncclbpf: what travels on it, the client side
 //! (`ncclbpf reload`, `ncclbpf status`), and the server loop the plugin runs.
 //!
-//! Each process that initialised the net plugin listens on a Unix stream socket
+//! Each process where NCCL initialised one of our net plugin, tuner or profiler (the host,
+//! `ncclbpf_host`) listens on a Unix stream socket
 //! `<registry dir>/<pid>.ctl` (the registry dir is [`shared_maps::registry_dir`]:
 //! `$NCCL_BPF_SHM_DIR`, default `/dev/shm/ncclbpf-<uid>`, mode 0700; the socket is mode 0600).
 //! A client connects, sends one request line, reads the reply up to its final line, and the

@@ -27,9 +27,6 @@ pub struct Config {
     /// then the answer to the listener's challenge), and a connection's streams have to all
     /// arrive; a stream or connection still incomplete after it is dropped.
     pub handshake_timeout_s: u32,
-    /// `NCCL_BPF_CONTROL`: whether the process listens on its control socket
-    /// (`<registry dir>/<pid>.ctl`, for `ncclbpf reload` and `ncclbpf status`); `0` turns it off.
-    pub control: bool,
     /// `NCCL_BPF_IO`: who moves the data streams' chunks (`auto`, `uring`, `epoll`,
     /// `threads`; see `engine`).
     pub io: crate::engine::IoMode,
@@ -62,7 +59,6 @@ impl Default for Config {
             speed_mbps: 0,
             timeout_s: 120,
             handshake_timeout_s: 10,
-            control: true,
             io: crate::engine::IoMode::Auto,
             io_workers: 0,
             // Chosen on the GPU machine (bench/results/gpu-2026-12-01-io-sweep.md): spinning
@@ -185,9 +181,6 @@ impl Config {
         let mut side = u32::from(c.side);
         parse_u32(get, "NCCL_BPF_NET_SIDE", 0, 1, &mut side, &mut bad);
         c.side = side == 1;
-        let mut control = u32::from(c.control);
-        parse_u32(get, "NCCL_BPF_CONTROL", 0, 1, &mut control, &mut bad);
-        c.control = control == 1;
         if let Some(v) = get("NCCL_BPF_IO").filter(|v| !v.trim().is_empty()) {
             match crate::engine::IoMode::parse(&v) {
                 Some(m) => c.io = m,
@@ -347,9 +340,5 @@ mod tests {
         assert_eq!((c.handshake_timeout_s, bad.len()), (10, 1));
         let (c, bad) = with(&[("NCCL_BPF_HANDSHAKE_TIMEOUT", "3")]);
         assert_eq!((c.handshake_timeout_s, bad.len()), (3, 0));
-        let (c, bad) = with(&[("NCCL_BPF_CONTROL", "0")]);
-        assert_eq!((c.control, bad.len()), (false, 0));
-        let (c, bad) = with(&[("NCCL_BPF_CONTROL", "off")]);
-        assert_eq!((c.control, bad.len()), (true, 1));
     }
 }

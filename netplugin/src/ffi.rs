@@ -20,6 +20,7 @@ use crate::log::set_logger;
 use crate::plugin::{self, NetContext};
 use crate::setup::{self, Endpoint, ListenComm};
 use crate::wire::HANDLE_SIZE;
+use ncclbpf_host::Part;
 use ncclnet_headers::net::*;
 use ncclnet_headers::{DebugLogger, NcclResult, ProfilerCallback};
 use std::ffi::{c_int, c_void};
@@ -123,8 +124,10 @@ fn init_process(log: DebugLogger, prof: ProfilerCallback, per_comm: bool) -> Ncc
         {
             i.init_process(log, prof)?;
         }
-        if !plugin::backend_only() {
-            crate::metrics_endpoint::on_init();
+        if !plugin::backend_only() && !per_comm {
+            // Net v7-v10: no finalize, so the hold lasts until the process exits (once).
+            static HELD: std::sync::Once = std::sync::Once::new();
+            HELD.call_once(|| ncclbpf_host::acquire(Part::Net));
         }
         Ok(())
     })
@@ -702,7 +705,9 @@ pub unsafe extern "C" fn init_v11(
             inner,
         });
         put(ctx, Box::into_raw(c) as Vp, "ctx")?;
-        crate::metrics_endpoint::context_opened();
+        if !plugin::backend_only() {
+            ncclbpf_host::acquire(Part::Net);
+        }
         Ok(())
     })
 }
@@ -712,7 +717,9 @@ pub unsafe extern "C" fn finalize(ctx: Vp) -> NcclResult {
         if !ctx.is_null() {
             // SAFETY: ctx came from init_v11 and NCCL finalizes it once.
             let c = unsafe { Box::from_raw(ctx as *mut NetContext) };
-            crate::metrics_endpoint::context_closed();
+            if !plugin::backend_only() {
+                ncclbpf_host::release(Part::Net);
+            }
             if let (Some(i), Some(ic)) = (plugin::get()?.inner(), c.inner.as_ref()) {
                 i.finalize(ic)?;
             }

@@ -21,7 +21,7 @@
 //! an old set (its JIT code, its map references) is freed once every connection end has moved
 //! on from it. A hook with no program at start can get one by reload.
 
-use ncclbpf_tuner::net_busy::BusyClock;
+use ncclbpf_agreement::net_busy::BusyClock;
 pub use policy_runtime::setting::is_tuner_section;
 use policy_runtime::setting::{self, Scope, Source};
 use policy_runtime::{Handle, LoadOptions, LoadedProgram, NetCtx, Swappable};
@@ -314,7 +314,7 @@ impl ConnHooks {
             info,
             net: net().handle(),
             busy: if counted {
-                ncclbpf_tuner::net_busy::clock(info.comm_id)
+                ncclbpf_agreement::net_busy::clock(info.comm_id)
             } else {
                 None
             },

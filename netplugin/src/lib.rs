@@ -14,10 +14,13 @@
 //!   every call forwarded and observed;
 //! * [`hooks`]: where each operation is observed (per-connection counters, BPF hooks);
 //! * [`frames`]: the agreement's records between ranks, over the connections' control streams;
-//! * [`control`]: the control socket (`status`, live `reload` of the net programs);
+//! * [`control`]: the net plugin's part of the control socket, which the host runs
+//!   (`ncclbpf_host`): the hooks for `status`, live `reload` of the net programs;
 //! * [`wire`]: what goes over the wire (handle, hello, message header, chunking);
-//! * [`config`]: `NCCL_BPF_*` settings;
-//! * [`metrics_endpoint`]: `NCCL_BPF_METRICS_ADDR`, Prometheus metrics of this process.
+//! * [`config`]: `NCCL_BPF_*` settings.
+//!
+//! The control socket and the metrics endpoint are the host's (`ncclbpf_host`), shared with the
+//! tuner and the profiler: `init` holds the host (net v11+: each context until its `finalize`).
 //!
 //! An operation, `isend` to counter update: [`ffi`]'s `isend_v10` → `Comm::isend` (posts the
 //! request, hands chunks to the I/O engine, writes the header) → `test` → `Comm::test`
@@ -36,7 +39,6 @@ pub mod handshake;
 pub mod hooks;
 pub mod inner;
 pub mod log;
-pub mod metrics_endpoint;
 pub mod plugin;
 pub mod rxbuf;
 pub mod setup;

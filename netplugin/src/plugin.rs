@@ -27,7 +27,7 @@ pub enum Backend {
 
 /// Set in a copy of ncclbpf that another copy loaded as its inner plugin: it carries traffic
 /// over its sockets and does nothing else (the outer copy runs the hooks, counters, control
-/// socket and metrics, once).
+/// socket and metrics, once: this copy neither registers with its host nor holds it).
 static BACKEND_ONLY: AtomicBool = AtomicBool::new(false);
 
 /// Makes this library a plain backend (see [`BACKEND_ONLY`]); called through the exported
@@ -104,7 +104,6 @@ pub fn init() -> NetResult<&'static Plugin> {
     if backend_only() {
         // The outer copy's setting names this library: it must not name it again.
         config.inner = None;
-        config.control = false;
     }
     if let Some(name) = config.inner.clone() {
         let mut inner = Inner::open(&name)?;
@@ -126,7 +125,7 @@ pub fn init() -> NetResult<&'static Plugin> {
             }
         }
         crate::hooks::init_policies();
-        crate::control::start(&config);
+        crate::control::register();
         return Ok(PLUGIN.get_or_init(|| Plugin {
             backend: Backend::Inner(inner),
             config,
@@ -158,7 +157,7 @@ pub fn init() -> NetResult<&'static Plugin> {
     );
     if !backend_only() {
         crate::hooks::init_policies();
-        crate::control::start(&config);
+        crate::control::register();
     }
     Ok(PLUGIN.get_or_init(|| Plugin {
         backend: Backend::Sockets(devices),

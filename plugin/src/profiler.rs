@@ -298,6 +298,8 @@ fn init_common(
         Some(h) => {
             // SAFETY: checked non-NULL above.
             unsafe { *context = h.as_ptr() };
+            // Released by `finalize` of this context.
+            ncclbpf_host::acquire(ncclbpf_host::Part::Profiler);
             NcclResult::SUCCESS
         }
         None => NcclResult::INTERNAL_ERROR,
@@ -438,7 +440,11 @@ unsafe extern "C" fn record_event_state(
 
 unsafe extern "C" fn finalize(context: Vp) -> NcclResult {
     guard("finalize", || {
-        tracker::global().finalize(Handle::from_ptr(context));
+        // Only a live context's finalize releases its hold (a stale or repeated one is a
+        // misuse the tracker counts, and must not end another context's hold).
+        if tracker::global().finalize(Handle::from_ptr(context)) {
+            ncclbpf_host::release(ncclbpf_host::Part::Profiler);
+        }
         NcclResult::SUCCESS
     })
 }

@@ -119,7 +119,7 @@ pub struct TunerEpochCtx {
     /// reads and writes it.
     pub state: [u64; EPOCH_STATE_WORDS],
     /// The most any rank's net connections of the communicator had a request in flight
-    /// during the epoch (`ncclbpf_tuner::net_busy`; after `state`, so that the header's
+    /// during the epoch (`ncclbpf_agreement::net_busy`; after `state`, so that the header's
     /// offsets stay those of objects built before it).
     pub net_busy_max_ns: u64,
     /// The least (0 where some rank has no net busy time: net v7–v10, or no net connections).

@@ -396,7 +396,7 @@ pub struct Agreement {
     started: Instant,
     /// The communicator's net busy clock (shared with the net plugin's connections of it), and
     /// its reading at the last epoch's end.
-    busy: Option<Arc<crate::net_busy::BusyClock>>,
+    busy: Option<Arc<ncclbpf_agreement::net_busy::BusyClock>>,
     busy_last: u64,
     bytes: u64,
     /// Epochs whose record was posted.
@@ -455,7 +455,7 @@ impl Agreement {
         out: Option<Arc<Sequence>>,
     ) -> Result<Agreement, String> {
         let layout = Layout::of(prog)?;
-        let busy = crate::net_busy::clock(comm_id);
+        let busy = ncclbpf_agreement::net_busy::clock(comm_id);
         let mut progs = vec![prog];
         progs.extend(epoch_prog);
         let config_base = config_digest(&progs, &params);
@@ -944,6 +944,10 @@ pub struct Setting {
     pub params: Params,
     /// The `tuner/epoch` program, if one loaded.
     pub epoch: Option<&'static LoadedProgram>,
+    /// Whether records can reach ranks on other nodes: they travel over our net plugin's
+    /// connections, so only where NCCL initialised it in this process (the host has its peer).
+    /// Between the processes of one node the node-local relay carries them either way.
+    pub between_nodes: bool,
 }
 
 impl Setting {
@@ -955,6 +959,7 @@ impl Setting {
             timeout: std::time::Duration::from_secs(60),
         },
         epoch: None,
+        between_nodes: true,
     };
 
     /// From the environment, read once per process; a bad value is logged and turns the
@@ -986,6 +991,7 @@ impl Setting {
                 mode: *mode,
                 params: *p,
                 epoch: crate::policy::epoch_program(),
+                between_nodes: ncclbpf_host::peers::net().is_some(),
             },
             Err(_) => Setting {
                 epoch: crate::policy::epoch_program(),
@@ -1012,16 +1018,35 @@ impl Setting {
         }
     }
 
-    /// The agreement of a context of `prog`, if it runs one: `Ok(None)` when not needed.
-    /// `Err` when the policy needs one and cannot have it (then it has no opinion).
+    /// The agreement of a context of `prog` on a communicator of `nranks` ranks over `nnodes`
+    /// nodes, if it runs one: `Ok(None)` when not needed. `Err` when the policy needs one and
+    /// cannot have it (then it has no opinion): the agreement is off, or the communicator spans
+    /// nodes and no net plugin of ours carries records between them (a tuner-only deployment:
+    /// the same on every rank of such a job, so every rank keeps NCCL's choices alike). A policy
+    /// that does not need it runs without one there, even with `NCCL_BPF_AGREEMENT=on`.
     pub fn agreement_for(
         &self,
         comm_id: u64,
         nranks: u32,
+        nnodes: u32,
         prog: &LoadedProgram,
         out: Option<&Arc<Sequence>>,
     ) -> Result<Option<Agreement>, String> {
         let needs = uses_agreed(prog, self.epoch);
+        if nnodes > 1 && !self.between_nodes && self.mode != Mode::Off {
+            return if needs {
+                Err(format!(
+                    "policy '{}' decides from agreed data, which needs the records of every rank, \
+                     and records cross nodes only over our net plugin's connections: NCCL did \
+                     not initialise it in this process (its own transport carries the data), so \
+                     on this communicator of {nnodes} nodes the policy has no opinion, like every \
+                     rank of it",
+                    prog.name
+                ))
+            } else {
+                Ok(None)
+            };
+        }
         match self.mode {
             Mode::Off if needs => Err(format!(
                 "policy '{}' decides from agreed data, and the agreement is off ({MODE_ENV}=off \

@@ -374,7 +374,7 @@ impl TunerContext {
         let sequence = Arc::new(sequence);
         let mut shown = None;
         let policy = slot.map(|s| {
-            let a = setting.agreement_for(comm_id, nranks, &s.current(), Some(&sequence));
+            let a = setting.agreement_for(comm_id, nranks, nnodes, &s.current(), Some(&sequence));
             if let Ok(Some(a)) = &a {
                 shown = Some(a.shown());
             }
@@ -641,9 +641,11 @@ fn new_context(
     }
     let mut r = NcclResult::SUCCESS;
     quiet("init", || {
+        crate::control::register();
         let c = Box::new(TunerContext::new(comm_id, nranks, nnodes));
         // SAFETY: NCCL passes a valid out-pointer for the context.
         unsafe { ctx.write(Box::into_raw(c) as Vp) };
+        ncclbpf_host::acquire(ncclbpf_host::Part::Tuner);
     });
     // SAFETY: checked non-null above.
     if unsafe { (*ctx).is_null() } {
@@ -900,6 +902,7 @@ pub unsafe extern "C" fn finalize(ctx: Vp) -> NcclResult {
             }
             // SAFETY: NCCL finalizes each context once; it came from Box::into_raw.
             drop(unsafe { Box::from_raw(ctx as *mut TunerContext) });
+            ncclbpf_host::release(ncclbpf_host::Part::Tuner);
         }
     });
     NcclResult::SUCCESS

@@ -15,18 +15,21 @@
 //!   --compare`;
 //! * [`agree`]: the agreement between the ranks of a communicator (epoch records, agreed maps,
 //!   the `tuner/epoch` program), built on `ncclbpf-agreement`;
-//! * [`net_busy`]: per communicator, the time its net connections had a request in flight
-//!   (the net plugin keeps it, the agreement posts it per epoch);
 //! * [`stage`]: staged tuner swaps, a new program from a stated sequence number of every
-//!   communicator (`ncclbpf reload --at-seq`).
+//!   communicator (`ncclbpf reload --at-seq`);
+//! * [`control`]: the tuner's part of the control socket, which the host runs
+//!   (`ncclbpf_host`): staged swaps and config updates, contexts for `ncclbpf status`.
+//!
+//! Every context holds the host (`ncclbpf_host::acquire`) from `init` to `finalize`: a process
+//! where NCCL loaded only the tuner still gets the control socket and the metrics endpoint.
 
 pub mod agree;
 pub mod chunk;
 pub mod constants;
+pub mod control;
 pub mod decide;
 pub mod digest;
 pub mod ffi;
-pub mod net_busy;
 pub mod owner;
 pub mod policy;
 pub mod rules;

@@ -138,7 +138,8 @@ impl std::fmt::Display for Refusal {
                      communicator of the process shares, so new values could not take effect at \
                      one stated collective of each: staged config updates need the per-communicator \
                      views that contexts running the agreement keep (start the job with \
-                     NCCL_BPF_AGREEMENT=on)",
+                     NCCL_BPF_AGREEMENT=on; a communicator over several nodes runs it only where \
+                     our net plugin carries its records)",
                     list.join(", ")
                 )
             }

@@ -65,6 +65,7 @@ fn setting(l: &Loaded, epoch: u64, delay: u64, timeout: Duration) -> Setting {
             timeout,
         },
         epoch: Some(l.epoch),
+        between_nodes: true,
     }
 }
 

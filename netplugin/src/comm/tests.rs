@@ -85,7 +85,7 @@ fn wait(c: &Comm, slot: &ReqSlot) -> NetResult<usize> {
 /// posted), and it does not run while nothing is posted.
 #[test]
 fn the_communicators_busy_clock_runs_while_a_request_is_in_flight() {
-    use ncclbpf_tuner::net_busy;
+    use ncclbpf_agreement::net_busy;
     for (i, path) in paths().into_iter().enumerate() {
         let id = 0xb05e_0001 + 0x1000 * i as u64;
         let comm_id = 0xb05e_c000 + i as u64;

@@ -13,6 +13,12 @@
 //!                                     (the decision number S from which the channel count was
 //!                                     N), then the plugin's log. With nranks 1 a policy that runs
 //!                                     the agreement completes it alone (its own records).
+//! harness-serve tuner-only <comm_id> [us [nranks]]
+//!                                     `tuner` without the net plugin (NCCL's own transport
+//!                                     carries the data): only our tuner (v5) and profiler (v5/v6
+//!                                     table) are initialised; after "stop" both are finalized and
+//!                                     it prints "port file after finalize: yes|no" (the metrics
+//!                                     endpoint's, with NCCL_BPF_METRICS_ADDR)
 //! harness-serve as-uid <uid> <socket> switch to uid (and its gid), connect to the control
 //!                                     socket, send "status", print what comes back
 //! ```
@@ -23,6 +29,7 @@
 //! the process (a panic, non-zero status).
 
 use ncclbpf_harness::{Net, log_text, pattern};
+use ncclnet_headers::profiler::ProfilerV5;
 use std::io::{BufRead, Read, Write};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -72,10 +79,36 @@ fn stopper() -> Arc<AtomicBool> {
     stop
 }
 
-fn tuner(comm_id: u64, pause_us: u64, nranks: usize) {
-    let _net = Net::ready(None);
-    let t = ncclbpf_harness::Tuner::open_comm(Some(5), comm_id, nranks, nranks.min(2))
+/// Our profiler's `init` for communicator `comm_id` (its v5/v6 table), as NCCL calls it.
+fn open_profiler(comm_id: u64, nranks: usize) -> (&'static ProfilerV5, *mut std::ffi::c_void) {
+    static MASK: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+    let (_, p) = ncclbpf_harness::newest_symbol("ncclProfiler_v", &[6, 5]).expect("a profiler");
+    // SAFETY: the exported static has ProfilerV5's layout (v6 is the same), for the process.
+    let table = unsafe { &*(p as *const ProfilerV5) };
+    let mut ctx = std::ptr::null_mut();
+    // SAFETY: NCCL's init arguments: an out-pointer, the process-wide mask, a NUL-terminated
+    // name, the logger.
+    let r = unsafe {
+        table.init.unwrap()(
+            &mut ctx,
+            comm_id,
+            MASK.as_ptr(),
+            c"harness".as_ptr(),
+            nranks.min(2) as i32,
+            nranks as i32,
+            0,
+            ncclbpf_harness::logger(),
+        )
+    };
+    assert!(r.is_success(), "profiler init: {r:?}");
+    (table, ctx)
+}
+
+fn tuner(comm_id: u64, pause_us: u64, nranks: usize, with_net: bool) {
+    let _net = with_net.then(|| Net::ready(None));
+    let mut t = ncclbpf_harness::Tuner::open_comm(Some(5), comm_id, nranks, nranks.min(2))
         .expect("open the tuner");
+    let profiler = (!with_net).then(|| open_profiler(comm_id, nranks));
     let stop = stopper();
     println!("ready {}", std::process::id());
     std::io::stdout().flush().unwrap();
@@ -104,6 +137,15 @@ fn tuner(comm_id: u64, pause_us: u64, nranks: usize) {
     println!("stopped {calls}");
     let list: Vec<String> = changes.iter().map(|(s, n)| format!("{s}:{n}")).collect();
     println!("channels {}", list.join(" "));
+    if let Some((table, ctx)) = profiler {
+        t.finalize().expect("tuner finalize");
+        // SAFETY: the context this table's init made, finalized once.
+        let r = unsafe { table.finalize.unwrap()(ctx) };
+        assert!(r.is_success(), "profiler finalize: {r:?}");
+        let port_file = shared_maps::registry_dir().join(format!("{}.metrics", std::process::id()));
+        let left = if port_file.exists() { "yes" } else { "no" };
+        println!("port file after finalize: {left}");
+    }
     print!("{}", log_text());
     std::io::stdout().flush().unwrap();
 }
@@ -137,17 +179,16 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         ["serve"] => serve(),
-        ["tuner", comm] => tuner(comm.parse().expect("comm id"), 100, 4),
-        ["tuner", comm, us] => tuner(comm.parse().expect("comm id"), us.parse().expect("µs"), 4),
-        ["tuner", comm, us, nranks] => tuner(
+        [mode @ ("tuner" | "tuner-only"), comm, ref rest @ ..] if rest.len() <= 2 => tuner(
             comm.parse().expect("comm id"),
-            us.parse().expect("µs"),
-            nranks.parse().expect("nranks"),
+            rest.first().map_or(100, |us| us.parse().expect("µs")),
+            rest.get(1).map_or(4, |n| n.parse().expect("nranks")),
+            mode == "tuner",
         ),
         ["as-uid", uid, socket] => as_uid(uid.parse().expect("uid"), socket),
         _ => {
             eprintln!(
-                "usage: harness-serve serve | harness-serve tuner <comm_id> [us [nranks]] | harness-serve as-uid <uid> <socket>"
+                "usage: harness-serve serve | harness-serve tuner|tuner-only <comm_id> [us [nranks]] | harness-serve as-uid <uid> <socket>"
             );
             std::process::exit(2);
         }

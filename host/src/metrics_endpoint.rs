@@ -7,10 +7,11 @@
 //! * Several ranks per node: with a port other than 0 and `LOCAL_RANK` set, each rank listens
 //!   on port + `LOCAL_RANK`; with port 0 each gets a free port, written (as `host:port` and a
 //!   line feed) to `<registry dir>/<pid>.metrics` (mode 0600) for tools to find.
-//! * Started by the first successful `init`; stopped, its thread joined and its port file
-//!   removed when the last net v11+ context is finalized (a later `init` starts it again), so
-//!   nothing of it runs when NCCL could unload the library (which is also linked `-z nodelete`).
-//!   Net v7-v10 have no finalize: there it runs until the process exits.
+//! * Started when the first of the net plugin, the tuner and the profiler holds the host
+//!   ([`crate::life`]); stopped, its thread joined and its port file removed when the last of
+//!   their contexts is finalized (a later `init` starts it again), so nothing of it runs when
+//!   NCCL could unload the library (which is also linked `-z nodelete`). Net v7-v10 have no
+//!   finalize: with them it runs until the process exits.
 //! * A child forked after the endpoint started (a data loader worker) serves nothing and leaves
 //!   the parent's endpoint and port file alone; an `init` of its own starts its own endpoint.
 //! * An address that cannot be parsed or bound is one warning in NCCL's log and the job goes
@@ -34,8 +35,6 @@ struct State {
     /// and must neither join it nor remove the parent's port file.
     owner: u32,
     port_file: Option<PathBuf>,
-    /// Net v11+ contexts alive.
-    contexts: usize,
     /// The value last refused (warned once, not on every init).
     refused: Option<String>,
 }
@@ -44,7 +43,6 @@ static STATE: Mutex<State> = Mutex::new(State {
     server: None,
     owner: 0,
     port_file: None,
-    contexts: 0,
     refused: None,
 });
 
@@ -80,7 +78,7 @@ pub fn listen_addr(value: &str, local_rank: Option<&str>) -> Result<SocketAddr, 
     Ok(addr)
 }
 
-/// At every successful `init`: starts the endpoint if the variable asks for one and it is not
+/// At every hold of the host: starts the endpoint if the variable asks for one and it is not
 /// running.
 pub fn on_init() {
     let Some(value) = std::env::var_os(VAR) else {
@@ -88,7 +86,7 @@ pub fn on_init() {
     };
     let r = catch_unwind(AssertUnwindSafe(|| start(&value.to_string_lossy())));
     if r.is_err() {
-        crate::nlog!(
+        crate::hlog!(
             WARN,
             INIT,
             "{VAR}: the metrics endpoint failed to start (a panic, caught)"
@@ -109,7 +107,7 @@ fn start(value: &str) {
         Ok(server) => {
             let bound = server.local_addr();
             let port_file = write_port_file(bound);
-            crate::nlog!(
+            crate::hlog!(
                 INFO,
                 INIT,
                 "metrics at http://{bound}/metrics ({VAR}={value}{}{})",
@@ -120,7 +118,7 @@ fn start(value: &str) {
                 }
             );
             if !bound.ip().is_loopback() {
-                crate::nlog!(
+                crate::hlog!(
                     WARN,
                     INIT,
                     "{VAR}: metrics served on {bound}, not loopback: whoever reaches it reads them"
@@ -133,7 +131,7 @@ fn start(value: &str) {
         }
         Err(e) => {
             if st.refused.as_deref() != Some(value) {
-                crate::nlog!(WARN, INIT, "{VAR}={value:?}: {e}; no metrics endpoint");
+                crate::hlog!(WARN, INIT, "{VAR}={value:?}: {e}; no metrics endpoint");
                 st.refused = Some(value.to_string());
             }
         }
@@ -203,19 +201,16 @@ fn forget_if_forked(st: &mut State) {
     }
 }
 
-/// A net v11+ context was created.
-pub fn context_opened() {
-    state().contexts += 1;
-}
-
-/// A net v11+ context was finalized: the last one stops the endpoint.
-pub fn context_closed() {
+/// The last hold of the host was released (by `by`): stops the endpoint, unless a hold came
+/// in meanwhile.
+pub(crate) fn stop(by: &str) {
     let r = catch_unwind(AssertUnwindSafe(|| {
         let (server, file) = {
             let mut st = state();
             forget_if_forked(&mut st);
-            st.contexts = st.contexts.saturating_sub(1);
-            if st.contexts > 0 {
+            // Under the endpoint's lock: a hold that came after the release either sees the
+            // server still running (and this keeps it) or starts a new one after this.
+            if crate::life::held().iter().any(|&n| n > 0) {
                 return;
             }
             (st.server.take(), st.port_file.take())
@@ -227,15 +222,15 @@ pub fn context_closed() {
             if let Some(f) = file {
                 let _ = std::fs::remove_file(f);
             }
-            crate::nlog!(
+            crate::hlog!(
                 INFO,
                 INIT,
-                "metrics endpoint {addr} stopped (last context finalized)"
+                "metrics endpoint {addr} stopped (the {by}'s last context finalized)"
             );
         }
     }));
     if r.is_err() {
-        crate::nlog!(
+        crate::hlog!(
             WARN,
             INIT,
             "{VAR}: stopping the metrics endpoint panicked (caught)"
