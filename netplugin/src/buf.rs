@@ -52,8 +52,8 @@ impl Buf {
         if len == 0 {
             return Buf::EMPTY;
         }
-        // SAFETY: off + len <= self.len, so the result stays inside the lent buffer.
         Buf {
+            // SAFETY: off + len <= self.len, so the result stays inside the lent buffer.
             ptr: unsafe { NonNull::new_unchecked(self.ptr.as_ptr().add(off)) },
             len,
         }

@@ -197,10 +197,10 @@ fn v_props_v11(p: &NetPropertiesV12) -> NetVDevicePropsV11 {
 
 /// Which device and communicator a connection serves (the communicator is known from v11).
 fn endpoint(dev: c_int, ctx: Vp) -> Endpoint {
-    // SAFETY: a non-null ctx is a NetContext from init_v11, alive until finalize.
     let comm_id = if ctx.is_null() {
         0
     } else {
+        // SAFETY: a non-null ctx is a NetContext from init_v11, alive until finalize.
         unsafe { (*(ctx as *const NetContext)).comm_id }
     };
     Endpoint {

@@ -188,13 +188,17 @@ macro_rules! copy_descr {
                 // SAFETY: NCCL's strings.
                 Kind::P2p(unsafe { p2p_op(p.func, p.count, p.peer, p.datatype, p.n_channels) })
             }
-            // SAFETY (each closure): `common_kind` calls only the one whose member `type`
-            // names, which NCCL filled.
+            // `common_kind` calls only the closure whose member `type` names, which NCCL
+            // filled.
             _ => common_kind(
                 t,
+                // SAFETY: called only for a proxy-op event (see above).
                 || unsafe { d.u.proxy_op },
+                // SAFETY: called only for a proxy-step event.
                 || unsafe { d.u.proxy_step.step },
+                // SAFETY: called only for a kernel-channel event.
                 || unsafe { d.u.kernel_ch },
+                // SAFETY: called only for a net-plugin event.
                 || unsafe { d.u.net_plugin },
             )
             .unwrap_or(Kind::Other(t)),

@@ -140,11 +140,8 @@ impl RefChecks {
     pub fn config(&self, key: &str, v: i64) {
         let c = cstr(key);
         // SAFETY: a valid C string.
-        assert_eq!(
-            unsafe { (self.config)(c.as_ptr(), v as c_long) },
-            0,
-            "unknown key {key}"
-        );
+        let r = unsafe { (self.config)(c.as_ptr(), v as c_long) };
+        assert_eq!(r, 0, "unknown key {key}");
     }
     /// Non-NULL: every v10+ phandle must be `p`.
     pub fn expect_phandle(&self, p: crate::anynet::Obj) {

@@ -292,6 +292,7 @@ impl Net {
             ($t:expr, $ty:ty, $p2p:expr) => {{
                 // SAFETY: zeroed POD filled by getProperties of the same version.
                 let mut p: $ty = unsafe { std::mem::zeroed() };
+                // SAFETY: getProperties of the same version, into its own struct.
                 ok(unsafe { $t.get_properties.unwrap()(dev, &mut p) })?;
                 Props {
                     // SAFETY: the plugin keeps its name strings alive.
@@ -603,6 +604,7 @@ impl Net {
         let mut out = vec![0u8; recv_cap];
         // SAFETY: both buffers outlive the requests, which are waited for below.
         let rr = unsafe { self.irecv(r, out.as_mut_ptr(), recv_cap, false)? }.expect("recv slot");
+        // SAFETY: as above.
         let sr = unsafe { self.isend(s, data.as_ptr(), data.len())? }.expect("send slot");
         let (mut sd, mut rd) = (false, None);
         let deadline = Instant::now() + Duration::from_secs(60);

@@ -15,6 +15,7 @@ fn receive_smaller_than_message_is_an_error_not_a_cut() {
         let rq = unsafe { n.irecv(r, buf.as_mut_ptr(), cap, false) }
             .unwrap()
             .unwrap();
+        // SAFETY: as above.
         let sq = unsafe { n.isend(s, data.as_ptr(), size) }.unwrap().unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         let err = loop {

@@ -116,8 +116,9 @@ impl Comm {
             let Some(&idx) = fifo.front() else { return };
             let r = &mut reqs[idx as usize];
             let header = (r.size as u64).to_le_bytes();
-            // SAFETY: NCCL keeps the send buffer alive and unmodified until the request is done.
             let payload: &[u8] = if r.inline {
+                // SAFETY: NCCL keeps the send buffer alive and unmodified until the request is
+                // done.
                 unsafe { r.buf.bytes() }
             } else {
                 &[]

@@ -37,8 +37,8 @@ impl Epoll {
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: a fresh epoll fd nobody else owns.
         let ep = Epoll {
+            // SAFETY: a fresh epoll fd nobody else owns.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
         };
         ep.add(wake, libc::EPOLLIN as u32, WAKE)?;
@@ -56,8 +56,8 @@ impl Epoll {
     }
 
     fn remove(&self, fd: RawFd) {
-        // SAFETY: EPOLL_CTL_DEL ignores the event pointer (non-null for old kernels).
         let mut ev = libc::epoll_event { events: 0, u64: 0 };
+        // SAFETY: EPOLL_CTL_DEL ignores the event pointer (non-null for old kernels).
         let _ = unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_DEL, fd, &mut ev) };
     }
 

@@ -61,6 +61,7 @@ pub struct Ctx {
 
 // SAFETY: the context pointer is the inner plugin's, which NCCL hands to any of its threads.
 unsafe impl Send for Ctx {}
+// SAFETY: as above.
 unsafe impl Sync for Ctx {}
 
 impl Ctx {

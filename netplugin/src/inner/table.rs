@@ -41,6 +41,7 @@ pub enum Table {
 // (the library is never closed); the calls made through them are the inner plugin's to make
 // thread-safe, as they are when NCCL calls it directly.
 unsafe impl Send for Table {}
+// SAFETY: as above.
 unsafe impl Sync for Table {}
 
 /// Reads the same-typed slot `$f` of whatever version `$t` is, into `$e` with the table `$p`.

@@ -105,6 +105,7 @@ pub struct WrapComm {
 // SAFETY: the inner plugin's pointers go to whichever thread NCCL calls from, as they do
 // without the wrapper; the mutable state is reached only while holding `owner`.
 unsafe impl Send for WrapComm {}
+// SAFETY: as above.
 unsafe impl Sync for WrapComm {}
 
 /// Exclusive access to a connection's state while alive.
