@@ -58,7 +58,7 @@ pub fn guard(what: &'static str, f: impl FnOnce() -> NetResult<()>) -> NcclResul
 }
 
 /// Writes `v` through an out-pointer NCCL gave us.
-fn put<T>(p: *mut T, v: T, what: &str) -> NetResult<()> {
+pub(crate) fn put<T>(p: *mut T, v: T, what: &str) -> NetResult<()> {
     if p.is_null() {
         return Err(NetError::Misuse(format!("NULL {what} pointer")));
     }
@@ -67,7 +67,7 @@ fn put<T>(p: *mut T, v: T, what: &str) -> NetResult<()> {
     Ok(())
 }
 
-fn handle_buf<'a>(handle: Vp) -> NetResult<&'a mut [u8; HANDLE_SIZE]> {
+pub(crate) fn handle_buf<'a>(handle: Vp) -> NetResult<&'a mut [u8; HANDLE_SIZE]> {
     if handle.is_null() {
         return Err(NetError::Misuse("NULL handle".into()));
     }

@@ -18,6 +18,7 @@ use super::table::MAX_RECVS;
 use super::{Ctx, Inner, check, side};
 use crate::comm::Comm;
 use crate::error::{NetError, NetResult};
+use crate::ffi::{handle_buf, put};
 use crate::hooks::{ConnHooks, ConnInfo, Ends};
 use crate::setup::{self, Endpoint, ListenComm};
 use crate::wire::{HANDLE_SIZE, Handle};
@@ -255,22 +256,7 @@ fn comm_ref<'a>(comm: Vp) -> NetResult<&'a WrapComm> {
     Ok(c)
 }
 
-fn put<T>(p: *mut T, v: T, what: &str) -> NetResult<()> {
-    if p.is_null() {
-        return Err(NetError::Misuse(format!("NULL {what} pointer")));
-    }
-    // SAFETY: a non-null out-pointer from NCCL, valid for one T.
-    unsafe { p.write(v) };
-    Ok(())
-}
 
-fn handle_buf<'a>(handle: Vp) -> NetResult<&'a mut [u8; HANDLE_SIZE]> {
-    if handle.is_null() {
-        return Err(NetError::Misuse("NULL handle".into()));
-    }
-    // SAFETY: NCCL's handle is a writable 128-byte buffer (NCCL_NET_HANDLE_MAXSIZE).
-    Ok(unsafe { &mut *(handle as *mut [u8; HANDLE_SIZE]) })
-}
 
 /// Seconds a side channel may lag its inner connection: `NCCL_BPF_HANDSHAKE_TIMEOUT`.
 fn side_wait_s() -> u64 {
