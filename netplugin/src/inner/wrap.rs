@@ -256,8 +256,6 @@ fn comm_ref<'a>(comm: Vp) -> NetResult<&'a WrapComm> {
     Ok(c)
 }
 
-
-
 /// Seconds a side channel may lag its inner connection: `NCCL_BPF_HANDSHAKE_TIMEOUT`.
 fn side_wait_s() -> u64 {
     u64::from(
