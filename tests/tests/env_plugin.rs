@@ -411,6 +411,7 @@ fn the_default_net_plugin_is_this_very_library() {
             // SAFETY: reads the C loader's handle.
             assert_eq!(
                 net,
+                // SAFETY: as above.
                 unsafe { env_caller_handle() },
                 "another copy was loaded"
             );
@@ -574,6 +575,7 @@ fn getenv_never_reenters_nccls_logger() {
             while state().0 < 5 {
                 // SAFETY: reads an int.
                 assert_eq!(
+                    // SAFETY: as above.
                     unsafe { env_caller_logger_recursed() },
                     0,
                     "logger re-entered"
@@ -583,6 +585,7 @@ fn getenv_never_reenters_nccls_logger() {
             }
             // SAFETY: reads an int.
             assert_eq!(
+                // SAFETY: as above.
                 unsafe { env_caller_logger_recursed() },
                 0,
                 "logger re-entered"
@@ -594,6 +597,7 @@ fn getenv_never_reenters_nccls_logger() {
             while state().0 < 6 {
                 // SAFETY: reads an int.
                 assert_eq!(
+                    // SAFETY: as above.
                     unsafe { env_caller_logger_recursed() },
                     0,
                     "logger re-entered"
@@ -603,6 +607,7 @@ fn getenv_never_reenters_nccls_logger() {
             }
             // SAFETY: reads an int.
             assert_eq!(
+                // SAFETY: as above.
                 unsafe { env_caller_logger_recursed() },
                 0,
                 "logger re-entered"
@@ -610,6 +615,7 @@ fn getenv_never_reenters_nccls_logger() {
             assert_eq!(finalize(), 0);
             // SAFETY: reads an int.
             assert_eq!(
+                // SAFETY: as above.
                 unsafe { env_caller_logger_recursed() },
                 0,
                 "logger re-entered"

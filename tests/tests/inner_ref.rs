@@ -37,6 +37,7 @@ fn conn(net: &AnyNet) -> Conn {
     let rbuf = vec![0u8; BUF].into_boxed_slice();
     // SAFETY: the buffers move into Conn with their registrations.
     let smh = unsafe { net.reg_mr(s, sbuf.as_ptr(), BUF, 1) }.unwrap();
+    // SAFETY: as above: what the call reads and writes outlives it.
     let rmh = unsafe { net.reg_mr(r, rbuf.as_ptr(), BUF, 1) }.unwrap();
     Conn {
         s,
@@ -276,11 +277,13 @@ fn injected_failures_are_observable() {
         };
         // SAFETY: the buffers live in c.
         let q = unsafe { net.irecv(r2, &[b2], false, true) }.unwrap();
+        // SAFETY: as above: what the call reads and writes outlives it.
         let sq = unsafe { net.isend(s2, c.sbuf.as_ptr(), 8, 0, smh, NULL) }.unwrap();
         assert!(net.test(sq, 1).unwrap().is_some());
         assert_eq!(net.wait(q, 1, 100).unwrap(), None);
         // The failures of setup calls.
         chk.inject("regmr_fail", 0);
+        // SAFETY: as above: what the call reads and writes outlives it.
         assert_eq!(unsafe { net.reg_mr(s2, c.sbuf.as_ptr(), 8, 1) }, Err(2));
         chk.inject("connect_fail", 0);
         let (mut hd, l) = net.listen(0).unwrap();
@@ -326,20 +329,24 @@ fn violations_are_detected_one_each() {
     let mut c = conn(&net);
     // A memory handle registered on the other comm.
     // SAFETY (every isend/irecv below): the buffers live in c until the end of the test.
+    // SAFETY: as above: what the call reads and writes outlives it.
     let q = unsafe { net.isend(c.s, c.sbuf.as_ptr(), 8, 0, c.rmh, NULL) }.unwrap();
     one_violation(&chk, "belongs to comm");
     let r = c.recv(&net, 0, 8, 0);
     assert!(net.test(q, 1).unwrap().is_some() && net.test(r, 1).unwrap().is_some());
     // A buffer outside its memory handle's registration.
     let other = pattern(64, 1);
+    // SAFETY: as above: what the call reads and writes outlives it.
     let q = unsafe { net.isend(c.s, other.as_ptr(), 8, 0, c.smh, NULL) }.unwrap();
     one_violation(&chk, "lies outside");
     let r = c.recv(&net, 0, 8, 0);
     assert!(net.test(q, 1).unwrap().is_some() && net.test(r, 1).unwrap().is_some());
     // A NULL memory handle, unless allowed.
+    // SAFETY: as above: what the call reads and writes outlives it.
     let q = unsafe { net.isend(c.s, c.sbuf.as_ptr(), 8, 0, NULL, NULL) }.unwrap();
     one_violation(&chk, "mhandle[0] is NULL");
     chk.config("allow_null_mhandle", 1);
+    // SAFETY: as above: what the call reads and writes outlives it.
     let q2 = unsafe { net.isend(c.s, c.sbuf.as_ptr(), 8, 0, NULL, NULL) }.unwrap();
     no_violations(&chk);
     chk.reset();
@@ -354,6 +361,7 @@ fn violations_are_detected_one_each() {
     one_violation(&chk, "used after test() reported it done");
     // A comm handle of the wrong kind.
     assert_eq!(
+        // SAFETY: as above: what the call reads and writes outlives it.
         unsafe { net.isend(c.r, c.sbuf.as_ptr(), 8, 0, c.smh, NULL) },
         Err(3)
     );
@@ -371,6 +379,7 @@ fn violations_are_detected_one_each() {
     one_violation(&chk, "tag mismatch");
     // n above maxRecvs.
     let bufs: Vec<RecvBuf> = (0..9).map(|i| c.buf(i * 8, 8, 0)).collect();
+    // SAFETY: as above: what the call reads and writes outlives it.
     assert_eq!(unsafe { net.irecv(c.r, &bufs, false, true) }, Err(3));
     one_violation(&chk, "outside 1..8");
     // irecvConsumed of a receive not reported done, then of one that was (no violation).
@@ -398,6 +407,7 @@ fn violations_are_detected_one_each() {
     let (s2, r2) = net.connect_pair(0).unwrap();
     net.close_send(s2).unwrap();
     assert_eq!(
+        // SAFETY: as above: what the call reads and writes outlives it.
         unsafe { net.isend(s2, c.sbuf.as_ptr(), 8, 0, c.smh, NULL) },
         Err(3)
     );
@@ -451,16 +461,20 @@ fn version_specific_violations() {
     let p = Obj::addr(0x7000);
     chk.expect_phandle(p);
     // SAFETY (below): the buffers live in c.
+    // SAFETY: as above: what the call reads and writes outlives it.
     let q = unsafe { net.isend(c.s, c.sbuf.as_ptr(), 8, 0, c.smh, p) }.unwrap();
     let mut b = c.buf(0, 8, 0);
     b.ph = p;
+    // SAFETY: as above: what the call reads and writes outlives it.
     let r = unsafe { net.irecv(c.r, &[b], false, true) }.unwrap();
     no_violations(&chk);
     assert!(net.test(q, 1).unwrap().is_some() && net.test(r, 1).unwrap().is_some());
+    // SAFETY: as above: what the call reads and writes outlives it.
     let q = unsafe { net.isend(c.s, c.sbuf.as_ptr(), 8, 0, c.smh, Obj::addr(0x7008)) }.unwrap();
     assert!(chk.log().contains("ph=0x7008"), "{}", chk.log());
     one_violation(&chk, "is not the expected");
     chk.expect_phandle(p);
+    // SAFETY: as above: what the call reads and writes outlives it.
     let r = unsafe { net.irecv(c.r, &[b], false, false) }.unwrap();
     one_violation(&chk, "phandles array is NULL");
     assert!(net.test(q, 1).unwrap().is_some() && net.test(r, 1).unwrap().is_some());
@@ -524,6 +538,7 @@ fn profiler_callback_sees_the_phandles() {
         let q = unsafe { net.isend(c.s, c.sbuf.as_ptr(), 8, 0, c.smh, Obj::addr(0x77)) }.unwrap();
         let mut b = c.buf(0, 8, 0);
         b.ph = Obj::addr(0x88);
+        // SAFETY: as above: what the call reads and writes outlives it.
         let r = unsafe { net.irecv(c.r, &[b], false, true) }.unwrap();
         assert!(net.test(q, 1).unwrap().is_some() && net.test(r, 1).unwrap().is_some());
         let id = (3 << 16) | 1;
@@ -546,20 +561,24 @@ fn flush_device_mr_dmabuf_and_attrs_are_recorded() {
     let c = conn(&net);
     let rb = [c.rbuf.as_ptr() as *mut u8];
     // SAFETY (iflush, regMr*): c's buffers, alive until c.close below.
+    // SAFETY: as above: what the call reads and writes outlives it.
     let f = unsafe { net.iflush(c.r, &rb, &[100], &[c.rmh]) }.unwrap();
     assert!(!f.is_null());
     assert_eq!(net.test(f, 0).unwrap(), Some(vec![]));
     chk.config("flush_null", 1);
     assert!(
+        // SAFETY: as above: what the call reads and writes outlives it.
         unsafe { net.iflush(c.r, &rb, &[100], &[c.rmh]) }
             .unwrap()
             .is_null()
     );
     assert_eq!(net.get_device_mr(c.r, c.rmh).unwrap(), NULL);
+    // SAFETY: as above: what the call reads and writes outlives it.
     let mh = unsafe { net.reg_mr_dmabuf(c.s, c.sbuf.as_ptr(), 4096, 1, 4096, 9) }.unwrap();
     assert!(chk.log().contains("offset=4096 fd=9"), "{}", chk.log());
     net.dereg_mr(c.s, mh).unwrap();
     // ptrSupport is HOST: CUDA memory is refused (not a violation).
+    // SAFETY: as above: what the call reads and writes outlives it.
     assert_eq!(unsafe { net.reg_mr(c.s, c.sbuf.as_ptr(), 64, 2) }, Err(3));
     // SAFETY: NetAttr is plain integers.
     let mut attr: NetAttr = unsafe { std::mem::zeroed() };

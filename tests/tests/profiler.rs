@@ -116,6 +116,7 @@ fn start(t: &ProfilerV5, ctx: *mut c_void, d: &mut EventDescr) -> *mut c_void {
     let mut h = std::ptr::null_mut();
     // SAFETY: as NCCL calls it.
     assert_eq!(
+        // SAFETY: as above.
         unsafe { (t.start_event.unwrap())(ctx, &mut h, d) },
         NcclResult::SUCCESS
     );
@@ -536,12 +537,16 @@ proptest! {
                                 mine.push(start(t, ctx.0, &mut channel_descr(p, 0, next() % 1000 + 1)) as usize);
                             }
                             // SAFETY (below): handles, stale or not, as NCCL might pass them.
+                            // SAFETY: as above.
                             5 | 6 if !mine.is_empty() => unsafe { (t.stop_event.unwrap())(pick(&mine, next())); },
                             7 if !mine.is_empty() => channel_end(t, pick(&mine, next()), next() % 5000),
+                            // SAFETY: as above.
                             8 => unsafe { (t.stop_event.unwrap())(next() as usize as *mut c_void); },
+                            // SAFETY: as above.
                             9 => unsafe {
                                 (t.record_event_state.unwrap())(next() as usize as *mut c_void, (next() % 32) as c_int, std::ptr::null_mut());
                             },
+                            // SAFETY: as above.
                             10 if next() % 40 == 0 => unsafe {
                                 (t.finalize.unwrap())(ctx.0);
                                 ctx = Ctx(init(t, 0x7000 + k, k as c_int).0);

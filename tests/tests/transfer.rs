@@ -146,6 +146,7 @@ fn hint_in_request_and_null_sizes() {
         let rr = unsafe { n.irecv(r, out.as_mut_ptr(), 1000, true) }
             .unwrap()
             .unwrap();
+        // SAFETY: as above: what the call reads and writes outlives it.
         let sr = unsafe { n.isend(s, data.as_ptr(), 1000) }.unwrap().unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         let (mut sd, mut rd) = (false, false);
@@ -174,6 +175,7 @@ fn sixty_four_comms_at_once() {
         let rr = unsafe { n.irecv(*r, outs[i].as_mut_ptr(), 200_000, false) }
             .unwrap()
             .unwrap();
+        // SAFETY: as above: what the call reads and writes outlives it.
         let sr = unsafe { n.isend(*s, data[i].as_ptr(), data[i].len()) }
             .unwrap()
             .unwrap();
@@ -229,6 +231,7 @@ fn sender_and_receiver_on_different_threads() {
         for m in &msgs {
             // SAFETY: m outlives the wait.
             let req = loop {
+                // SAFETY: as above: what the call reads and writes outlives it.
                 if let Some(q) = unsafe { n2.isend(s, m.as_ptr(), m.len()) }.unwrap() {
                     break q;
                 }

@@ -119,6 +119,7 @@ fn ring(rank: usize, nranks: usize, dir: PathBuf, version: u32, sizes: &[usize])
             let rq = unsafe { n.irecv(r, inb.as_mut_ptr(), inb.len(), false) }
                 .unwrap()
                 .unwrap();
+            // SAFETY: as above: what the call reads and writes outlives it.
             let sq = unsafe { n.isend(s, out.as_ptr(), out.len()) }
                 .unwrap()
                 .unwrap();
