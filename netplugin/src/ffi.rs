@@ -98,6 +98,12 @@ fn inner_backend() -> NetResult<Option<&'static Inner>> {
     Ok(plugin::get()?.inner())
 }
 
+/// The inner plugin, for calls that cannot fail for want of `init` (`test`, `iflush`, closes:
+/// over our sockets they work on the objects they are given).
+fn inner_if_any() -> Option<&'static Inner> {
+    plugin::get().ok().and_then(|p| p.inner())
+}
+
 /// What a call with NCCL's context `ctx` (NULL before v11) carries to the inner plugin.
 fn inner_ctx(i: &Inner, ctx: Vp) -> Ctx {
     if ctx.is_null() {
@@ -618,7 +624,7 @@ pub unsafe extern "C" fn iflush(
     request: *mut Vp,
 ) -> NcclResult {
     guard("iflush", || {
-        if let Some(i) = plugin::get().ok().and_then(|p| p.inner()) {
+        if let Some(i) = inner_if_any() {
             return wrap::iflush(i, comm, n, data, sizes, mh, request);
         }
         // Host memory needs no flush: a NULL request means "already done".
@@ -628,7 +634,7 @@ pub unsafe extern "C" fn iflush(
 
 pub unsafe extern "C" fn test(request: Vp, done: *mut c_int, sizes: *mut c_int) -> NcclResult {
     guard("test", || {
-        if let Some(i) = plugin::get().ok().and_then(|p| p.inner()) {
+        if let Some(i) = inner_if_any() {
             return wrap::test(i, request, done, sizes);
         }
         if request.is_null() {
@@ -651,7 +657,7 @@ pub unsafe extern "C" fn test(request: Vp, done: *mut c_int, sizes: *mut c_int) 
 
 pub unsafe extern "C" fn close_comm(comm: Vp) -> NcclResult {
     guard("close", || {
-        if let Some(i) = plugin::get().ok().and_then(|p| p.inner()) {
+        if let Some(i) = inner_if_any() {
             return wrap::close(i, comm);
         }
         if !comm.is_null() {
@@ -664,7 +670,7 @@ pub unsafe extern "C" fn close_comm(comm: Vp) -> NcclResult {
 
 pub unsafe extern "C" fn close_listen(comm: Vp) -> NcclResult {
     guard("closeListen", || {
-        if let Some(i) = plugin::get().ok().and_then(|p| p.inner()) {
+        if let Some(i) = inner_if_any() {
             return wrap::close_listen(i, comm);
         }
         if !comm.is_null() {

@@ -236,6 +236,36 @@ impl WrapComm {
         None
     }
 
+    /// Slot `idx` now holds the inner plugin's request `inner`: records it (with the post time
+    /// when a completion program reads latencies) and runs the post hook (not for a flush).
+    /// Returns the request NCCL holds.
+    #[allow(clippy::too_many_arguments)]
+    fn posted(
+        &self,
+        t: &Turn<'_>,
+        idx: usize,
+        kind: Kind,
+        inner: Vp,
+        n: c_int,
+        sizes: [usize; KEPT_SIZES],
+        total: usize,
+    ) -> Vp {
+        let st = self.state(t);
+        let posted = (kind != Kind::Flush && st.hooks.wants_time()).then(Instant::now);
+        *self.slot(t, idx) = ReqState {
+            kind,
+            inner,
+            n,
+            sizes,
+            total,
+            posted,
+        };
+        if kind != Kind::Flush {
+            st.hooks.on_post(total);
+        }
+        &self.reqs[idx] as *const Req as Vp
+    }
+
     #[allow(clippy::mut_from_ref)]
     fn slot(&self, _t: &Turn<'_>, i: usize) -> &mut ReqState {
         // SAFETY: slots are reached only under the turn `_t`.
@@ -657,19 +687,10 @@ pub(crate) fn isend(
     if inner.is_null() {
         return Ok(());
     }
-    let st = c.state(&t);
-    let posted = st.hooks.wants_time().then(Instant::now);
-    let s = c.slot(&t, idx);
-    *s = ReqState {
-        kind: Kind::Send,
-        inner,
-        n: 1,
-        sizes: [size, 0, 0, 0, 0, 0, 0, 0],
-        total: size,
-        posted,
-    };
-    st.hooks.on_post(size);
-    put(request, &c.reqs[idx] as *const Req as Vp, "request")
+    let mut sizes = [0; KEPT_SIZES];
+    sizes[0] = size;
+    let req = c.posted(&t, idx, Kind::Send, inner, 1, sizes, size);
+    put(request, req, "request")
 }
 
 /// `irecv`, `n` buffers at once. NCCL's optional-completion hint (`*request == 0x1`) reaches
@@ -729,18 +750,8 @@ pub(crate) fn irecv(
     if inner.is_null() {
         return Ok(());
     }
-    let st = c.state(&t);
-    let posted = st.hooks.wants_time().then(Instant::now);
-    *c.slot(&t, idx) = ReqState {
-        kind: Kind::Recv,
-        inner,
-        n,
-        sizes: kept,
-        total,
-        posted,
-    };
-    st.hooks.on_post(total);
-    put(request, &c.reqs[idx] as *const Req as Vp, "request")
+    let req = c.posted(&t, idx, Kind::Recv, inner, n, kept, total);
+    put(request, req, "request")
 }
 
 /// `iflush`: a request of its own kind, tested like the others, counted nowhere.
@@ -767,15 +778,8 @@ pub(crate) fn iflush(
     if inner.is_null() {
         return Ok(());
     }
-    *c.slot(&t, idx) = ReqState {
-        kind: Kind::Flush,
-        inner,
-        n: 1,
-        sizes: [0; KEPT_SIZES],
-        total: 0,
-        posted: None,
-    };
-    put(request, &c.reqs[idx] as *const Req as Vp, "request")
+    let req = c.posted(&t, idx, Kind::Flush, inner, 1, [0; KEPT_SIZES], 0);
+    put(request, req, "request")
 }
 
 fn req_ref<'a>(request: Vp) -> NetResult<(&'a Req, &'a WrapComm, usize)> {
